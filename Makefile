@@ -1,0 +1,48 @@
+# dmlbench: every target sets itself up (creates .venv, installs pinned dependencies).
+#   make repro   run the DVC pipeline on params.yaml (the offline demo by default)
+#   make test    run the test suite
+#   make ui      MLflow UI on http://127.0.0.1:$(PORT) over the project's tracking store
+# make repro runs independent stages in parallel (JOBS=n, default: CPU cores; JOBS=1 is a
+# plain sequential `dvc repro`). On a GPU box: make repro EXTRAS=gpu,test GPUS=0,1,2,3
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+EXTRAS ?= cpu,test
+PORT ?= 5000
+comma := ,
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+
+export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow.db
+export MLFLOW_DISABLE_TELEMETRY := true
+export MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT := true
+export DVC_NO_ANALYTICS := 1
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: setup repro test ui status clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml requirements.lock
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "dmlbench needs Python >= 3.11; run: make PYTHON=python3.11 ...")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e ".[$(EXTRAS)]"
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+repro: $(STAMP)
+	python -m dmlbench.pipeline $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS))
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+ui: $(STAMP)
+	mlflow ui --backend-store-uri "$(MLFLOW_TRACKING_URI)" --host 127.0.0.1 --port $(PORT)
+
+status: $(STAMP)
+	dvc status
+	dvc metrics show
+
+clean-venv:
+	rm -rf $(VENV)

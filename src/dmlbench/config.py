@@ -1,0 +1,416 @@
+"""One schema for ``params.yaml``: load it, validate every key, resolve one run's config.
+
+Every stage calls :func:`load_params` first, so a typo or a wrong type fails the first
+stage that runs, in one line that names the key and what is allowed, before any
+expensive work starts.
+
+Layout of ``params.yaml`` (the DVC ``matrix`` iterates over the keys of the first three):
+
+* ``datasets.<name>``  - every dataset listed is downloaded, prepared and trained on;
+* ``backbones.<name>`` - every backbone listed is trained;
+* ``losses.<name>``    - every loss listed is trained, with these hyperparameters;
+* ``dims``, ``seeds``  - embedding sizes and seeds of the grid;
+* ``protocol``         - the key of ``protocols`` used for training (optimiser, batch, ...);
+* ``evaluate``, ``report``, ``tracking`` - evaluation, report and MLflow settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
+
+from dmlbench.errors import ConfigError
+
+PARAMS_FILE = "params.yaml"
+
+SELECTION_METRICS = ("precision_at_1", "r_precision", "map_at_r")
+
+
+class StrictModel(BaseModel):
+    """Base for every params section: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- protocol
+
+
+class OptimizerConfig(StrictModel):
+    """Optimiser of the trunk and embedding head; ``lr`` in 1/step units of the optimiser."""
+
+    name: Literal["adamw", "adam", "rmsprop", "sgd"] = "adamw"
+    lr: PositiveFloat
+    weight_decay: NonNegativeFloat = 0.0
+    momentum: NonNegativeFloat = 0.0
+
+
+class SchedulerConfig(StrictModel):
+    """Learning-rate schedule, stepped once per epoch. ``step``: lr *= gamma every step_size epochs."""
+
+    name: Literal["constant", "step", "cosine"] = "constant"
+    step_size: PositiveInt = 10
+    gamma: PositiveFloat = 0.1
+
+
+class AugmentConfig(StrictModel):
+    """Image transforms. Train: RandomResizedCrop(crop_size, scale, ratio) + optional flip.
+    Eval: resize short side to ``eval_resize`` px, then centre crop ``crop_size`` px."""
+
+    crop_size: PositiveInt
+    eval_resize: PositiveInt
+    crop_scale: tuple[PositiveFloat, PositiveFloat] = (0.16, 1.0)
+    crop_ratio: tuple[PositiveFloat, PositiveFloat] = (3 / 4, 4 / 3)
+    hflip: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> "AugmentConfig":
+        if self.eval_resize < self.crop_size:
+            raise ValueError(f"eval_resize ({self.eval_resize}) must be >= crop_size ({self.crop_size})")
+        if not (0 < self.crop_scale[0] <= self.crop_scale[1] <= 1):
+            raise ValueError(f"crop_scale must satisfy 0 < low <= high <= 1, got {list(self.crop_scale)}")
+        if not (self.crop_ratio[0] <= self.crop_ratio[1]):
+            raise ValueError(f"crop_ratio must satisfy low <= high, got {list(self.crop_ratio)}")
+        return self
+
+
+class Protocol(StrictModel):
+    """A training protocol, written out in full: the same for every loss, as fairness demands."""
+
+    description: str = ""
+    epochs: PositiveInt
+    batch_size: PositiveInt
+    samples_per_class: PositiveInt = 4
+    optimizer: OptimizerConfig
+    scheduler: SchedulerConfig = SchedulerConfig()
+    augment: AugmentConfig
+    pretrained: bool = False
+    frozen_bn: bool = False
+    pooling: Literal["gap", "gmp", "gap+gmp"] = "gap"
+    grad_clip: PositiveFloat | None = None
+    selection_metric: Literal[SELECTION_METRICS] = "map_at_r"  # type: ignore[valid-type]
+    eval_batch_size: PositiveInt = 256
+
+    @model_validator(mode="after")
+    def _check(self) -> "Protocol":
+        if self.batch_size % self.samples_per_class:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be a multiple of samples_per_class ({self.samples_per_class})"
+            )
+        return self
+
+
+# --------------------------------------------------------------------------- other sections
+
+
+class EvaluateConfig(StrictModel):
+    """Retrieval metrics on the test classes. ``confidence`` of the t-interval over seeds."""
+
+    recall_at: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4, 8], min_length=1)
+    confidence: float = Field(0.95, gt=0, lt=1)
+
+
+class ReportConfig(StrictModel):
+    """What the report ranks by, and where it goes."""
+
+    primary_metric: Literal["precision_at_1", "r_precision", "map_at_r", "recall_at_1"] = "map_at_r"
+    title: str = "dmlbench report"
+
+
+class TrackingConfig(StrictModel):
+    """MLflow settings; the store is ``$MLFLOW_TRACKING_URI`` or ``sqlite:///<repo>/mlflow.db``."""
+
+    experiment: str = Field("dmlbench", min_length=1)
+
+
+# --------------------------------------------------------------------------- grid
+
+
+@dataclass(frozen=True, order=True)
+class Combo:
+    """One cell of the grid without its seed: what seeds are averaged over."""
+
+    dataset: str
+    backbone: str
+    loss: str
+    dim: int
+
+    @property
+    def key(self) -> str:
+        """The DVC matrix suffix, e.g. ``glyphs-tiny_cnn-contrastive-64``."""
+        return f"{self.dataset}-{self.backbone}-{self.loss}-{self.dim}"
+
+    @property
+    def relpath(self) -> Path:
+        return Path(self.dataset, self.backbone, self.loss, str(self.dim))
+
+    def with_seed(self, seed: int) -> "RunSpec":
+        return RunSpec(self.dataset, self.backbone, self.loss, self.dim, seed)
+
+
+@dataclass(frozen=True, order=True)
+class RunSpec:
+    """One training run: a grid cell and a seed."""
+
+    dataset: str
+    backbone: str
+    loss: str
+    dim: int
+    seed: int
+
+    @property
+    def combo(self) -> Combo:
+        return Combo(self.dataset, self.backbone, self.loss, self.dim)
+
+    @property
+    def key(self) -> str:
+        """The DVC matrix suffix, e.g. ``glyphs-tiny_cnn-contrastive-64-0``."""
+        return f"{self.combo.key}-{self.seed}"
+
+    @property
+    def grid_key(self) -> str:
+        """Human-readable identity used as an MLflow tag, e.g. ``glyphs/tiny_cnn/contrastive/64/seed0``."""
+        return str(self.relpath)
+
+    @property
+    def relpath(self) -> Path:
+        return self.combo.relpath / f"seed{self.seed}"
+
+
+# --------------------------------------------------------------------------- top level
+
+
+class _RawParams(StrictModel):
+    datasets: dict[str, dict[str, Any] | None] = Field(min_length=1)
+    backbones: dict[str, dict[str, Any] | None] = Field(min_length=1)
+    losses: dict[str, dict[str, Any] | None] = Field(min_length=1)
+    dims: list[PositiveInt] = Field(min_length=1)
+    seeds: list[NonNegativeInt] = Field(min_length=1)
+    protocol: str
+    protocols: dict[str, Protocol] = Field(min_length=1)
+    evaluate: EvaluateConfig = EvaluateConfig()
+    report: ReportConfig = ReportConfig()
+    tracking: TrackingConfig = TrackingConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> "_RawParams":
+        for key in ("dims", "seeds"):
+            values = getattr(self, key)
+            if len(set(values)) != len(values):
+                raise ValueError(f"{key} has repeated values: {values}")
+        return self
+
+
+@dataclass(frozen=True)
+class Params:
+    """Validated ``params.yaml``. Section values are the registry's typed parameter models."""
+
+    datasets: dict[str, BaseModel]
+    backbones: dict[str, BaseModel]
+    losses: dict[str, BaseModel]
+    dims: list[int]
+    seeds: list[int]
+    protocol_name: str
+    protocols: dict[str, Protocol]
+    evaluate: EvaluateConfig
+    report: ReportConfig
+    tracking: TrackingConfig
+
+    @property
+    def protocol(self) -> Protocol:
+        return self.protocols[self.protocol_name]
+
+    def combos(self) -> list[Combo]:
+        """Every grid cell, in params order."""
+        return [
+            Combo(d, b, loss, dim)
+            for d in self.datasets
+            for b in self.backbones
+            for loss in self.losses
+            for dim in self.dims
+        ]
+
+    def runs(self) -> list[RunSpec]:
+        return [combo.with_seed(seed) for combo in self.combos() for seed in self.seeds]
+
+    def check_run(self, run: RunSpec | Combo) -> None:
+        """Reject a stage argument that is not a cell of the grid in ``params.yaml``."""
+        checks = [
+            ("datasets", run.dataset, list(self.datasets)),
+            ("backbones", run.backbone, list(self.backbones)),
+            ("losses", run.loss, list(self.losses)),
+            ("dims", run.dim, self.dims),
+        ]
+        if isinstance(run, RunSpec):
+            checks.append(("seeds", run.seed, self.seeds))
+        for key, value, allowed in checks:
+            if value not in allowed:
+                raise ConfigError(f"{key}: {value!r} is not in params.yaml; listed: {_join(allowed)}")
+
+    def resolved(self, run: RunSpec) -> dict[str, Any]:
+        """Everything that determines one run's result, as plain data (logged and hashed)."""
+        self.check_run(run)
+        return {
+            "dataset": {"name": run.dataset, **self.datasets[run.dataset].model_dump(mode="json")},
+            "backbone": {"name": run.backbone, **self.backbones[run.backbone].model_dump(mode="json")},
+            "loss": {"name": run.loss, **self.losses[run.loss].model_dump(mode="json")},
+            "dim": run.dim,
+            "seed": run.seed,
+            "protocol": {"name": self.protocol_name, **self.protocol.model_dump(mode="json")},
+        }
+
+
+def validated_marker(params: Params, path: str | os.PathLike) -> None:
+    """Report what ``params`` will run and write the validate stage's constant marker file."""
+    from dmlbench.io import atomic_path
+
+    print(
+        f"params.yaml is valid: {len(params.datasets)} dataset(s) x {len(params.backbones)} backbone(s) x "
+        f"{len(params.losses)} loss(es) x {len(params.dims)} dim(s) x {len(params.seeds)} seed(s) = "
+        f"{len(params.runs())} training runs, protocol {params.protocol_name!r}"
+    )
+    with atomic_path(path) as tmp:
+        tmp.write_text("params.yaml passed validation\n")  # constant: never invalidates downstream stages
+
+
+def config_hash(resolved: Mapping[str, Any]) -> str:
+    """Short stable hash of a resolved run config (identifies a run across re-executions)."""
+    blob = json.dumps(resolved, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists kept as values)."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, prefix=f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_params(path: str | os.PathLike = PARAMS_FILE) -> Params:
+    """Read and validate ``params.yaml``; raise :class:`ConfigError` with a one-line message."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found (run from the repository root)") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    return parse_params(raw, source=str(path))
+
+
+def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
+    """Validate an already-loaded params mapping (see :func:`load_params`)."""
+    from dmlbench.data import DATASETS
+    from dmlbench.losses import LOSSES
+    from dmlbench.models import BACKBONES
+
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
+    try:
+        top = _RawParams.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc, source, prefix="", model=_RawParams)) from None
+
+    if top.protocol not in top.protocols:
+        raise ConfigError(
+            f"{source}: protocol: {top.protocol!r} is not a key of protocols; valid: {_join(top.protocols)}"
+        )
+    return Params(
+        datasets=_validate_section(top.datasets, "datasets", "dataset", DATASETS, source),
+        backbones=_validate_section(top.backbones, "backbones", "backbone", BACKBONES, source),
+        losses=_validate_section(top.losses, "losses", "loss", LOSSES, source),
+        dims=list(top.dims),
+        seeds=list(top.seeds),
+        protocol_name=top.protocol,
+        protocols=dict(top.protocols),
+        evaluate=top.evaluate,
+        report=top.report,
+        tracking=top.tracking,
+    )
+
+
+def _validate_section(
+    section: Mapping[str, Any], key: str, kind: str, registry: Mapping[str, Any], source: str
+) -> dict[str, BaseModel]:
+    validated: dict[str, BaseModel] = {}
+    for name, values in section.items():
+        if name not in registry:
+            raise ConfigError(f"{source}: {key}.{name}: unknown {kind} {name!r}; valid: {_join(registry)}")
+        model = registry[name].params
+        try:
+            validated[name] = model.model_validate(values or {})
+        except ValidationError as exc:
+            raise ConfigError(_one_line(exc, source, prefix=f"{key}.{name}", model=model)) from None
+    return validated
+
+
+def _one_line(exc: ValidationError, source: str, prefix: str, model: type[BaseModel]) -> str:
+    """Turn pydantic's first error into ``source: dotted.key: what is wrong (got X)``."""
+    err = exc.errors(include_url=False)[0]
+    loc = [str(part) for part in err["loc"]]
+    if loc and loc[-1] in {"[key]"}:
+        loc = loc[:-1]
+    key = ".".join(part for part in [prefix, *loc] if part)
+    if err["type"] == "extra_forbidden":
+        allowed = _allowed_keys(model, loc[:-1])
+        message = f"unknown key; allowed: {_join(allowed)}" if allowed else "unknown key"
+    elif err["type"] == "missing":
+        message = "required key is missing"
+    else:
+        message = err["msg"].replace("Value error, ", "")
+    if err["type"] not in {"missing", "extra_forbidden"} and "input" in err and not isinstance(err["input"], dict):
+        message += f" (got {err['input']!r})"
+    where = f"{key}: " if key else ""
+    return f"{source}: {where}{message}"
+
+
+def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
+    """Field names of the (possibly nested) model that ``loc`` points into."""
+    current: Any = model
+    parts = list(loc)
+    while parts:
+        part = parts.pop(0)
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        annotation = field.annotation
+        if typing.get_origin(annotation) is dict:  # dict[str, Model]: skip the user's key
+            annotation = typing.get_args(annotation)[1]
+            if parts:
+                parts.pop(0)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            current = annotation
+        else:
+            return []
+    return sorted(getattr(current, "model_fields", {}))
+
+
+def _join(values: Any) -> str:
+    return ", ".join(str(v) for v in sorted(values, key=str))

@@ -1,0 +1,29 @@
+"""The ``download@<dataset>`` and ``prepare@<dataset>`` stages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dmlbench import paths
+from dmlbench.config import Params
+from dmlbench.data import DATASETS
+from dmlbench.data.prepare import prepare_dataset
+from dmlbench.errors import ConfigError
+
+
+def _spec_and_params(params: Params, dataset: str):
+    if dataset not in params.datasets:
+        raise ConfigError(f"datasets: {dataset!r} is not in params.yaml; listed: {', '.join(params.datasets)}")
+    return DATASETS[dataset], params.datasets[dataset]
+
+
+def download_stage(params: Params, dataset: str) -> None:
+    """Fetch (download, take from ``data/``, or generate) the dataset into ``artifacts/raw/<dataset>``."""
+    spec, dataset_params = _spec_and_params(params, dataset)
+    spec.fetch(dataset_params, paths.raw_dir(dataset), paths.DROPBOX)
+
+
+def prepare_stage(params: Params, dataset: str) -> dict[str, Any]:
+    """Decode, resize and split into ``artifacts/prepared/<dataset>``."""
+    spec, dataset_params = _spec_and_params(params, dataset)
+    return prepare_dataset(spec, dataset_params, paths.raw_dir(dataset), paths.prepared_dir(dataset))

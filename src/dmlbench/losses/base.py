@@ -1,0 +1,54 @@
+"""What a loss module declares (PML's style: a loss in a few lines).
+
+PML is imported inside the build functions, so that validating ``params.yaml`` (which
+every stage does first) does not pay for importing it.
+
+Each module defines a parameter model (defaults = thesis Table 4, unless noted) and a
+``SPEC``: how to build the pytorch-metric-learning loss and its default miner (thesis
+Table 5), what batches it needs, and whether it owns parameters (proxies, class weights,
+a learnable margin) that are trained by their own optimiser with their own learning rate
+(``param_lr_multiplier`` x the protocol's lr; powerful-benchmarker's ``metric_loss_optimizer``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+from pydantic import PositiveFloat
+from torch import nn
+
+from dmlbench.config import StrictModel
+
+
+class LossParams(StrictModel):
+    """Hyperparameters of a loss; modules subclass this."""
+
+
+class ParametricLossParams(LossParams):
+    """For losses with their own parameters: their lr is the protocol lr x this multiplier."""
+
+    param_lr_multiplier: PositiveFloat = 1.0
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """A registry entry.
+
+    ``build(params, num_classes, embedding_size)`` -> PML loss module;
+    ``build_miner(params)`` -> PML miner or None (no mining);
+    ``sampler``: ``"m_per_class"`` if batches must hold several images per class (pair and
+    triplet losses), ``"any"`` if any batch works (proxy and classification losses);
+    ``has_parameters``: the loss owns trainable parameters (needs its own optimiser).
+    """
+
+    name: str
+    params: type[LossParams]
+    build: Callable[[Any, int, int], nn.Module]
+    reference: str
+    build_miner: Callable[[Any], Any] | None = None
+    sampler: Literal["m_per_class", "any"] = "m_per_class"
+    has_parameters: bool = False
+
+    def miner(self, params: LossParams) -> Any:
+        return self.build_miner(params) if self.build_miner is not None else None

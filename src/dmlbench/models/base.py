@@ -1,0 +1,65 @@
+"""What a backbone module declares: parameters, a trunk builder and its input normalisation.
+
+A trunk maps a normalised image batch ``N x 3 x H x W`` to a feature map ``N x C x h x w``
+(no pooling, no classifier); pooling and the embedding head are shared by all backbones
+(:mod:`dmlbench.models.embedding`), as the fair-comparison protocol requires.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from dmlbench.config import StrictModel
+
+
+class BackboneParams(StrictModel):
+    """Parameters every backbone accepts (none so far); modules subclass this."""
+
+
+@dataclass(frozen=True)
+class InputNorm:
+    """How a trunk wants its input: ``(x * scale - mean) / std`` per channel, optionally BGR.
+
+    torchvision ImageNet models: RGB in [0, 1], mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225).
+    Caffe BN-Inception: BGR in [0, 255], mean (104, 117, 128), std (1, 1, 1).
+    """
+
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    scale: float = 1.0
+    bgr: bool = False
+
+
+class Normalize(nn.Module):
+    def __init__(self, norm: InputNorm):
+        super().__init__()
+        self.bgr = norm.bgr
+        self.scale = norm.scale
+        self.register_buffer("mean", torch.tensor(norm.mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(norm.std).view(1, 3, 1, 1), persistent=False)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        if self.bgr:
+            images = images.flip(1)
+        return (images * self.scale - self.mean) / self.std
+
+
+@dataclass(frozen=True)
+class Trunk:
+    module: nn.Module
+    out_channels: int
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    """A registry entry. ``build(params, pretrained)`` returns the trunk and its feature width."""
+
+    name: str
+    params: type[BackboneParams]
+    build: Callable[[BackboneParams, bool], Trunk]
+    input_norm: InputNorm
+    description: str

@@ -1,0 +1,172 @@
+"""Run ``dvc repro`` with independent stages in parallel: ``python -m dmlbench.pipeline``.
+
+``dvc repro`` runs one stage at a time (treeverse/dvc#755). This runner asks DVC for its
+graph and for the stale stages, then runs every stale stage and everything downstream of
+it, each as ``dvc --wait-for-lock repro --single-item <stage>`` in a pool of ``--jobs``
+workers, a stage starting as soon as all its upstream stages are done. DVC still runs,
+caches and locks every stage; the runner only decides the order. It ends with a plain
+``dvc repro``, which must find everything up to date.
+
+CPU: each worker gets ``cpu_count // jobs`` threads (``OMP_NUM_THREADS``), since small
+models gain nothing from more threads and oversubscription slows everything. GPU box:
+``--gpus 0,1,2,3`` runs one worker per GPU with ``CUDA_VISIBLE_DEVICES`` set per worker.
+Each stage's output goes to ``artifacts/logs/<stage>.log``; a failing stage's tail is
+printed and no new stage is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+from dmlbench.config import load_params
+from dmlbench.errors import DmlbenchError
+
+LOG_DIR = Path("artifacts/logs")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Stages to run (topological order) and, for each, the planned stages it waits for."""
+
+    order: list[str]
+    waits_for: dict[str, set[str]]
+
+
+def make_plan(root: Path = Path(".")) -> Plan:
+    """Stale pipeline stages and all their descendants, from DVC's own graph and status."""
+    import networkx as nx
+    from dvc.repo import Repo
+    from dvc.stage import PipelineStage
+
+    with Repo(str(root)) as repo:
+        graph = repo.index.graph  # edges: dependent stage -> stage it depends on
+        by_name = {stage.addressing: stage for stage in graph.nodes if isinstance(stage, PipelineStage)}
+        stale = [name for name in repo.status() if name in by_name]
+        todo: set[str] = set()
+        for name in stale:
+            todo.add(name)
+            todo.update(s.addressing for s in nx.ancestors(graph, by_name[name]) if s.addressing in by_name)
+        waits_for = {
+            name: {dep.addressing for dep in graph.successors(by_name[name]) if dep.addressing in todo} for name in todo
+        }
+        order = [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s.addressing in todo]
+    return Plan(order, waits_for)
+
+
+def _log_path(stage: str) -> Path:
+    return LOG_DIR / (re.sub(r"[^A-Za-z0-9_.@-]", "_", stage) + ".log")
+
+
+def _environment(**extra: str) -> dict[str, str]:
+    """os.environ with this interpreter's bin/ first on PATH (stage commands call ``python``)."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return dict(os.environ, PATH=path, **extra)
+
+
+def _run_stage(stage: str, slots: "queue.Queue[int]", threads: int, gpus: list[str]) -> tuple[str, int, float]:
+    slot = slots.get()
+    try:
+        env = _environment(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = gpus[slot]
+        started = time.perf_counter()
+        with open(_log_path(stage), "w") as log:
+            code = subprocess.run(
+                [sys.executable, "-m", "dvc", "--wait-for-lock", "repro", "--single-item", stage],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            ).returncode
+        return stage, code, time.perf_counter() - started
+    finally:
+        slots.put(slot)
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    text = path.read_text(errors="replace").replace("\r", "\n").splitlines()
+    return "\n".join(line for line in text[-lines:] if line.strip())
+
+
+def run_parallel(plan: Plan, jobs: int, gpus: list[str]) -> list[str]:
+    """Run the plan; return the stages that failed (empty on success)."""
+    from tqdm import tqdm
+
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    slots: queue.Queue[int] = queue.Queue()
+    for slot in range(jobs):
+        slots.put(slot)
+    done: set[str] = set()
+    failed: list[str] = []
+    pending = list(plan.order)
+    running: dict[Future, str] = {}
+    with (
+        ThreadPoolExecutor(max_workers=jobs) as pool,
+        tqdm(total=len(plan.order), desc="dvc stages", unit="stage") as bar,
+    ):
+        while pending or running:
+            if not failed:
+                ready = [s for s in pending if plan.waits_for[s] <= done][: jobs - len(running)]
+                for stage in ready:
+                    pending.remove(stage)
+                    running[pool.submit(_run_stage, stage, slots, threads, gpus)] = stage
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                stage, code, seconds = future.result()
+                del running[future]
+                bar.update(1)
+                if code == 0:
+                    done.add(stage)
+                    tqdm.write(f"done   {stage} ({seconds:.1f} s)")
+                else:
+                    failed.append(stage)
+                    tqdm.write(
+                        f"FAILED {stage} (exit {code}); last lines of {_log_path(stage)}:\n{_tail(_log_path(stage))}"
+                    )
+    return failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=None, help="parallel stages (default: CPU cores, or one per GPU)")
+    parser.add_argument("--gpus", default="", help="comma-separated GPU ids, one worker per GPU (e.g. 0,1,2,3)")
+    parser.add_argument("--params", default="params.yaml")
+    args = parser.parse_args(argv)
+    try:
+        params = load_params(args.params)  # bad input fails here, in one line, before any stage runs
+    except DmlbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
+    jobs = args.jobs or len(gpus) or os.cpu_count() or 1
+    if gpus and jobs > len(gpus):
+        print(f"error: --jobs {jobs} exceeds the {len(gpus)} GPUs given with --gpus", file=sys.stderr)
+        return 2
+    if jobs > 1:
+        from dmlbench.tracking import ensure_experiment
+
+        ensure_experiment(params.tracking.experiment)  # create the store once, before workers fan out
+        plan = make_plan()
+        if plan.order:
+            print(f"{len(plan.order)} stage(s) to run, {jobs} at a time; logs in {LOG_DIR}/")
+            failed = run_parallel(plan, jobs, gpus)
+            if failed:
+                print(f"error: {len(failed)} stage(s) failed: {', '.join(failed)}", file=sys.stderr)
+                return 1
+    # Sequential dvc repro: runs whatever is left (everything when --jobs 1), else a no-op check.
+    return subprocess.run([sys.executable, "-m", "dvc", "repro"], env=_environment()).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

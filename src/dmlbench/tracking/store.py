@@ -1,0 +1,105 @@
+"""The MLflow tracking store: ``$MLFLOW_TRACKING_URI`` or ``sqlite:///<repo>/mlflow.db``.
+
+Several processes creating a fresh sqlite store at once corrupt it, and
+``mlflow.set_experiment`` races silently route runs to "Default" (mlflow#4123, #12259).
+So the store and the experiment are created once, under a file lock, and every run is
+created with an explicit ``experiment_id``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from dmlbench.paths import project_root
+
+QUIET_ENV = {
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+}
+
+
+def configure_environment() -> None:
+    """Telemetry off and no "View run at" lines; call before importing mlflow."""
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+def tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, else None."""
+    if not uri.startswith("sqlite:"):
+        return None
+    path = urlparse(uri).path
+    if uri.startswith("sqlite:////"):
+        return Path("/" + path.lstrip("/"))
+    return Path(path.lstrip("/")).resolve()
+
+
+def _store_lock() -> Any:
+    """A file lock next to a local sqlite store (creating or migrating it is not concurrency-safe)."""
+    db = sqlite_path(tracking_uri())
+    if db is None:
+        return contextlib.nullcontext()
+    from filelock import FileLock
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(db) + ".lock")
+
+
+def client() -> Any:
+    """An ``MlflowClient`` on :func:`tracking_uri`; a new sqlite store is created under the lock."""
+    configure_environment()
+    from mlflow.tracking import MlflowClient
+
+    with _store_lock():  # the constructor opens (and for a new file creates) the store
+        return MlflowClient(tracking_uri=tracking_uri())
+
+
+def ensure_experiment(name: str, mlflow_client: Any | None = None) -> str:
+    """Create the store (if new) and the experiment (if missing) once; return its id."""
+    from mlflow.exceptions import MlflowException
+
+    mlflow_client = mlflow_client or client()
+    db = sqlite_path(tracking_uri())
+    with _store_lock():
+        experiment = mlflow_client.get_experiment_by_name(name)
+        if experiment is None:
+            location = (db.parent / "mlruns" / name).as_uri() if db is not None else None
+            try:
+                return mlflow_client.create_experiment(name, artifact_location=location)
+            except MlflowException as exc:  # created meanwhile by a process without our lock (a server)
+                if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+                experiment = mlflow_client.get_experiment_by_name(name)
+        if experiment.lifecycle_stage == "deleted":
+            mlflow_client.restore_experiment(experiment.experiment_id)
+        return experiment.experiment_id
+
+
+@lru_cache(maxsize=1)
+def git_state() -> tuple[str, bool]:
+    """(commit sha or "unknown", whether code or params differ from it)."""
+    root = project_root()
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--", "src", "stages", "params.yaml", "dvc.yaml"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        return commit, bool(status)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown", False

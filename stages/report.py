@@ -1,0 +1,12 @@
+"""DVC stage report: reports/report.md with results table, figures and tournament."""
+
+import argparse
+
+from dmlbench.analysis.report import report_stage
+from dmlbench.cli import main
+
+parser = argparse.ArgumentParser(description=__doc__)
+parser.add_argument("--params", default="params.yaml")
+
+if __name__ == "__main__":
+    main(parser, lambda params, args: print(f"wrote {report_stage(params)}"))

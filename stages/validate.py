@@ -1,0 +1,17 @@
+"""DVC stage validate: check every key of params.yaml before any other stage runs.
+
+Its output never changes (so it re-runs on any params change without invalidating
+downstream stages); `download` depends on it, so bad input fails here, in one line.
+"""
+
+import argparse
+
+from dmlbench.cli import main
+from dmlbench.config import validated_marker
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("--params", default="params.yaml")
+parser.add_argument("--out", default="artifacts/params.validated")
+
+if __name__ == "__main__":
+    main(parser, lambda params, args: validated_marker(params, args.out))

@@ -1,0 +1,142 @@
+"""End to end: the real DVC pipeline on a reduced grid, run the way `make repro` runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, small_params_dict
+
+pytestmark = pytest.mark.slow
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+        MLFLOW_TRACKING_URI=f"sqlite:///{tmp / 'store' / 'mlflow.db'}",
+        DVC_NO_ANALYTICS="1",
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@example.com",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@example.com",
+    )
+    env.pop("DVC_ROOT", None)
+    return env
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, default_raw_params):
+    """A copy of the repository with a reduced grid, after one parallel `make repro`-style run."""
+    tmp = tmp_path_factory.mktemp("pipeline")
+    root = tmp / "repo"
+    root.mkdir()
+    for name in ("dvc.yaml", ".dvcignore"):
+        shutil.copy(ROOT / name, root / name)
+    for name in ("stages", "src"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    raw = small_params_dict(default_raw_params)
+    raw["losses"] = {"contrastive": raw["losses"]["contrastive"], "proxy_anchor": raw["losses"]["proxy_anchor"]}
+    raw["dims"], raw["seeds"] = [32], [0, 1]
+    (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = _env(tmp)
+    _run(["git", "init", "-q"], root, env)
+    _run([sys.executable, "-m", "dvc", "init", "-q"], root, env)
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-q", "-m", "reduced grid"], root, env)
+    first = _run([sys.executable, "-m", "dmlbench.pipeline", "--jobs", "2"], root, env)
+    return root, env, first
+
+
+def _mlflow_runs(env):
+    import mlflow
+
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    return mlflow.search_runs(search_all_experiments=True)
+
+
+def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(project):
+    root, env, first = project
+    assert "Data and pipelines are up to date" in first.stdout  # the closing `dvc repro` found nothing left
+    report = (root / "reports" / "report.md").read_text()
+    assert "## Tournament of losses" in report and "(n=2)" in report
+    assert (root / "reports" / "figures" / "metric_by_loss.png").stat().st_size > 10_000
+
+    shown = json.loads(_run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], root, env).stdout)
+    files = next(iter(shown.values()))["data"]
+    combos = {Path(k).with_suffix("").as_posix(): v["data"] for k, v in files.items()}
+    assert set(combos) == {
+        "artifacts/metrics/glyphs/tiny_cnn/contrastive/32",
+        "artifacts/metrics/glyphs/tiny_cnn/proxy_anchor/32",
+    }
+    for data in combos.values():
+        assert data["n_runs"] == 2
+        mean = data["test"]["map_at_r"]["mean"]
+        assert 0 < mean <= 1 and data["test"]["map_at_r"]["low"] <= mean <= data["test"]["map_at_r"]["high"]
+
+    runs = _mlflow_runs(env)
+    assert len(runs) == 4 and set(runs["status"]) == {"FINISHED"}
+    assert set(runs["tags.dvc_stage"]) == {
+        f"train@glyphs-tiny_cnn-{loss}-32-{seed}" for loss in ("contrastive", "proxy_anchor") for seed in (0, 1)
+    }
+    assert runs["metrics.test/map_at_r"].notna().all() and runs["metrics.val/recall_at_1"].notna().all()
+    assert runs["tags.artifact.model.md5"].str.fullmatch(r"[0-9a-f]{32}").all()
+    assert runs["tags.git_commit"].str.fullmatch(r"[0-9a-f]{40}").all()
+
+
+def test_second_repro_is_a_no_op(project):
+    root, env, _ = project
+    again = _run([sys.executable, "-m", "dvc", "repro"], root, env)
+    assert "Running stage" not in again.stdout
+    assert "Data and pipelines are up to date" in again.stdout
+    assert len(_mlflow_runs(env)) == 4
+
+
+def test_one_loss_hyperparameter_reruns_only_that_loss(project):
+    root, env, _ = project
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["losses"]["contrastive"]["neg_margin"] = 0.6
+    original = (root / "params.yaml").read_text()
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        status = json.loads(_run([sys.executable, "-m", "dvc", "status", "--json"], root, env).stdout)
+    finally:
+        (root / "params.yaml").write_text(original)
+    stale = {name for name in status if name.startswith(("train@", "embed@", "evaluate@"))}
+    assert stale == {"train@glyphs-tiny_cnn-contrastive-32-0", "train@glyphs-tiny_cnn-contrastive-32-1"}
+    assert "report" in status  # reads every param
+
+
+def test_bad_params_fail_the_first_stage_in_one_line(project):
+    root, env, _ = project
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["losses"]["tripplet"] = {}
+    original = (root / "params.yaml").read_text()
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        runner = _run([sys.executable, "-m", "dmlbench.pipeline", "--jobs", "2"], root, env, check=False)
+        plain = _run([sys.executable, "-m", "dvc", "repro"], root, env, check=False)
+    finally:
+        (root / "params.yaml").write_text(original)
+    assert runner.returncode == 2
+    assert (
+        runner.stderr.strip().count("\n") == 0 and "losses.tripplet: unknown loss 'tripplet'; valid:" in runner.stderr
+    )
+    assert plain.returncode != 0
+    ours = [line for line in plain.stderr.splitlines() if line.startswith("error:")]
+    assert (
+        len(ours) == 1 and "losses.tripplet: unknown loss 'tripplet'; valid: contrastive, multi_similarity" in ours[0]
+    )
