@@ -1,12 +1,15 @@
-"""Datasets: a registry of dataset modules, splits, the prepared image cache and transforms.
+"""Datasets: a registry of dataset modules, splits, downloads, the prepared image cache and transforms.
 
-Adding a dataset = one module declaring a :class:`~dmlbench.data.base.DatasetSpec` named
-``SPEC`` plus one entry below.
+Adding a dataset = one module declaring its archives (:class:`~dmlbench.data.archives.Archive`),
+how to read its annotations and its official split, as a
+:class:`~dmlbench.data.base.DatasetSpec` named ``SPEC``, plus one entry below.
 """
 
-from dmlbench.data import glyphs
+from dmlbench.data import cars196, cub200, glyphs, inshop, sop
 from dmlbench.data.base import DatasetParams, DatasetSpec, SourceParams, SplitConfig
 
-DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in (glyphs.SPEC,)}
+DATASETS: dict[str, DatasetSpec] = {
+    spec.name: spec for spec in (glyphs.SPEC, cub200.SPEC, cars196.SPEC, sop.SPEC, inshop.SPEC)
+}
 
 __all__ = ["DATASETS", "DatasetParams", "DatasetSpec", "SourceParams", "SplitConfig"]

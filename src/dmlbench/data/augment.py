@@ -1,20 +1,26 @@
 """Batched image transforms on tensors, so augmentation runs wherever the batch lives (CPU or GPU).
 
-Inputs are uint8 ``N x S x S x 3`` batches straight from the prepared cache; outputs are
-float ``N x 3 x O x O`` in [0, 1]. Input normalisation (mean/std, BGR, 0-255) belongs to the
-backbone and is applied inside the model.
+Inputs are uint8 ``N x L x L x 3`` canvases straight from the prepared cache, with ``sizes``
+(int ``N x 2``) the valid ``(h, w)`` of each image at the canvas's top-left; ``sizes=None``
+means every image fills its (square) canvas. Outputs are float ``N x 3 x O x O`` in [0, 1].
+Input normalisation (mean/std, BGR, 0-255) belongs to the backbone and is applied inside the model.
 
-* :func:`train_transform`: RandomResizedCrop (torchvision's sampling of area fraction and
-  log-aspect-ratio, 10 tries then the whole image) + optional horizontal flip, one random
-  crop per image, done with a single ``affine_grid``/``grid_sample`` call for the batch.
-* :func:`eval_transform`: resize to ``eval_resize`` (antialiased) and centre crop ``crop_size``:
-  ``Resize(256) -> CenterCrop(227)`` in the Reality Check protocol.
+* :func:`train_transform`: RandomResizedCrop + optional horizontal flip, one random crop per
+  image, done with a single ``affine_grid``/``grid_sample`` call for the batch. With ``sizes``
+  the box follows ``torchvision.transforms.RandomResizedCrop.get_params`` on each image's valid
+  ``h x w`` (area ``hw * U(scale)``, aspect ``exp(U(log ratio))``, sides rounded to pixels, 10
+  tries, then torchvision's central fallback crop; integer offsets), and sampling never leaves
+  the box (the crop's edge pixels are repeated, as crop-then-resize does).
+* :func:`eval_transform`: resize the short side to ``eval_resize`` (antialiased) and centre crop
+  ``crop_size``: ``Resize(256) -> CenterCrop(227)`` in the Reality Check protocol; per image
+  with ``sizes`` (images of one size are resized together), exactly torchvision's arithmetic.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -24,7 +30,37 @@ def to_float(batch: torch.Tensor) -> torch.Tensor:
     return batch.permute(0, 3, 1, 2).float().div_(255.0)
 
 
-def eval_transform(batch: torch.Tensor, eval_resize: int, crop_size: int) -> torch.Tensor:
+def as_sizes(sizes, batch: torch.Tensor) -> torch.Tensor:
+    """Validate ``sizes`` against the batch: a CPU int64 ``N x 2`` tensor of ``(h, w)``."""
+    sizes = torch.as_tensor(np.asarray(sizes.cpu() if isinstance(sizes, torch.Tensor) else sizes), dtype=torch.long)
+    n, height, width = batch.shape[0], batch.shape[1], batch.shape[2]
+    if sizes.shape != (n, 2):
+        raise ValueError(f"sizes must be {n} x 2 (h, w), got shape {tuple(sizes.shape)}")
+    if len(sizes) and (sizes.min() < 1 or sizes[:, 0].max() > height or sizes[:, 1].max() > width):
+        raise ValueError(f"sizes must lie in 1..{height} x 1..{width} (the canvas)")
+    return sizes
+
+
+def _size_groups(sizes: torch.Tensor, device: torch.device):
+    """``(h, w, indices)`` for every distinct size in the batch (one resize call per size)."""
+    unique, inverse = torch.unique(sizes, dim=0, return_inverse=True)
+    for u, (h, w) in enumerate(unique.tolist()):
+        yield h, w, torch.nonzero(inverse == u).squeeze(1).to(device)
+
+
+def resize_short_side(height: int, width: int, size: int) -> tuple[int, int]:
+    """torchvision ``Resize(size)`` output: short side ``size``, long side ``int(size * long / short)``."""
+    if width <= height:
+        return int(size * height / width), size
+    return size, int(size * width / height)
+
+
+def eval_transform(
+    batch: torch.Tensor, eval_resize: int, crop_size: int, sizes: np.ndarray | torch.Tensor | None = None
+) -> torch.Tensor:
+    """``Resize(eval_resize) -> CenterCrop(crop_size)`` of each image (its valid region if ``sizes``)."""
+    if sizes is not None:
+        return _eval_transform_sized(batch, eval_resize, crop_size, as_sizes(sizes, batch))
     images = to_float(batch)
     if images.shape[-1] != eval_resize or images.shape[-2] != eval_resize:
         images = F.interpolate(
@@ -32,6 +68,19 @@ def eval_transform(batch: torch.Tensor, eval_resize: int, crop_size: int) -> tor
         )
     top = (eval_resize - crop_size) // 2
     return images[:, :, top : top + crop_size, top : top + crop_size].contiguous()
+
+
+def _eval_transform_sized(batch: torch.Tensor, eval_resize: int, crop_size: int, sizes: torch.Tensor) -> torch.Tensor:
+    images = to_float(batch)
+    out = images.new_empty((images.shape[0], 3, crop_size, crop_size))
+    for h, w, index in _size_groups(sizes, images.device):
+        region = images[index, :, :h, :w]
+        new_h, new_w = resize_short_side(h, w, eval_resize)
+        if (new_h, new_w) != (h, w):
+            region = F.interpolate(region, size=(new_h, new_w), mode="bilinear", antialias=True, align_corners=False)
+        top, left = int(round((new_h - crop_size) / 2.0)), int(round((new_w - crop_size) / 2.0))
+        out[index] = region[:, :, top : top + crop_size, left : left + crop_size]
+    return out
 
 
 def sample_crop_boxes(
@@ -58,6 +107,94 @@ def sample_crop_boxes(
     return chosen_w, chosen_h
 
 
+def sample_crop_boxes_px(
+    sizes: torch.Tensor,
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+    generator: torch.Generator,
+    attempts: int = 10,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(top, left, height, width)`` in pixels of one RandomResizedCrop box per ``(h, w)`` in ``sizes``.
+
+    torchvision's ``get_params`` vectorised: target area ``h*w*U(scale)``, aspect
+    ``exp(U(log ratio))``, box sides ``round(sqrt(area * aspect))`` x ``round(sqrt(area / aspect))``;
+    the first of ``attempts`` draws that fits is kept, at a uniform integer offset; otherwise the
+    central crop of the whole image clamped to ``ratio``.
+    """
+    n = len(sizes)
+    height, width = sizes[:, 0].double(), sizes[:, 1].double()
+    area = (height * width)[:, None] * torch.empty(n, attempts, dtype=torch.float64).uniform_(
+        scale[0], scale[1], generator=generator
+    )
+    log_ratio = torch.empty(n, attempts, dtype=torch.float64).uniform_(
+        math.log(ratio[0]), math.log(ratio[1]), generator=generator
+    )
+    aspect = torch.exp(log_ratio)
+    box_w, box_h = torch.round(torch.sqrt(area * aspect)), torch.round(torch.sqrt(area / aspect))
+    fits = (box_w > 0) & (box_w <= width[:, None]) & (box_h > 0) & (box_h <= height[:, None])
+    first = fits.float().argmax(1)
+    rows = torch.arange(n)
+    found = fits.any(1)
+    # torchvision's fallback: whole image, cropped centrally to the nearest allowed aspect ratio.
+    in_ratio = width / height
+    fallback_w = torch.where(in_ratio > max(ratio), torch.round(height * max(ratio)), width)
+    fallback_h = torch.where(in_ratio < min(ratio), torch.round(width / min(ratio)), height)
+    chosen_w = torch.where(found, box_w[rows, first], fallback_w)
+    chosen_h = torch.where(found, box_h[rows, first], fallback_h)
+    u_top, u_left = (
+        torch.rand(n, generator=generator, dtype=torch.float64),
+        torch.rand(n, generator=generator, dtype=torch.float64),
+    )
+    top = torch.where(found, torch.floor(u_top * (height - chosen_h + 1)), torch.floor((height - chosen_h) / 2))
+    left = torch.where(found, torch.floor(u_left * (width - chosen_w + 1)), torch.floor((width - chosen_w) / 2))
+    return top.long(), left.long(), chosen_h.long(), chosen_w.long()
+
+
+def _rescale_valid(images: torch.Tensor, sizes: torch.Tensor, side: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each image's valid region resized (antialiased) by ``side / canvas``, into ``side x side`` canvases."""
+    factor = side / images.shape[-1]
+    out = images.new_zeros((images.shape[0], 3, side, side))
+    scaled = sizes.clone()
+    for h, w, index in _size_groups(sizes, images.device):
+        new_h, new_w = min(side, max(1, round(h * factor))), min(side, max(1, round(w * factor)))
+        out[index, :, :new_h, :new_w] = F.interpolate(
+            images[index, :, :h, :w], size=(new_h, new_w), mode="bilinear", antialias=True, align_corners=False
+        )
+        scaled[index.cpu()] = torch.tensor([new_h, new_w])
+    return out, scaled
+
+
+def crop_resize(
+    images: torch.Tensor, boxes: torch.Tensor, crop_size: int, flip: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Crop ``boxes`` (float ``N x 4``: top, left, bottom, right in pixels) and resize them to ``crop_size``.
+
+    Bilinear, ``align_corners=False``; sample positions are clamped to the box's outer pixel
+    centres, so nothing outside the box (padding included) leaks in: for integer boxes this is
+    ``torchvision.transforms.functional.resized_crop(..., antialias=False)``. ``flip``: +1/-1 per image.
+    """
+    n, _, canvas_h, canvas_w = images.shape
+    y0, x0, y1, x1 = boxes.double().unbind(1)
+    flip = torch.ones(n, dtype=torch.float64) if flip is None else flip.double()
+    theta = torch.zeros(n, 2, 3, dtype=torch.float64)
+    theta[:, 0, 0] = (x1 - x0) / canvas_w * flip
+    theta[:, 0, 2] = (x0 + x1) / canvas_w - 1
+    theta[:, 1, 1] = (y1 - y0) / canvas_h
+    theta[:, 1, 2] = (y0 + y1) / canvas_h - 1
+    grid = F.affine_grid(theta, [n, 3, crop_size, crop_size], align_corners=False)
+    low_x, high_x = 2 * (x0 + 0.5) / canvas_w - 1, 2 * (x1 - 0.5) / canvas_w - 1
+    low_y, high_y = 2 * (y0 + 0.5) / canvas_h - 1, 2 * (y1 - 0.5) / canvas_h - 1
+    grid = torch.stack(
+        (
+            torch.clamp(grid[..., 0], low_x[:, None, None], high_x[:, None, None]),
+            torch.clamp(grid[..., 1], low_y[:, None, None], high_y[:, None, None]),
+        ),
+        dim=-1,
+    )
+    grid = grid.to(images.device, images.dtype)
+    return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
 def train_transform(
     batch: torch.Tensor,
     crop_size: int,
@@ -65,8 +202,14 @@ def train_transform(
     ratio: tuple[float, float],
     hflip: bool,
     generator: torch.Generator,
+    sizes: np.ndarray | torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """RandomResizedCrop(crop_size, scale, ratio) (+ RandomHorizontalFlip(0.5) if ``hflip``)."""
+    """RandomResizedCrop(crop_size, scale, ratio) (+ RandomHorizontalFlip(0.5) if ``hflip``).
+
+    With ``sizes`` each box lies inside the image's valid ``h x w`` region (see module doc).
+    """
+    if sizes is not None:
+        return _train_transform_sized(batch, crop_size, scale, ratio, hflip, generator, as_sizes(sizes, batch))
     images = to_float(batch)
     n = images.shape[0]
     side = images.shape[-1]
@@ -89,3 +232,26 @@ def train_transform(
     theta = theta.to(images.device, images.dtype)
     grid = F.affine_grid(theta, [n, 3, crop_size, crop_size], align_corners=False)
     return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
+def _train_transform_sized(
+    batch: torch.Tensor,
+    crop_size: int,
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+    hflip: bool,
+    generator: torch.Generator,
+    sizes: torch.Tensor,
+) -> torch.Tensor:
+    images = to_float(batch)
+    n = images.shape[0]
+    top, left, height, width = sample_crop_boxes_px(sizes, scale, ratio, generator)
+    flip = torch.ones(n)
+    if hflip:
+        flip = torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0)
+    boxes = torch.stack((top, left, top + height, left + width), dim=1).double()
+    if images.shape[-1] > 2 * crop_size:  # antialias big downscales before bilinear sampling
+        images, scaled = _rescale_valid(images, sizes, 2 * crop_size)
+        factor = (scaled.double() / sizes.double()).repeat(1, 2)  # (fy, fx, fy, fx)
+        boxes = boxes * factor
+    return crop_resize(images, boxes, crop_size, flip)

@@ -1,37 +1,72 @@
-"""What a dataset module declares: its parameters, how to fetch it, how to read its labels.
+"""What a dataset module declares: its parameters, its archives, how to fetch it, how to read its labels.
 
 ``fetch`` puts the dataset's files under ``raw_dir`` (downloading, extracting or generating);
 ``read_annotations`` lists every image as ``path,label,class_name,split`` with ``path``
 relative to ``raw_dir`` and ``split`` the dataset's official class-disjoint split
-(``train``/``test``, or ``train``/``query``/``gallery``). Validation classes are carved out
-of ``train`` afterwards by :mod:`dmlbench.data.splits`, the same way for every dataset.
+(``train``/``test``, or ``train``/``query``/``gallery``). Validation classes and
+cross-validation folds are carved out of ``train`` afterwards by :mod:`dmlbench.data.splits`,
+the same way for every dataset.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import pandas as pd
-from pydantic import Field, NonNegativeInt, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from dmlbench.config import StrictModel
+from dmlbench.errors import DataError
+
+if TYPE_CHECKING:
+    from dmlbench.data.archives import Archive
 
 ANNOTATION_COLUMNS = ("path", "label", "class_name", "split")
+OFFICIAL_SPLITS = ("train", "test", "query", "gallery")
+CROSS_VALIDATION_SCHEMES = ("rc_cv", "kfold")
+DEFAULT_NUM_FOLDS = {"rc_cv": 4, "kfold": 10}
 
 
 class SplitConfig(StrictModel):
     """How validation classes are carved from the training classes (never from test classes).
 
-    ``fixed_val``: a random ``val_fraction`` of the training classes, drawn with ``seed``
-    (thesis §5: 90/10 was best). ``standard``: no validation split (what papers do; model
-    selection then falls back to the last epoch, and the report says so).
+    * ``standard``: the official halves, no validation split (what papers do; model selection
+      then falls back to the last epoch, and the report says so);
+    * ``fixed_val``: a random ``val_fraction`` of the training classes, drawn with ``seed``
+      (thesis §5.2, Table 14: 90/10 was best);
+    * ``rc_cv``: the Reality Check's class-disjoint cross-validation, ``num_folds`` (4)
+      contiguous blocks of the sorted training classes, exactly as powerful-benchmarker's
+      ``MLRCSplitManager`` (deterministic, ``seed`` unused);
+    * ``kfold``: the thesis's ``num_folds`` (10) folds of randomly drawn training classes
+      (thesis §5.1), each class validating in exactly one fold, drawn with ``seed``.
     """
 
-    scheme: Literal["fixed_val", "standard"] = "fixed_val"
+    scheme: Literal["standard", "fixed_val", "rc_cv", "kfold"] = "fixed_val"
     val_fraction: float = Field(0.1, gt=0, lt=1)
+    num_folds: int | None = Field(None, ge=2)
     seed: NonNegativeInt = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> "SplitConfig":
+        if self.num_folds is not None and self.scheme not in CROSS_VALIDATION_SCHEMES:
+            raise ValueError(
+                f"num_folds applies to the schemes {', '.join(CROSS_VALIDATION_SCHEMES)}, not {self.scheme!r}"
+            )
+        return self
+
+    @property
+    def cross_validation(self) -> bool:
+        return self.scheme in CROSS_VALIDATION_SCHEMES
+
+    @property
+    def folds(self) -> int:
+        """Number of folds: ``num_folds`` or the scheme's default (0 for non-CV schemes)."""
+        if not self.cross_validation:
+            return 0
+        return self.num_folds or DEFAULT_NUM_FOLDS[self.scheme]
 
 
 class SourceParams(StrictModel):
@@ -41,18 +76,41 @@ class SourceParams(StrictModel):
 class DatasetParams(StrictModel):
     """Parameters every dataset has.
 
-    ``source``: what ``download`` depends on (so changing the split never re-downloads);
-    ``image_size``: side of the prepared images in pixels; ``split``: validation carving.
+    ``source``: what ``download`` depends on (so changing the split never re-downloads); it must
+    be written in params.yaml, ``source: {}`` for the defaults, because DVC tracks it.
+    ``image_size``: short side of the prepared images in px (``S``); ``max_aspect``: the long
+    side is centre-cropped to at most ``L = ceil(S * max_aspect)`` px, the side of the cache's
+    square canvas. ``skip_corrupt``: drop unreadable images (listed in ``info.json``) instead
+    of failing. ``split``: validation classes / cross-validation folds.
     """
 
     source: SourceParams = SourceParams()
     image_size: PositiveInt = 256
+    max_aspect: float = Field(4 / 3, ge=1, le=4)
+    skip_corrupt: bool = False
     split: SplitConfig = SplitConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _source_is_written(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "source" not in data:
+            raise ValueError("source: required key is missing (DVC tracks it; write `source: {}` for the defaults)")
+        return data
+
+    @property
+    def canvas_size(self) -> int:
+        """Side ``L`` of the square canvas each prepared image sits in (top-left)."""
+        return math.ceil(self.image_size * self.max_aspect - 1e-9)
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """A registry entry. ``hflip_invariant``: may training flip images horizontally?"""
+    """A registry entry. ``hflip_invariant``: may training flip images horizontally?
+
+    ``archives``: the files ``fetch`` needs (empty for generated datasets); ``homepage``:
+    where the dataset is described; ``query_gallery``: the test half is split into query and
+    gallery images (In-Shop) instead of being queried against itself.
+    """
 
     name: str
     params: type[DatasetParams]
@@ -61,14 +119,29 @@ class DatasetSpec:
     description: str
     hflip_invariant: bool = True
     query_gallery: bool = False
+    archives: tuple[Archive, ...] = ()
+    homepage: str = ""
 
 
 def check_annotations(frame: pd.DataFrame, dataset: str) -> pd.DataFrame:
-    """Assert the annotation table has the documented columns and sane values."""
+    """Assert the annotation table has the documented columns, sane values and class-disjoint halves."""
     missing = [c for c in ANNOTATION_COLUMNS if c not in frame.columns]
     if missing:
-        raise ValueError(f"{dataset}: annotations lack columns {missing}")
-    bad = sorted(set(frame["split"]) - {"train", "test", "query", "gallery"})
+        raise DataError(f"{dataset}: annotations lack columns {missing}")
+    if frame.empty:
+        raise DataError(f"{dataset}: the annotations list no images")
+    bad = sorted(set(frame["split"]) - set(OFFICIAL_SPLITS))
     if bad:
-        raise ValueError(f"{dataset}: unknown official split values {bad}")
-    return frame.loc[:, list(ANNOTATION_COLUMNS)].reset_index(drop=True)
+        raise DataError(f"{dataset}: unknown official split values {bad}; allowed: {', '.join(OFFICIAL_SPLITS)}")
+    duplicated = frame["path"][frame["path"].duplicated()]
+    if len(duplicated):
+        raise DataError(f"{dataset}: image {duplicated.iloc[0]!r} is listed twice")
+    train = set(frame.loc[frame["split"] == "train", "label"])
+    held_out = set(frame.loc[frame["split"] != "train", "label"])
+    shared = sorted(train & held_out)
+    if shared:
+        raise DataError(f"{dataset}: class {shared[0]} is in the training half and in the test half")
+    frame = frame.loc[:, list(ANNOTATION_COLUMNS)].reset_index(drop=True)
+    frame["label"] = frame["label"].astype("int64")
+    frame["class_name"] = frame["class_name"].astype(str)
+    return frame

@@ -1,25 +1,37 @@
-"""Read a prepared dataset (see :mod:`dmlbench.data.prepare`) and slice it by split."""
+"""Read a prepared dataset (see :mod:`dmlbench.data.prepare`) and slice it by split and fold.
+
+``PreparedDataset.split(name, fold=None)``: the rows whose ``split`` is ``name``. On a
+cross-validation dataset (``num_folds > 0``, schemes ``rc_cv``/``kfold``) every training-half
+row has ``split == "train"``, and ``fold`` selects: ``split("train", fold=f)`` = training rows
+whose class does not validate in fold ``f``, ``split("val", fold=f)`` = the rows whose class
+does; ``split("train")`` = the whole training half, ``split("val")`` = nothing. Splits are
+contiguous in the cache, so with ``in_memory=False`` a whole split is a zero-copy memmap view.
+"""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from dmlbench.data.prepare import IMAGES, INFO, MANIFEST
+from dmlbench.data.prepare import IMAGES, INFO, MANIFEST, SIZES
+from dmlbench.data.splits import parse_folds
 from dmlbench.errors import DataError
 from dmlbench.io import read_json
 
 
 @dataclass(frozen=True)
 class SplitData:
-    """Images (uint8 ``N x S x S x 3``) and integer class labels of one split."""
+    """Images (uint8 ``N x L x L x 3`` canvases), integer class labels, and the valid
+    ``(height, width)`` of each image in its canvas (``sizes``, int ``N x 2``; ``None`` = whole canvas)."""
 
     name: str
     images: np.ndarray
     labels: np.ndarray
+    sizes: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -29,30 +41,74 @@ class SplitData:
         return int(len(np.unique(self.labels)))
 
 
+def _take(array: np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:
+    """``array[rows]``, as a view when ``rows`` is one contiguous range (no copy of a memmap)."""
+    if array is None:
+        return None
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+        return array[rows[0] : rows[-1] + 1]
+    return array[rows]
+
+
 @dataclass(frozen=True)
 class PreparedDataset:
     name: str
     manifest: pd.DataFrame
     images: np.ndarray
     info: dict
+    sizes: np.ndarray | None = None
 
     @classmethod
     def load(cls, directory: str | Path, in_memory: bool = True) -> "PreparedDataset":
         directory = Path(directory)
         if not (directory / MANIFEST).exists():
             raise DataError(f"{directory}: no prepared dataset here (run the prepare stage first)")
-        manifest = pd.read_csv(directory / MANIFEST, keep_default_na=False)
+        manifest = pd.read_csv(directory / MANIFEST, keep_default_na=False, dtype={"fold": str, "class_name": str})
         images = np.load(directory / IMAGES, mmap_mode=None if in_memory else "r")
+        sizes = np.load(directory / SIZES) if (directory / SIZES).exists() else None
         info = read_json(directory / INFO)
-        if len(images) != len(manifest):
+        if len(images) != len(manifest) or (sizes is not None and len(sizes) != len(manifest)):
             raise DataError(f"{directory}: {len(images)} cached images but {len(manifest)} manifest rows")
-        return cls(info["dataset"], manifest, images, info)
+        return cls(info["dataset"], manifest, images, info, sizes)
 
-    def split(self, name: str) -> SplitData:
-        """Rows whose ``split`` is ``name`` (empty if there are none)."""
-        mask = (self.manifest["split"] == name).to_numpy()
-        return SplitData(name, self.images[mask], self.manifest.loc[mask, "label"].to_numpy(np.int64))
+    @property
+    def num_folds(self) -> int:
+        """Cross-validation folds of the split scheme (0 for ``standard`` / ``fixed_val``)."""
+        return int(self.info.get("num_folds", 0))
+
+    @functools.cached_property
+    def _fold_membership(self) -> np.ndarray:
+        """Boolean ``rows x folds``: does the row's class validate in that fold?"""
+        member = np.zeros((len(self.manifest), self.num_folds), dtype=bool)
+        if self.num_folds and "fold" in self.manifest:
+            for row, folds in enumerate(parse_folds(self.manifest["fold"])):
+                member[row, list(folds)] = True
+        return member
+
+    def split(self, name: str, fold: int | None = None) -> SplitData:
+        """Rows of split ``name`` (empty if none), restricted by ``fold`` on CV datasets (see module doc)."""
+        is_split = (self.manifest["split"] == name).to_numpy()
+        if fold is not None:
+            if not self.num_folds:
+                raise ValueError(f"{self.name}: fold={fold} given, but the split scheme has no folds")
+            if not 0 <= fold < self.num_folds:
+                raise ValueError(f"{self.name}: fold must be in 0..{self.num_folds - 1}, got {fold}")
+            is_train = (self.manifest["split"] == "train").to_numpy()
+            validates = self._fold_membership[:, fold]
+            if name == "train":
+                is_split = is_train & ~validates
+            elif name == "val":
+                is_split = is_train & validates
+        rows = np.flatnonzero(is_split)
+        labels = self.manifest["label"].to_numpy(np.int64)[rows]
+        return SplitData(name, _take(self.images, rows), labels, _take(self.sizes, rows))
 
     @property
     def image_size(self) -> int:
+        """Short side ``S`` of the prepared images (px)."""
         return int(self.info["image_size"])
+
+    @property
+    def canvas_size(self) -> int:
+        """Side ``L`` of the square canvases (px)."""
+        return int(self.info.get("canvas_size", self.images.shape[1]))

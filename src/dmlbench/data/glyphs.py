@@ -76,8 +76,11 @@ class GlyphsSource(SourceParams):
 
 
 class GlyphsParams(DatasetParams):
+    """Renders are square: ``max_aspect`` 1 keeps the cache ``N x S x S x 3`` with no padding."""
+
     source: GlyphsSource = GlyphsSource()
     image_size: PositiveInt = 36
+    max_aspect: float = Field(1.0, ge=1, le=4)
 
 
 @functools.lru_cache(maxsize=1)

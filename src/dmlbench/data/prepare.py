@@ -1,71 +1,225 @@
-"""Decode every image once into a compact cache that training and evaluation read fast.
+"""Decode every image once into a memory-mappable cache that training and evaluation read fast.
 
-Output directory (``artifacts/prepared/<dataset>/``):
+Each image is decoded as RGB (grayscale, CMYK and palette images converted; EXIF orientation
+ignored, as every DML loader does), resized like torchvision's ``Resize(S)`` (short side
+``S = image_size`` px, long side ``int(S * long / short)``; antialiased bilinear, JPEGs
+DCT-downscaled first while that keeps >= the target size), and its long side is centre-cropped
+to at most ``L = ceil(S * max_aspect)`` px. Output directory (``artifacts/prepared/<dataset>/``):
 
-* ``images.npy``   - uint8 array ``N x S x S x 3`` (RGB; short side resized to ``S`` =
-  ``image_size`` px, then centre-cropped to a square), memory-mappable;
-* ``manifest.csv`` - one row per image, in cache order: ``path,label,class_name,split``;
-* ``info.json``    - dataset name, image size, images and classes per split.
+* ``images.npy``   - uint8 ``N x L x L x 3``; image ``i`` fills ``[:h_i, :w_i]`` (top-left), the
+  rest is 0. Square datasets with ``max_aspect: 1`` have ``L = S`` and no padding.
+* ``sizes.npy``    - int32 ``N x 2``: the valid ``(h_i, w_i)`` of every image;
+* ``manifest.csv`` - ``path,label,class_name,split,fold``, one row per image in cache order
+  (``train``, ``val``, ``test``, ``query``, ``gallery``; the dataset's order within a split);
+* ``info.json``    - dataset, sizes, split scheme, images/classes per split and fold, skipped
+  images, md5s of the archives the data came from.
+
+Decoding runs in ``workers`` processes over chunks of rows; every row is written at its own
+index, so the result does not depend on the number of workers or on scheduling.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from dmlbench.data.archives import ARCHIVES_RECORD
 from dmlbench.data.base import DatasetParams, DatasetSpec, check_annotations
-from dmlbench.data.splits import assign_splits, split_summary
+from dmlbench.data.splits import assign_splits, fold_summary, split_summary
 from dmlbench.errors import DataError
-from dmlbench.io import atomic_dir, write_json
+from dmlbench.io import atomic_dir, read_json, write_json
 
 MANIFEST = "manifest.csv"
 IMAGES = "images.npy"
+SIZES = "sizes.npy"
 INFO = "info.json"
+MANIFEST_COLUMNS = ("path", "label", "class_name", "split", "fold")
+SPLIT_ORDER = ("train", "val", "test", "query", "gallery")
+CHUNK_ROWS = 32
+SHOWN_FAILURES = 3
 
 
-def load_image(path: Path, size: int) -> np.ndarray:
-    """Decode ``path`` as RGB (grayscale/CMYK/palette converted), resize short side, centre crop."""
+def available_cpus() -> int:
+    """CPUs this process may run on (respects affinity / container limits)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def target_geometry(width: int, height: int, size: int, long_max: int) -> tuple[int, int, tuple[float, ...]]:
+    """Output ``(w, h)`` and the crop box ``(left, top, right, bottom)`` in source pixels.
+
+    torchvision's ``Resize(size)``: short side ``size``, long side ``n = int(size * long / short)``,
+    the whole image mapped onto it; if ``n > long_max``, ``CenterCrop``: the ``long_max`` resized
+    pixels from offset ``round((n - long_max) / 2)`` are kept.
+    """
+    long_side = max(width, height)
+    full = int(size * long_side / min(width, height))
+    out_long = min(full, long_max)
+    offset = int(round((full - out_long) / 2.0))
+    start, end = offset * long_side / full, (offset + out_long) * long_side / full
+    if width <= height:
+        return size, out_long, (0.0, start, float(width), end)
+    return out_long, size, (start, 0.0, end, float(height))
+
+
+def decode_image(path: str | Path, size: int, long_max: int) -> np.ndarray:
+    """One image as uint8 ``h x w x 3`` RGB: short side ``size``, long side <= ``long_max``."""
     from PIL import Image
 
     with Image.open(path) as image:
-        image.draft("RGB", (size, size))  # JPEG: decode at reduced scale when possible
-        image = image.convert("RGB")
         width, height = image.size
+        out_w, out_h, box = target_geometry(width, height, size, long_max)
         scale = size / min(width, height)
-        new_w, new_h = max(size, round(width * scale)), max(size, round(height * scale))
-        image = image.resize((new_w, new_h), Image.BILINEAR, reducing_gap=3.0)
-        left, top = (new_w - size) // 2, (new_h - size) // 2
-        image = image.crop((left, top, left + size, top + size))
+        # JPEG: let libjpeg downscale by 2/4/8 while the result stays >= the full image at `scale`.
+        image.draft("RGB", (math.ceil(width * scale), math.ceil(height * scale)))
+        fx, fy = image.size[0] / width, image.size[1] / height
+        image = image.convert("RGB")
+        box = (box[0] * fx, box[1] * fy, box[2] * fx, box[3] * fy)
+        image = image.resize((out_w, out_h), Image.BILINEAR, box=box, reducing_gap=3.0)
         return np.asarray(image, dtype=np.uint8)
 
 
-def prepare_dataset(spec: DatasetSpec, params: DatasetParams, raw_dir: Path, out_dir: Path) -> dict:
-    """Read annotations, assign splits, decode all images; write the cache atomically."""
+def _decode_chunk(task: tuple[str, int, list[str], int, int]) -> tuple[int, np.ndarray, list[tuple[int, str]]]:
+    """Decode ``paths`` into rows ``start...`` of the ``.npy`` canvas file; return sizes and failures."""
+    images_path, start, paths, size, long_max = task
+    canvas = np.load(images_path, mmap_mode="r+")
+    sizes = np.zeros((len(paths), 2), dtype=np.int32)
+    failures: list[tuple[int, str]] = []
+    for offset, path in enumerate(paths):
+        try:
+            pixels = decode_image(path, size, long_max)
+        except Exception as exc:  # PIL raises many types for corrupt or unreadable files
+            failures.append((start + offset, f"{type(exc).__name__}: {exc}"))
+            continue
+        h, w = pixels.shape[:2]
+        canvas[start + offset, :h, :w] = pixels
+        sizes[offset] = (h, w)
+    canvas.flush()
+    del canvas
+    return start, sizes, failures
+
+
+def _process_context():
+    """``fork`` on Linux (children only run PIL and numpy, as torch's DataLoader workers do; no
+    re-import cost), ``spawn`` elsewhere."""
+    import multiprocessing
+
+    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+
+
+def decode_images(
+    paths: list[str], images_path: Path, size: int, long_max: int, workers: int = 1, desc: str = "decode"
+) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    """Fill the existing ``N x L x L x 3`` ``.npy`` at ``images_path``; return sizes (N x 2) and failures."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
     from tqdm import tqdm
 
+    sizes = np.zeros((len(paths), 2), dtype=np.int32)
+    failures: list[tuple[int, str]] = []
+    tasks = [
+        (str(images_path), start, paths[start : start + CHUNK_ROWS], size, long_max)
+        for start in range(0, len(paths), CHUNK_ROWS)
+    ]
+    workers = max(1, min(workers, len(tasks)))
+
+    def collect(result) -> None:
+        start, chunk_sizes, chunk_failures = result
+        sizes[start : start + len(chunk_sizes)] = chunk_sizes
+        failures.extend(chunk_failures)
+        bar.update(len(chunk_sizes))
+
+    with tqdm(total=len(paths), desc=desc, unit="img", mininterval=1.0) as bar:
+        if workers == 1:
+            for task in tasks:
+                collect(_decode_chunk(task))
+        else:  # a worker that dies raises BrokenProcessPool (multiprocessing.Pool would hang)
+            try:
+                with ProcessPoolExecutor(workers, mp_context=_process_context()) as pool:
+                    for future in as_completed([pool.submit(_decode_chunk, task) for task in tasks]):
+                        collect(future.result())
+            except BrokenProcessPool as exc:
+                raise DataError(
+                    f"{desc}: a decoding process died ({exc}); re-run with --workers 1 to see why"
+                ) from None
+    return sizes, sorted(failures)
+
+
+def _drop_rows(images_path: Path, keep: np.ndarray) -> None:
+    """Rewrite the canvas file without the rows where ``keep`` is False."""
+    source = np.load(images_path, mmap_mode="r")
+    kept_path = images_path.with_name("kept." + images_path.name)
+    target = np.lib.format.open_memmap(kept_path, mode="w+", dtype=np.uint8, shape=(int(keep.sum()), *source.shape[1:]))
+    rows = np.flatnonzero(keep)
+    for begin in range(0, len(rows), 256):
+        target[begin : begin + 256] = source[rows[begin : begin + 256]]
+    target.flush()
+    del target, source
+    os.replace(kept_path, images_path)
+
+
+def order_by_split(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows grouped by split (train, val, test, query, gallery), the dataset's order kept within each."""
+    rank = frame["split"].map({name: i for i, name in enumerate(SPLIT_ORDER)})
+    return frame.iloc[np.argsort(rank.to_numpy(), kind="stable")].reset_index(drop=True)
+
+
+def prepare_dataset(
+    spec: DatasetSpec, params: DatasetParams, raw_dir: Path, out_dir: Path, workers: int | None = None
+) -> dict:
+    """Read annotations, assign splits, decode all images in parallel; write the cache atomically."""
+    raw_dir, out_dir = Path(raw_dir), Path(out_dir)
+    if not raw_dir.is_dir():
+        raise DataError(f"{raw_dir}: no raw files (run the download@{spec.name} stage first)")
     frame = check_annotations(spec.read_annotations(params, raw_dir), spec.name)
-    frame["split"] = assign_splits(frame, params.split)
-    size = params.image_size
+    frame[["split", "fold"]] = assign_splits(frame, params.split)
+    frame = order_by_split(frame)
+    size, canvas = params.image_size, params.canvas_size
+    workers = workers or available_cpus()
 
     with atomic_dir(out_dir) as tmp:
-        images = np.lib.format.open_memmap(tmp / IMAGES, mode="w+", dtype=np.uint8, shape=(len(frame), size, size, 3))
-        failures: list[str] = []
-        for index, rel in enumerate(tqdm(frame["path"], desc=f"{spec.name}: decode", unit="img", mininterval=1.0)):
-            try:
-                images[index] = load_image(raw_dir / rel, size)
-            except Exception as exc:  # PIL raises many types for corrupt files
-                failures.append(f"{rel} ({type(exc).__name__}: {exc})")
-        if failures:
-            raise DataError(f"{spec.name}: {len(failures)} unreadable image(s), first: {failures[0]}")
-        images.flush()
-        del images
-        frame.to_csv(tmp / MANIFEST, index=False)
+        images = np.lib.format.open_memmap(
+            tmp / IMAGES, mode="w+", dtype=np.uint8, shape=(len(frame), canvas, canvas, 3)
+        )
+        del images  # zero-filled; workers write their rows through their own maps
+        paths = [str(raw_dir / rel) for rel in frame["path"]]
+        sizes, failures = decode_images(paths, tmp / IMAGES, size, canvas, workers, desc=f"{spec.name}: decode")
+        skipped = [{"path": frame["path"].iloc[i], "error": message} for i, message in failures]
+        if skipped and not params.skip_corrupt:
+            shown = ", ".join(f"{s['path']} ({s['error']})" for s in skipped[:SHOWN_FAILURES])
+            more = f" and {len(skipped) - SHOWN_FAILURES} more" if len(skipped) > SHOWN_FAILURES else ""
+            raise DataError(
+                f"{spec.name}: {len(skipped)} unreadable image(s): {shown}{more}; "
+                f"set datasets.{spec.name}.skip_corrupt: true to leave them out"
+            )
+        if skipped:
+            keep = np.ones(len(frame), dtype=bool)
+            keep[[i for i, _ in failures]] = False
+            _drop_rows(tmp / IMAGES, keep)
+            frame, sizes = frame[keep].reset_index(drop=True), sizes[keep]
+        np.save(tmp / SIZES, sizes)
+        frame.loc[:, list(MANIFEST_COLUMNS)].to_csv(tmp / MANIFEST, index=False)
+        num_folds = params.split.folds
         info = {
             "dataset": spec.name,
             "image_size": size,
+            "max_aspect": params.max_aspect,
+            "canvas_size": canvas,
             "num_images": int(len(frame)),
+            "split": params.split.model_dump(mode="json"),
+            "num_folds": num_folds,
             "splits": split_summary(frame),
+            "folds": fold_summary(frame, num_folds),
+            "skipped": skipped,
+            "archives": read_json(raw_dir / ARCHIVES_RECORD) if (raw_dir / ARCHIVES_RECORD).exists() else [],
         }
         write_json(tmp / INFO, info)
     return info

@@ -1,30 +1,104 @@
-"""Carve validation classes out of the training classes, deterministically from a seed.
+"""Carve validation classes (or cross-validation folds) out of the training classes, deterministically.
 
-Validation never contains test classes: only rows whose official split is ``train`` can
-become ``val``, and a class is moved as a whole (class-disjoint).
+Validation never contains test classes: only classes whose official split is ``train`` can
+validate, and a class moves as a whole (class-disjoint). Each scheme maps the sorted
+training classes to a list of validation class sets:
+
+* ``standard``  - none;
+* ``fixed_val`` - one random set of ``round(val_fraction * T)`` classes (rows become ``val``);
+* ``rc_cv``     - the Reality Check's folds (powerful-benchmarker ``MLRCSplitManager``):
+  ``v = int(2T * (1/k) * 0.5)`` classes per fold, fold ``p`` validating the contiguous
+  (wrapping) block that ends just before index ``int(p/k * T)`` of the sorted training classes;
+* ``kfold``     - a random permutation of the training classes cut into ``k`` near-equal
+  folds (thesis §5.1), every class validating exactly once.
+
+For the CV schemes rows stay ``train`` and the ``fold`` column lists the folds (``;``-separated)
+in which the row's class is validation.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from dmlbench.data.base import SplitConfig
+from dmlbench.errors import DataError
+
+FOLD_SEPARATOR = ";"
 
 
-def assign_splits(frame: pd.DataFrame, config: SplitConfig) -> pd.Series:
-    """Return the ``split`` column after applying ``config`` to the official split."""
-    split = frame["split"].copy()
-    if config.scheme == "standard":
-        return split
-    train_classes = np.sort(frame.loc[split == "train", "label"].unique())
-    if len(train_classes) < 2:
-        raise ValueError(f"need >= 2 training classes to carve a validation split, got {len(train_classes)}")
-    n_val = min(max(1, int(round(config.val_fraction * len(train_classes)))), len(train_classes) - 1)
+def fixed_val_classes(train_classes: np.ndarray, config: SplitConfig) -> list[np.ndarray]:
+    count = len(train_classes)
+    if count < 2:
+        raise DataError(f"fixed_val needs >= 2 training classes, got {count}")
+    n_val = min(max(1, int(round(config.val_fraction * count))), count - 1)
     rng = np.random.default_rng(config.seed)
-    val_classes = rng.choice(train_classes, size=n_val, replace=False)
-    split[(split == "train") & frame["label"].isin(val_classes)] = "val"
-    return split
+    return [np.sort(rng.choice(train_classes, size=n_val, replace=False))]
+
+
+def rc_cv_classes(train_classes: np.ndarray, config: SplitConfig) -> list[np.ndarray]:
+    """MLRCSplitManager arithmetic on the sorted training half (``test_size`` 0.5).
+
+    powerful-benchmarker (branch metric-learning, ``split_managers/mlrc_split_manager.py``)
+    sees ``N = 2T`` classes: ``val = int(N * (1/k) * (1 - 0.5))``, ``train = T - val``;
+    partition ``p`` starts at ``int(p/k * T)``, takes ``train`` classes then ``val`` classes,
+    wrapping around. CUB (T=100): val blocks 75-99, 0-24, 25-49, 50-74 (0-based). Cars (T=98):
+    74-97, 0-23, 25-48, 49-72, so classes 24 and 73 never validate.
+    """
+    folds, count = config.folds, len(train_classes)
+    if count < folds:
+        raise DataError(f"rc_cv with {folds} folds needs >= {folds} training classes, got {count}")
+    val_length = int(2 * count * ((1.0 / folds) * (1 - 0.5)))
+    train_length = count - val_length
+    blocks = []
+    for partition in range(folds):
+        start = int((float(partition) / folds) * count)
+        blocks.append(train_classes[(start + train_length + np.arange(val_length)) % count])
+    return blocks
+
+
+def kfold_classes(train_classes: np.ndarray, config: SplitConfig) -> list[np.ndarray]:
+    folds, count = config.folds, len(train_classes)
+    if count < folds:
+        raise DataError(f"kfold with {folds} folds needs >= {folds} training classes, got {count}")
+    order = np.random.default_rng(config.seed).permutation(count)
+    return [np.sort(train_classes[part]) for part in np.array_split(order, folds)]
+
+
+SCHEMES: dict[str, Callable[[np.ndarray, SplitConfig], list[np.ndarray]]] = {
+    "standard": lambda train_classes, config: [],
+    "fixed_val": fixed_val_classes,
+    "rc_cv": rc_cv_classes,
+    "kfold": kfold_classes,
+}
+
+
+def assign_splits(frame: pd.DataFrame, config: SplitConfig) -> pd.DataFrame:
+    """Columns ``split`` and ``fold`` after applying ``config`` to the official ``split`` of ``frame``."""
+    split = frame["split"].astype(str).copy()
+    fold = pd.Series("", index=frame.index, dtype=object)
+    is_train = split == "train"
+    train_classes = np.sort(frame.loc[is_train, "label"].unique())
+    val_sets = SCHEMES[config.scheme](train_classes, config)
+    if config.cross_validation:
+        memberships: dict[int, list[str]] = {}
+        for index, classes in enumerate(val_sets):
+            for label in classes.tolist():
+                memberships.setdefault(label, []).append(str(index))
+        names = {label: FOLD_SEPARATOR.join(folds) for label, folds in memberships.items()}
+        fold[is_train] = frame.loc[is_train, "label"].map(names).fillna("")
+    elif val_sets:
+        split[is_train & frame["label"].isin(val_sets[0])] = "val"
+    held_out = set(frame.loc[~is_train, "label"])
+    assert not held_out & {c for s in val_sets for c in s.tolist()}, "a validation class is a test class"
+    return pd.DataFrame({"split": split, "fold": fold}, index=frame.index)
+
+
+def parse_folds(column: pd.Series) -> list[set[int]]:
+    """The ``fold`` column as sets of fold indices ('' -> empty set)."""
+    return [{int(x) for x in value.split(FOLD_SEPARATOR)} if value else set() for value in column.astype(str)]
 
 
 def split_summary(frame: pd.DataFrame) -> dict[str, dict[str, int]]:
@@ -33,3 +107,17 @@ def split_summary(frame: pd.DataFrame) -> dict[str, dict[str, int]]:
         name: {"images": int(len(group)), "classes": int(group["label"].nunique())}
         for name, group in frame.groupby("split", sort=True)
     }
+
+
+def fold_summary(frame: pd.DataFrame, num_folds: int) -> list[dict[str, dict[str, int]]]:
+    """Per fold: images and classes of its training and validation sets."""
+    train = frame[frame["split"] == "train"]
+    folds = parse_folds(train["fold"])
+    summary = []
+    for index in range(num_folds):
+        is_val = np.array([index in f for f in folds], dtype=bool)
+        parts = {"train": train[~is_val], "val": train[is_val]}
+        summary.append(
+            {name: {"images": int(len(p)), "classes": int(p["label"].nunique())} for name, p in parts.items()}
+        )
+    return summary

@@ -18,12 +18,13 @@ def _spec_and_params(params: Params, dataset: str):
 
 
 def download_stage(params: Params, dataset: str) -> None:
-    """Fetch (download, take from ``data/``, or generate) the dataset into ``artifacts/raw/<dataset>``."""
+    """Fetch the dataset into ``artifacts/raw/<dataset>``: take its archives from ``data/`` (or
+    download them there, verified), then unpack; generated datasets are rendered instead."""
     spec, dataset_params = _spec_and_params(params, dataset)
     spec.fetch(dataset_params, paths.raw_dir(dataset), paths.DROPBOX)
 
 
-def prepare_stage(params: Params, dataset: str) -> dict[str, Any]:
-    """Decode, resize and split into ``artifacts/prepared/<dataset>``."""
+def prepare_stage(params: Params, dataset: str, workers: int | None = None) -> dict[str, Any]:
+    """Decode, resize and split into ``artifacts/prepared/<dataset>`` with ``workers`` processes (default: all CPUs)."""
     spec, dataset_params = _spec_and_params(params, dataset)
-    return prepare_dataset(spec, dataset_params, paths.raw_dir(dataset), paths.prepared_dir(dataset))
+    return prepare_dataset(spec, dataset_params, paths.raw_dir(dataset), paths.prepared_dir(dataset), workers=workers)
