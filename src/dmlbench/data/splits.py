@@ -91,8 +91,9 @@ def assign_splits(frame: pd.DataFrame, config: SplitConfig) -> pd.DataFrame:
         fold[is_train] = frame.loc[is_train, "label"].map(names).fillna("")
     elif val_sets:
         split[is_train & frame["label"].isin(val_sets[0])] = "val"
-    held_out = set(frame.loc[~is_train, "label"])
-    assert not held_out & {c for s in val_sets for c in s.tolist()}, "a validation class is a test class"
+    leaked = set(frame.loc[~is_train, "label"]) & {c for classes in val_sets for c in classes.tolist()}
+    if leaked:  # impossible by construction; checked because results would silently be invalid
+        raise DataError(f"split {config.scheme}: validation classes {sorted(leaked)[:5]} are test classes")
     return pd.DataFrame({"split": split, "fold": fold}, index=frame.index)
 
 
