@@ -41,7 +41,7 @@ class Cub200Params(DatasetParams):
 
 
 def _table(path: Path, columns: list[str]) -> pd.DataFrame:
-    return pd.read_csv(path, sep=" ", header=None, names=columns, dtype=str, keep_default_na=False)
+    return pd.read_csv(path, sep=r"\s+", header=None, names=columns, dtype=str, keep_default_na=False)
 
 
 def read_annotations(params: Cub200Params, raw_dir: Path) -> pd.DataFrame:
