@@ -488,9 +488,7 @@ def _check_protocol_grid(top: _RawParams, source: str, backbones: Mapping[str, A
         names = [*(other.backbones or [])] + [b for o in other.overrides for b in (o.backbones or [])]
         unknown = [b for b in names if b not in backbones]
         if unknown:
-            raise ConfigError(
-                f"{source}: protocols.{name}: unknown backbone {unknown[0]!r}; valid: {_join(backbones)}"
-            )
+            raise ConfigError(f"{source}: protocols.{name}: unknown backbone {unknown[0]!r}; valid: {_join(backbones)}")
 
 
 def _validate_section(

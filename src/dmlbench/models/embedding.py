@@ -60,6 +60,14 @@ class EmbeddingModel(nn.Module):
                 module.eval()
         return self
 
+    def head_parameters(self) -> list[nn.Parameter]:
+        """The embedding head: what trains during warm-up epochs (Proxy-Anchor's ``--warm``)."""
+        return list(self.head.parameters())
+
+    def trunk_parameters(self) -> list[nn.Parameter]:
+        """Trunk parameters that train (frozen BN affine parameters excluded)."""
+        return [p for p in self.trunk.parameters() if p.requires_grad or not self.frozen_bn]
+
     def features(self, images: torch.Tensor) -> torch.Tensor:
         """Pooled trunk features before the head (the "Pretrained" baseline embedding)."""
         return self.pool(self.trunk(self.normalize(images)))
