@@ -66,7 +66,8 @@ class EmbeddingModel(nn.Module):
 
     def trunk_parameters(self) -> list[nn.Parameter]:
         """Trunk parameters that train (frozen BN affine parameters excluded)."""
-        return [p for p in self.trunk.parameters() if p.requires_grad or not self.frozen_bn]
+        frozen = {id(p) for layer in self.batchnorm_layers() for p in layer.parameters()} if self.frozen_bn else set()
+        return [p for p in self.trunk.parameters() if id(p) not in frozen]
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
         """Pooled trunk features before the head (the "Pretrained" baseline embedding)."""

@@ -119,7 +119,13 @@ def load_state_dict(backbone: str, path: Path) -> dict[str, Any]:
 def load_into(backbone: str, module: Any, state: dict[str, Any], path: Path, ignore_prefixes: tuple = ()) -> None:
     """Load ``state`` into ``module`` strictly (keys with ``ignore_prefixes`` dropped); clear errors."""
     state = {k: v for k, v in state.items() if not k.startswith(ignore_prefixes)}
-    result = module.load_state_dict(state, strict=False)
+    try:
+        result = module.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # shape mismatches
+        detail = str(exc).strip().splitlines()[-1].strip()
+        raise WeightsError(
+            f"backbones.{backbone}: {path} does not fit the {backbone} architecture ({detail})"
+        ) from None
     problems = [*result.missing_keys, *result.unexpected_keys]
     if problems:
         raise WeightsError(
