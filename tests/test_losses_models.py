@@ -95,12 +95,15 @@ def _thesis_loss_by_hand(x, labels, proxies, alpha, margin, variant):
     import math
 
     def cos(a, b):
-        return sum(i * j for i, j in zip(a, b)) / math.sqrt(sum(i * i for i in a) * sum(j * j for j in b))
+        return sum(i * j for i, j in zip(a, b, strict=True)) / math.sqrt(sum(i * i for i in a) * sum(j * j for j in b))
 
     classes = range(len(proxies))
     positive = [c for c in classes if c in labels]
     pos = sum(
-        math.log(1 + sum(math.exp(-alpha * (cos(proxies[c], xi) - margin)) for xi, y in zip(x, labels) if y == c))
+        math.log(
+            1
+            + sum(math.exp(-alpha * (cos(proxies[c], xi) - margin)) for xi, y in zip(x, labels, strict=True) if y == c)
+        )
         for c in positive
     ) / len(positive)
 
