@@ -194,8 +194,8 @@ class Protocol(StrictModel):
                 self.with_override(override)
             except ValidationError as exc:
                 err = exc.errors(include_url=False)[0]
-                where = ".".join(str(part) for part in err["loc"])
-                raise ValueError(f"overrides[{index}]: {where}: {err['msg'].replace('Value error, ', '')}") from None
+                where = "".join(f"{part}: " for part in [".".join(str(p) for p in err["loc"])] if part)
+                raise ValueError(f"overrides[{index}]: {where}{err['msg'].replace('Value error, ', '')}") from None
         return self
 
     def with_override(self, override: ProtocolOverride) -> "Protocol":
