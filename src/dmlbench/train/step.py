@@ -67,7 +67,7 @@ class ImageSource:
 
     @property
     def placement(self) -> str:
-        return "device" if self.on_device is not None and self.device.type != "cpu" else "host"
+        return f"{self.device.type} memory" if self.on_device is not None else "host, pinned copies per batch"
 
     def batch(self, index: np.ndarray) -> torch.Tensor:
         if self.on_device is not None:
