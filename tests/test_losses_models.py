@@ -33,19 +33,123 @@ def test_loss_entry_builds_and_backpropagates(name):
     assert spec.has_parameters == isinstance(params, ParametricLossParams)
 
 
-def test_demo_losses_declare_thesis_miners():
+def test_the_losses_of_both_studies_are_registered():
+    thesis = {"contrastive", "triplet", "lifted_structure", "npair", "proxy_nca", "arcface", "margin"}
+    thesis |= {"multi_similarity", "soft_triple", "proxy_anchor", "thesis_proxy"}
+    reality_check = {"contrastive", "triplet", "ntxent", "proxy_nca", "margin", "normalized_softmax", "cosface"}
+    reality_check |= {"arcface", "fastap", "snr", "multi_similarity", "soft_triple"}
+    assert thesis | reality_check | {"circle"} <= set(LOSSES)
+
+
+def test_losses_declare_thesis_table_5_miners():
     from pytorch_metric_learning import miners
 
-    assert isinstance(LOSSES["triplet"].miner(LOSSES["triplet"].params()), miners.TripletMarginMiner)
-    assert LOSSES["triplet"].miner(LOSSES["triplet"].params()).type_of_triplets == "semihard"
-    assert isinstance(
-        LOSSES["multi_similarity"].miner(LOSSES["multi_similarity"].params()), miners.MultiSimilarityMiner
+    def miner(name):
+        return LOSSES[name].miner(LOSSES[name].params())
+
+    assert isinstance(miner("triplet"), miners.TripletMarginMiner) and miner("triplet").type_of_triplets == "semihard"
+    assert isinstance(miner("lifted_structure"), miners.MultiSimilarityMiner)  # "hard" pairs, thesis code
+    assert isinstance(miner("margin"), miners.DistanceWeightedMiner)
+    assert isinstance(miner("multi_similarity"), miners.MultiSimilarityMiner)
+    for name in ("contrastive", "npair", "proxy_nca", "arcface", "soft_triple", "proxy_anchor", "thesis_proxy"):
+        assert miner(name) is None, name
+
+
+def test_losses_declare_table_4_defaults_and_what_they_need():
+    defaults = {name: spec.params() for name, spec in LOSSES.items()}
+    assert defaults["contrastive"].neg_margin == 0.5 and defaults["triplet"].margin == 0.1
+    assert defaults["lifted_structure"].neg_margin == 0.5 and defaults["npair"].l2_reg_weight == 0.02
+    assert (defaults["margin"].margin, defaults["margin"].beta) == (0.5, 1.2)
+    assert (defaults["arcface"].margin, defaults["arcface"].scale) == (28.6, 64.0)
+    ms = defaults["multi_similarity"]
+    assert (ms.alpha, ms.beta, ms.base, ms.miner_epsilon) == (2.0, 50.0, 0.5, 0.1)
+    st = defaults["soft_triple"]
+    assert (st.la, 1 / st.gamma, st.tau, st.margin) == (20.0, 10.0, 0.2, 0.1)
+    assert (defaults["proxy_anchor"].margin, defaults["proxy_anchor"].alpha) == (0.1, 32.0)
+    # Own learning rates (Table 4, relative to the thesis lr 1e-4): ProxyNCA proxies 1e-5, Margin
+    # beta 5e-5, ArcFace and SoftTriple weights 1e-4, Proxy-Anchor proxies x100 (its paper).
+    lr = {name: p.param_lr_multiplier * 1e-4 for name, p in defaults.items() if isinstance(p, ParametricLossParams)}
+    assert lr == pytest.approx(
+        {
+            "proxy_nca": 1e-5,
+            "margin": 5e-5,
+            "arcface": 1e-4,
+            "cosface": 1e-4,
+            "soft_triple": 1e-4,
+            "proxy_anchor": 1e-2,
+            "normalized_softmax": 1e-4,
+            "thesis_proxy": 1e-2,
+        }
     )
-    assert LOSSES["contrastive"].miner(LOSSES["contrastive"].params()) is None
-    assert LOSSES["proxy_anchor"].has_parameters and LOSSES["proxy_anchor"].sampler == "any"
+    pair_losses = {"contrastive", "triplet", "lifted_structure", "npair", "margin", "multi_similarity"}
+    pair_losses |= {"circle", "ntxent", "fastap", "snr"}
+    assert {name for name, spec in LOSSES.items() if spec.sampler == "m_per_class"} == pair_losses
+    margin = LOSSES["margin"].build(defaults["margin"], 5, 8)
+    assert margin.learn_beta and isinstance(margin.beta, torch.nn.Parameter) and margin.beta.numel() == 1
+    per_class = LOSSES["margin"].build(defaults["margin"].model_copy(update={"beta_per_class": True}), 5, 8)
+    assert per_class.beta.numel() == 5
 
 
-@pytest.mark.parametrize("name", sorted(BACKBONES))
+def _thesis_loss_by_hand(x, labels, proxies, alpha, margin, variant):
+    """Eq. 6.1/6.2 with plain Python loops over cosine similarities."""
+    import math
+
+    def cos(a, b):
+        return sum(i * j for i, j in zip(a, b, strict=True)) / math.sqrt(sum(i * i for i in a) * sum(j * j for j in b))
+
+    classes = range(len(proxies))
+    positive = [c for c in classes if c in labels]
+    pos = sum(
+        math.log(
+            1
+            + sum(math.exp(-alpha * (cos(proxies[c], xi) - margin)) for xi, y in zip(x, labels, strict=True) if y == c)
+        )
+        for c in positive
+    ) / len(positive)
+
+    def proxy_sim(c, d):
+        if variant == 1:
+            return cos(proxies[c], proxies[d])
+        return sum(cos(proxies[c], xi) * cos(xi, proxies[d]) for xi in x)
+
+    neg = sum(
+        math.log(1 + sum(math.exp(alpha * (proxy_sim(c, d) + margin)) for d in classes if d != c)) for c in classes
+    ) / len(proxies)
+    return pos + neg
+
+
+@pytest.mark.parametrize("variant", [1, 2])
+def test_thesis_proxy_loss_matches_hand_computed_values(variant):
+    """Eq. 6.1/6.2 on a small example: a literal value and a loop-by-loop re-computation."""
+    from pytorch_metric_learning.losses import BaseMetricLossFunction
+
+    from dmlbench.losses.thesis_proxy import ThesisProxyLoss
+
+    loss = LOSSES["thesis_proxy"].build(LOSSES["thesis_proxy"].params(alpha=1.0, margin=0.1, variant=variant), 2, 2)
+    assert isinstance(loss, ThesisProxyLoss) and isinstance(loss, BaseMetricLossFunction)
+    with torch.no_grad():
+        loss.proxies.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    labels = torch.tensor([0, 1, 0])
+    # By hand: positives log(1 + e^-0.9 + e^-0.5) for proxy 0, log(1 + e^-0.9) for proxy 1, averaged;
+    # negatives: w0.w1 = 0 (6.1) or sum_x (w0.x)(x.w1) = 0.6 * 0.8 = 0.48 (6.2), plus margin 0.1.
+    expected = {1: 1.2648116, 2: 1.5450356}[variant]
+    assert loss(x, labels).item() == pytest.approx(expected, abs=1e-6)
+
+    torch.manual_seed(variant)
+    x = torch.nn.functional.normalize(torch.randn(7, 3), dim=1)
+    labels = torch.tensor([0, 0, 2, 2, 2, 3, 0])
+    loss = LOSSES["thesis_proxy"].build(LOSSES["thesis_proxy"].params(alpha=4.0, margin=0.2, variant=variant), 5, 3)
+    by_hand = _thesis_loss_by_hand(x.tolist(), labels.tolist(), loss.proxies.tolist(), 4.0, 0.2, variant)
+    assert loss(x, labels).item() == pytest.approx(by_hand, rel=1e-5)
+    # Stable where the naive formula overflows (alpha 32, sums over a batch): finite, with gradients.
+    big = LOSSES["thesis_proxy"].build(LOSSES["thesis_proxy"].params(alpha=500.0), 5, 3)
+    value = big(x.requires_grad_(), labels)
+    value.backward()
+    assert torch.isfinite(value) and torch.isfinite(x.grad).all() and torch.isfinite(big.proxies.grad).all()
+
+
+@pytest.mark.parametrize("name", [*sorted(set(BACKBONES) - {"timm"}), "timm_test_resnet"])
 def test_backbone_builds_and_embeds(name):
     spec = BACKBONES[name]
     model = build_model(name, spec.params(), dim=24, pooling="gap+gmp")
@@ -87,13 +191,13 @@ def test_readme_example_loss_works(tmp_path, monkeypatch):
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Adding a loss")[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    module_path = tmp_path / "circle.py"
+    module_path = tmp_path / "supcon.py"
     module_path.write_text(code)
-    spec = importlib.util.spec_from_file_location("readme_circle", module_path)
+    spec = importlib.util.spec_from_file_location("readme_supcon", module_path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     entry = module.SPEC
-    assert entry.name == "circle" and not entry.has_parameters
+    assert entry.name == "supcon" and entry.name not in LOSSES and not entry.has_parameters
     loss = entry.build(entry.params(), 4, 8)
     embeddings = torch.nn.functional.normalize(torch.randn(16, 8, requires_grad=True), dim=1)
     value = loss(embeddings, torch.arange(4).repeat_interleave(4))

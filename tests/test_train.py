@@ -109,3 +109,186 @@ def test_without_validation_split_the_last_epoch_is_kept(small_raw_params, prepa
     outcome = train(RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0), params, no_val, device=torch.device("cpu"))
     assert outcome.selection == {"split": None, "metric": None, "epoch": 2, "value": None}
     assert "val/map_at_r" not in outcome.history[-1]
+
+
+# --------------------------------------------------------------------------- protocol features
+
+
+class _ScriptedScores:
+    """Replaces the validation/test scorer: epoch k's val map_at_r is ``val[k - 1]``."""
+
+    def __init__(self, val, test):
+        self.val, self.test, self.calls = list(val), list(test), []
+
+    def install(self, monkeypatch):
+        from dmlbench.train import loop
+
+        monkeypatch.setattr(loop._Scorer, "__call__", lambda scorer, model, split: self(model, split))
+
+    def __call__(self, model, split):
+        self.calls.append(split.name)
+        values = self.val if split.name == "val" else self.test
+        value = values[sum(1 for name in self.calls if name == split.name) - 1]
+        return {"precision_at_1": value, "r_precision": value, "map_at_r": value, "recall_at_1": value}
+
+
+def test_early_stopping_and_test_feedback_are_recorded_but_never_select(small_raw_params, prepared_glyphs, monkeypatch):
+    _, data = prepared_glyphs
+    _ScriptedScores(val=[0.1, 0.3, 0.2, 0.25, 0.9, 0.9], test=[0.5, 0.2, 0.7, 0.1, 0.0, 0.0]).install(monkeypatch)
+    params = _params(small_raw_params, epochs=6, early_stopping={"validate_every": 1, "patience": 2})
+    outcome = train(RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0), params, data, device=torch.device("cpu"))
+    # Best validation at epoch 2; epochs 3 and 4 do not improve: stop after 4 of 6 epochs.
+    assert [h["epoch"] for h in outcome.history] == [1, 2, 3, 4] and outcome.stopped_early
+    assert outcome.selection == {"split": "val", "metric": "map_at_r", "epoch": 2, "value": 0.3}
+    # Test feedback: what test-set selection would have reported (epoch 3: 0.7), next to the test value
+    # of the epoch chosen on validation (0.2). Labelled, and not what selected the model.
+    assert [h["test_feedback/precision_at_1"] for h in outcome.history] == [0.5, 0.2, 0.7, 0.1]
+    assert outcome.test_feedback == {
+        "metric": "precision_at_1",
+        "best_epoch": 3,
+        "best_value": 0.7,
+        "selected_value": 0.2,
+    }
+
+
+def test_validation_interval(small_raw_params, prepared_glyphs, monkeypatch):
+    _, data = prepared_glyphs
+    _ScriptedScores(val=[0.1, 0.2, 0.3], test=[0.1, 0.2, 0.3]).install(monkeypatch)
+    params = _params(
+        small_raw_params, epochs=5, early_stopping={"validate_every": 2, "patience": None}, iterations_per_epoch=3
+    )
+    outcome = train(RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0), params, data, device=torch.device("cpu"))
+    validated = [h["epoch"] for h in outcome.history if "val/map_at_r" in h]
+    assert validated == [2, 4, 5] and outcome.selected_epoch == 5  # every 2 epochs, and the last
+    assert all(h["train/images_per_second"] > 0 for h in outcome.history)
+    assert outcome.history[0]["train/epoch_seconds"] * outcome.history[0]["train/images_per_second"] == pytest.approx(
+        3 * 16
+    )  # 3 iterations of batch 16 per epoch
+
+
+def test_warmup_epochs_train_only_the_head_and_loss_parameters(small_raw_params, prepared_glyphs, tmp_path):
+    from dmlbench.train.loop import seed_everything
+
+    _, data = prepared_glyphs
+    params = _params(small_raw_params, epochs=2, warmup_epochs=1)
+    run = RunSpec("glyphs", "tiny_cnn", "proxy_anchor", 32, 0)
+    seed_everything(run.seed)
+    initial = build_model(run.backbone, params.backbones[run.backbone], run.dim).state_dict()
+
+    class Stop(Exception):
+        pass
+
+    def stop(epoch, metrics):
+        raise Stop
+
+    with pytest.raises(Stop):
+        train(run, params, data, checkpoint_dir=tmp_path, on_epoch=stop, device=torch.device("cpu"))
+    after_warmup = torch.load(tmp_path / "last.pt", weights_only=False)
+    model = after_warmup["model"]
+    trunk = [k for k in model if k.startswith("trunk.") and k.endswith("weight")]
+    assert trunk and all(torch.equal(model[k], initial[k]) for k in trunk)
+    assert not torch.equal(model["head.weight"], initial["head.weight"])
+    proxies = after_warmup["loss"]["proxies"]
+    assert after_warmup["optimizers"][1]["state"], "the proxies' own optimiser stepped during warm-up"
+    assert torch.isfinite(proxies).all()
+    # Epoch 2 trains the trunk too.
+    train(run, params, data, checkpoint_dir=tmp_path, resume=after_warmup, device=torch.device("cpu"))
+    epoch_2 = torch.load(tmp_path / "last.pt", weights_only=False)["model"]
+    assert all(not torch.equal(epoch_2[k], initial[k]) for k in trunk)
+
+
+def test_batches_follow_each_losss_sampling_needs():
+    from pytorch_metric_learning.utils import common_functions as pml_common
+
+    from dmlbench.train.sampling import epoch_batches
+
+    labels = np.repeat(np.arange(40), 6)
+    np.random.seed(0)
+    pml_common.NUMPY_RANDOM = np.random.RandomState(0)
+    m4 = epoch_batches(labels, 32, 4, iterations=10)
+    assert m4.shape == (10, 32)
+    assert all(sorted(np.unique(labels[b], return_counts=True)[1]) == [4] * 8 for b in m4)  # 8 classes x 4
+    m1 = epoch_batches(labels, 32, 1, iterations=5)
+    assert all(len(np.unique(labels[b])) == 32 for b in m1)  # Reality Check: 32 classes x 1
+    rnd = epoch_batches(labels, 32, "random")
+    assert rnd.shape == (len(labels) // 32, 32) and len(np.unique(rnd)) == rnd.size  # one pass, no repeats
+    from dmlbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="needs >= 64 training classes at 1 images per class"):
+        epoch_batches(labels, 64, 1)
+
+
+def _project_with_glyphs(in_project, prepared_glyphs):
+    root, _ = prepared_glyphs
+    (in_project / "artifacts" / "prepared").mkdir(parents=True)
+    (in_project / "artifacts" / "prepared" / "glyphs").symlink_to(root / "prepared")
+
+
+def test_diverged_run_is_failed_in_mlflow(small_raw_params, prepared_glyphs, in_project, mlflow_store, monkeypatch):
+    from pytorch_metric_learning.losses import ContrastiveLoss
+
+    from dmlbench.tracking.store import client
+    from dmlbench.train.stage import train_stage
+
+    _project_with_glyphs(in_project, prepared_glyphs)
+    monkeypatch.setattr(
+        ContrastiveLoss, "forward", lambda self, *a, **k: torch.tensor(float("inf"), requires_grad=True)
+    )
+    params = _params(small_raw_params, epochs=1)
+    with pytest.raises(TrainingDiverged, match=r"loss is inf at epoch 1, batch 1"):
+        train_stage(params, RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0), device=torch.device("cpu"))
+    (run,) = client().search_runs([client().get_experiment_by_name("dmlbench").experiment_id])
+    assert run.info.status == "FAILED"
+    assert run.data.tags["failure"].startswith("TrainingDiverged: glyphs-tiny_cnn-contrastive-32-0: loss is inf")
+
+
+def test_stage_resumes_into_the_same_mlflow_run_logging_each_epoch_once(
+    small_raw_params, prepared_glyphs, in_project, mlflow_store, monkeypatch
+):
+    """A crash after epoch 2's checkpoint but before its metrics reached MLflow: the re-run logs
+    epoch 2 (from the checkpoint) and 3, into the same run, with no step logged twice."""
+    import json
+
+    from dmlbench.tracking import runs
+    from dmlbench.tracking.store import client
+    from dmlbench.train.stage import train_stage
+
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.5")
+    _project_with_glyphs(in_project, prepared_glyphs)
+    params = _params(small_raw_params, epochs=3)
+    run = RunSpec("glyphs", "tiny_cnn", "multi_similarity", 32, 0)
+    real_log = runs.TrackedRun.log_metrics
+
+    class Crash(BaseException):
+        pass
+
+    def crash_at_epoch_2(self, metrics, step=None):
+        if step == 2:
+            raise Crash
+        real_log(self, metrics, step)
+
+    monkeypatch.setattr(runs.TrackedRun, "log_metrics", crash_at_epoch_2)
+    with pytest.raises(Crash):
+        train_stage(params, run, device=torch.device("cpu"))
+    monkeypatch.setattr(runs.TrackedRun, "log_metrics", real_log)
+    info = train_stage(params, run, device=torch.device("cpu"))
+    assert info["resumed_from_epoch"] == 2
+
+    store = client()
+    (tracked,) = store.search_runs([store.get_experiment_by_name("dmlbench").experiment_id])
+    assert tracked.info.run_id == info["mlflow_run_id"] and tracked.info.status == "FINISHED"
+    for key in ("train/loss", "train/lr", "val/map_at_r", "test_feedback/precision_at_1", "train/images_per_second"):
+        assert sorted(m.step for m in store.get_metric_history(tracked.info.run_id, key)) == [1, 2, 3], key
+    assert any(k.startswith("system/cpu_utilization") for k in tracked.data.metrics)  # SystemMetricsMonitor
+    history = json.loads(
+        (in_project / "artifacts/models/glyphs/tiny_cnn/multi_similarity/32/seed0/history.json").read_text()
+    )
+    logged = {m.step: m.value for m in store.get_metric_history(tracked.info.run_id, "val/map_at_r")}
+    assert {h["epoch"]: h["val/map_at_r"] for h in history} == pytest.approx(logged)
+    run_json = json.loads(
+        (in_project / "artifacts/models/glyphs/tiny_cnn/multi_similarity/32/seed0/run.json").read_text()
+    )
+    assert run_json["test_feedback"]["metric"] == "precision_at_1"
+    assert run_json["test_feedback"]["best_value"] == max(h["test_feedback/precision_at_1"] for h in history)
+    assert tracked.data.metrics["test_feedback/best_precision_at_1"] == run_json["test_feedback"]["best_value"]
+    assert tracked.data.params["protocol.warmup_epochs"] == "0" and tracked.data.params["loss.miner_epsilon"] == "0.1"

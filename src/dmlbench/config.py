@@ -91,22 +91,90 @@ class AugmentConfig(StrictModel):
         return self
 
 
+class EarlyStoppingConfig(StrictModel):
+    """Validation schedule: every ``validate_every`` epochs; stop after ``patience`` validations
+    without a new best ``selection_metric`` (None: never stop early). Reality Check: CUB every
+    2 epochs with patience 9 (powerful-benchmarker ``save_interval``/``patience``)."""
+
+    validate_every: PositiveInt = 1
+    patience: PositiveInt | None = None
+
+
+# Protocol keys that an override may change for some datasets/backbones. Keys that change the
+# model or the evaluation (augment, pooling, pretrained, selection) stay the same for the
+# whole grid: the embed and report stages read them from the protocol itself.
+OVERRIDABLE_KEYS = (
+    "epochs",
+    "iterations_per_epoch",
+    "batch_size",
+    "samples_per_class",
+    "classification_samples_per_class",
+    "optimizer",
+    "scheduler",
+    "warmup_epochs",
+    "loss_lr_multiplier",
+    "frozen_bn",
+    "grad_clip",
+    "early_stopping",
+)
+
+
+class ProtocolOverride(StrictModel):
+    """Row of a protocol's per-dataset/backbone table (e.g. thesis Table 3: lr and step size by
+    dataset x backbone). Applies to runs whose dataset is in ``datasets`` and backbone in
+    ``backbones`` (a missing list matches all); ``set`` holds protocol keys (nested keys merge)."""
+
+    datasets: list[str] | None = Field(None, min_length=1)
+    backbones: list[str] | None = Field(None, min_length=1)
+    set: dict[str, Any] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> "ProtocolOverride":
+        unknown = sorted(set(self.set) - set(OVERRIDABLE_KEYS))
+        if unknown:
+            raise ValueError(f"set: cannot override {unknown}; allowed: {', '.join(OVERRIDABLE_KEYS)}")
+        return self
+
+    def matches(self, dataset: str, backbone: str) -> bool:
+        return (self.datasets is None or dataset in self.datasets) and (
+            self.backbones is None or backbone in self.backbones
+        )
+
+
 class Protocol(StrictModel):
-    """A training protocol, written out in full: the same for every loss, as fairness demands."""
+    """A training protocol, written out in full: the same for every loss, as fairness demands.
+
+    Batches: losses that need several images per class (``LossSpec.sampler == "m_per_class"``)
+    get ``batch_size / samples_per_class`` classes x ``samples_per_class`` images (PML
+    ``MPerClassSampler``); classification/proxy losses get ``classification_samples_per_class``
+    per class, or uniformly random batches (``random``), or the same as the others (unset).
+    An epoch is ``iterations_per_epoch`` batches, or one pass over the training images.
+    ``warmup_epochs``: only the embedding head and the loss's own parameters train (Proxy-Anchor).
+    """
 
     description: str = ""
     epochs: PositiveInt
+    iterations_per_epoch: PositiveInt | None = None
     batch_size: PositiveInt
     samples_per_class: PositiveInt = 4
+    classification_samples_per_class: PositiveInt | Literal["random"] | None = None
     optimizer: OptimizerConfig
     scheduler: SchedulerConfig = SchedulerConfig()
+    warmup_epochs: NonNegativeInt = 0
+    loss_lr_multiplier: PositiveFloat | None = None  # overrides every loss's param_lr_multiplier
     augment: AugmentConfig
     pretrained: bool = False
     frozen_bn: bool = False
     pooling: Literal["gap", "gmp", "gap+gmp"] = "gap"
-    grad_clip: PositiveFloat | None = None
+    grad_clip: PositiveFloat | None = None  # clip each gradient value to [-grad_clip, grad_clip]
     selection_metric: Literal[SELECTION_METRICS] = "map_at_r"  # type: ignore[valid-type]
+    early_stopping: EarlyStoppingConfig = EarlyStoppingConfig()
+    test_feedback: bool = True  # also score the test split at each validation (analysis only)
+    test_feedback_metric: Literal[SELECTION_METRICS] = "precision_at_1"  # type: ignore[valid-type]
     eval_batch_size: PositiveInt = 256
+    backbones: list[str] | None = Field(None, min_length=1)  # if set, the grid may only use these
+    dims: list[PositiveInt] | None = Field(None, min_length=1)  # if set, the grid may only use these
+    overrides: list[ProtocolOverride] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check(self) -> "Protocol":
@@ -114,7 +182,49 @@ class Protocol(StrictModel):
             raise ValueError(
                 f"batch_size ({self.batch_size}) must be a multiple of samples_per_class ({self.samples_per_class})"
             )
+        m = self.classification_samples_per_class
+        if isinstance(m, int) and self.batch_size % m:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be a multiple of classification_samples_per_class ({m})"
+            )
+        if self.warmup_epochs >= self.epochs:
+            raise ValueError(f"warmup_epochs ({self.warmup_epochs}) must be < epochs ({self.epochs})")
+        for index, override in enumerate(self.overrides):
+            try:
+                self.with_override(override)
+            except ValidationError as exc:
+                err = exc.errors(include_url=False)[0]
+                where = "".join(f"{part}: " for part in [".".join(str(p) for p in err["loc"])] if part)
+                raise ValueError(f"overrides[{index}]: {where}{err['msg'].replace('Value error, ', '')}") from None
         return self
+
+    def with_override(self, override: ProtocolOverride) -> "Protocol":
+        merged = _deep_merge(self.model_dump(exclude={"overrides"}), override.set)
+        return Protocol.model_validate(merged)
+
+    def for_run(self, dataset: str, backbone: str) -> "Protocol":
+        """This protocol with every matching override applied, in order (overrides dropped)."""
+        protocol = self.model_copy(update={"overrides": []})
+        for override in self.overrides:
+            if override.matches(dataset, backbone):
+                protocol = protocol.with_override(override)
+        return protocol
+
+    def sampling_for(self, loss_sampler: str) -> int | Literal["random"]:
+        """Images per class in a batch for a loss with ``LossSpec.sampler`` (or ``random``)."""
+        if loss_sampler == "m_per_class" or self.classification_samples_per_class is None:
+            return self.samples_per_class
+        return self.classification_samples_per_class
+
+
+def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 # --------------------------------------------------------------------------- other sections
@@ -237,6 +347,10 @@ class Params:
     def protocol(self) -> Protocol:
         return self.protocols[self.protocol_name]
 
+    def protocol_for(self, run: RunSpec | Combo) -> Protocol:
+        """The protocol of one run: ``protocol`` with its dataset/backbone overrides applied."""
+        return self.protocol.for_run(run.dataset, run.backbone)
+
     def combos(self) -> list[Combo]:
         """Every grid cell, in params order."""
         return [
@@ -273,7 +387,10 @@ class Params:
             "loss": {"name": run.loss, **self.losses[run.loss].model_dump(mode="json")},
             "dim": run.dim,
             "seed": run.seed,
-            "protocol": {"name": self.protocol_name, **self.protocol.model_dump(mode="json")},
+            "protocol": {
+                "name": self.protocol_name,
+                **self.protocol_for(run).model_dump(mode="json", exclude={"overrides", "backbones", "dims"}),
+            },
         }
 
 
@@ -342,6 +459,7 @@ def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
         raise ConfigError(
             f"{source}: protocol: {top.protocol!r} is not a key of protocols; valid: {_join(top.protocols)}"
         )
+    _check_protocol_grid(top, source, BACKBONES)
     return Params(
         datasets=_validate_section(top.datasets, "datasets", "dataset", DATASETS, source),
         backbones=_validate_section(top.backbones, "backbones", "backbone", BACKBONES, source),
@@ -354,6 +472,23 @@ def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
         report=top.report,
         tracking=top.tracking,
     )
+
+
+def _check_protocol_grid(top: _RawParams, source: str, backbones: Mapping[str, Any]) -> None:
+    """The active protocol's fixed trunk/dims must match the grid; overrides name real backbones."""
+    protocol = top.protocols[top.protocol]
+    for key, allowed in (("backbones", protocol.backbones), ("dims", protocol.dims)):
+        extra = [v for v in getattr(top, key) if allowed is not None and v not in allowed]
+        if extra:
+            raise ConfigError(
+                f"{source}: {key}: protocol {top.protocol!r} trains only {_join(allowed)}, not {_join(extra)} "
+                f"(edit protocols.{top.protocol}.{key} to deviate from it knowingly)"
+            )
+    for name, other in top.protocols.items():
+        names = [*(other.backbones or [])] + [b for o in other.overrides for b in (o.backbones or [])]
+        unknown = [b for b in names if b not in backbones]
+        if unknown:
+            raise ConfigError(f"{source}: protocols.{name}: unknown backbone {unknown[0]!r}; valid: {_join(backbones)}")
 
 
 def _validate_section(

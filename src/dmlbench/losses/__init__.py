@@ -4,7 +4,25 @@ Adding a loss = one module named like the loss (``losses/<name>.py``, so DVC re-
 that loss's stages when it changes) declaring ``SPEC``, plus one entry below.
 """
 
-from dmlbench.losses import contrastive, multi_similarity, proxy_anchor, triplet
+from dmlbench.losses import (
+    arcface,
+    circle,
+    contrastive,
+    cosface,
+    fastap,
+    lifted_structure,
+    margin,
+    multi_similarity,
+    normalized_softmax,
+    npair,
+    ntxent,
+    proxy_anchor,
+    proxy_nca,
+    snr,
+    soft_triple,
+    thesis_proxy,
+    triplet,
+)
 from dmlbench.losses.base import LossParams, LossSpec, ParametricLossParams
 
 LOSSES: dict[str, LossSpec] = {
@@ -12,8 +30,21 @@ LOSSES: dict[str, LossSpec] = {
     for spec in (
         contrastive.SPEC,
         triplet.SPEC,
+        lifted_structure.SPEC,
+        npair.SPEC,
+        proxy_nca.SPEC,
+        margin.SPEC,
+        arcface.SPEC,
+        cosface.SPEC,
         multi_similarity.SPEC,
+        soft_triple.SPEC,
         proxy_anchor.SPEC,
+        circle.SPEC,
+        ntxent.SPEC,
+        fastap.SPEC,
+        snr.SPEC,
+        normalized_softmax.SPEC,
+        thesis_proxy.SPEC,
     )
 }
 

@@ -1,16 +1,31 @@
 """Backbones (trunks) and the shared embedding head.
 
 Adding a backbone = one module declaring a :class:`~dmlbench.models.base.BackboneSpec` named
-``SPEC`` plus one entry below.
+``SPEC`` plus one entry below. Keys ``timm_<model_name>`` resolve to any timm model.
 """
 
 from __future__ import annotations
 
-from dmlbench.models import tiny_cnn
+from dmlbench.models import bn_inception, googlenet, resnet50, timm_models, tiny_cnn
 from dmlbench.models.base import BackboneParams, BackboneSpec, InputNorm, Trunk
 from dmlbench.models.embedding import EmbeddingModel
 
-BACKBONES: dict[str, BackboneSpec] = {spec.name: spec for spec in (tiny_cnn.SPEC,)}
+
+class BackboneRegistry(dict):
+    """The registered backbones, plus ``timm_<model_name>`` for any timm model."""
+
+    def __missing__(self, key: str) -> BackboneSpec:
+        if timm_models.is_timm_key(key):
+            return timm_models.spec_for(key)
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(key) or timm_models.is_timm_key(key)
+
+
+BACKBONES: dict[str, BackboneSpec] = BackboneRegistry(
+    {spec.name: spec for spec in (tiny_cnn.SPEC, resnet50.SPEC, googlenet.SPEC, bn_inception.SPEC, timm_models.SPEC)}
+)
 
 
 def build_model(
@@ -23,7 +38,9 @@ def build_model(
 ) -> EmbeddingModel:
     """Trunk of the registered ``backbone`` + pooling + linear head to ``dim`` + L2 norm."""
     spec = BACKBONES[backbone]
-    return EmbeddingModel(spec.build(params, pretrained), spec.input_norm, dim, pooling=pooling, frozen_bn=frozen_bn)
+    trunk = spec.build(params, pretrained)
+    norm = trunk.input_norm or spec.input_norm
+    return EmbeddingModel(trunk, norm, dim, pooling=pooling, frozen_bn=frozen_bn)
 
 
 __all__ = ["BACKBONES", "BackboneParams", "BackboneSpec", "EmbeddingModel", "InputNorm", "Trunk", "build_model"]

@@ -50,8 +50,12 @@ class Normalize(nn.Module):
 
 @dataclass(frozen=True)
 class Trunk:
+    """A built trunk: ``module`` maps images to an N x ``out_channels`` x h x w feature map.
+    ``input_norm`` overrides the spec's when it depends on the model (timm)."""
+
     module: nn.Module
     out_channels: int
+    input_norm: InputNorm | None = None
 
 
 @dataclass(frozen=True)

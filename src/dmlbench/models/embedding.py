@@ -60,6 +60,15 @@ class EmbeddingModel(nn.Module):
                 module.eval()
         return self
 
+    def head_parameters(self) -> list[nn.Parameter]:
+        """The embedding head: what trains during warm-up epochs (Proxy-Anchor's ``--warm``)."""
+        return list(self.head.parameters())
+
+    def trunk_parameters(self) -> list[nn.Parameter]:
+        """Trunk parameters that train (frozen BN affine parameters excluded)."""
+        frozen = {id(p) for layer in self.batchnorm_layers() for p in layer.parameters()} if self.frozen_bn else set()
+        return [p for p in self.trunk.parameters() if id(p) not in frozen]
+
     def features(self, images: torch.Tensor) -> torch.Tensor:
         """Pooled trunk features before the head (the "Pretrained" baseline embedding)."""
         return self.pool(self.trunk(self.normalize(images)))

@@ -51,6 +51,23 @@ class TrackedRun:
         """Record a DVC-tracked file by path and md5 instead of copying it into MLflow."""
         self.set_tags({f"artifact.{name}.path": Path(path).as_posix(), f"artifact.{name}.md5": md5})
 
+    def logged_steps(self, key: str) -> set[int]:
+        """Steps at which ``key`` was already logged (MLflow metric history is append-only)."""
+        return {m.step for m in self.client.get_metric_history(self.run_id, key)}
+
+    def start_system_metrics(self) -> Any:
+        """MLflow's ``SystemMetricsMonitor`` for this run (``system/*``: CPU, memory, disk, network,
+        GPU with ``nvidia-ml-py``); continues the step count of a resumed run. Stop it with
+        ``.finish()`` before the run ends. Interval: ``$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL``
+        seconds (default 10)."""
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        from dmlbench.tracking.store import tracking_uri
+
+        monitor = SystemMetricsMonitor(self.run_id, resume_logging=True, tracking_uri=tracking_uri())
+        monitor.start()
+        return monitor
+
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.run_id, status=status, end_time=_now_ms())
 

@@ -1,14 +1,21 @@
 """The training loop: the same for every loss, backbone and dataset (fair-comparison rule).
 
-Per epoch: ``len(train) // batch_size`` batches from PML's ``MPerClassSampler``
-(``samples_per_class`` images of ``batch_size / samples_per_class`` classes), batched
-augmentation, loss (+ miner), one step of the model optimiser and, for losses that own
-parameters, of their optimiser; then the schedulers step, the validation classes are
-embedded and scored, and a checkpoint is written.
+Per epoch: batches from :mod:`dmlbench.train.sampling` (m images per class for losses that need
+positives in the batch, the protocol's classification sampling for the others), batched
+augmentation on the device that holds the image cache, loss (+ miner), one step of the model
+optimiser and, for losses that own parameters, of their own optimiser (lr x
+``param_lr_multiplier``); during ``warmup_epochs`` only the embedding head and the loss's
+parameters train. Then the schedulers step; every ``validate_every`` epochs (and after the
+last) the validation classes are embedded and scored, and a checkpoint is written.
 
-Model selection uses the validation split only (``protocol.selection_metric``); with no
-validation split the last epoch is kept. Randomness is derived from (seed, epoch), so a
-resumed run repeats exactly what an uninterrupted run would have done.
+Model selection uses the validation split only (``selection_metric``), with optional early
+stopping after ``patience`` validations without improvement; with no validation split the last
+epoch is kept. For the *analysis* of test-set feedback only, the test split is scored at every
+validation too (``test_feedback/<metric>``): what selecting on the test set, as the
+Proxy-Anchor and thesis code do, would have reported. It never influences training.
+
+Randomness is derived from (seed, epoch), and checkpoints also carry every RNG state, so a
+resumed run repeats exactly what an uninterrupted run would have done (on CPU).
 """
 
 from __future__ import annotations
@@ -24,19 +31,22 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from dmlbench.config import Params, RunSpec, config_hash
+from dmlbench.config import Params, Protocol, RunSpec, config_hash
 from dmlbench.data import DATASETS
 from dmlbench.data.augment import train_transform
-from dmlbench.data.cache import PreparedDataset
-from dmlbench.errors import ConfigError, TrainingDiverged
+from dmlbench.data.cache import PreparedDataset, SplitData
+from dmlbench.errors import TrainingDiverged
 from dmlbench.evaluate.embed import compute_embeddings
 from dmlbench.evaluate.metrics import retrieval_metrics
 from dmlbench.losses import LOSSES
-from dmlbench.models import build_model
+from dmlbench.models import EmbeddingModel, build_model
 from dmlbench.train.checkpoint import code_fingerprint, save_checkpoint
 from dmlbench.train.optim import make_optimizer, make_scheduler
+from dmlbench.train.sampling import epoch_batches
+from dmlbench.train.step import FastPath, ImageSource, TrainStep
 
 EpochCallback = Callable[[int, dict[str, float]], None]
+TEST_FEEDBACK = "test_feedback"
 
 
 @dataclass
@@ -49,6 +59,8 @@ class TrainOutcome:
     selection: dict[str, Any]
     num_classes: int
     resumed_from_epoch: int = 0
+    test_feedback: dict[str, Any] | None = None
+    stopped_early: bool = False
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
@@ -67,25 +79,54 @@ def seed_everything(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def epoch_batches(labels: np.ndarray, batch_size: int, samples_per_class: int) -> np.ndarray:
-    """Index batches (``n_batches x batch_size``) from PML's MPerClassSampler (seeded by caller)."""
-    from pytorch_metric_learning.samplers import MPerClassSampler
+def rng_state(generator: torch.Generator) -> dict[str, Any]:
+    from pytorch_metric_learning.utils import common_functions as pml_common
 
-    num_classes = len(np.unique(labels))
-    if samples_per_class * num_classes < batch_size:
-        raise ConfigError(
-            f"protocol: batch_size {batch_size} needs >= {math.ceil(batch_size / samples_per_class)} training "
-            f"classes at samples_per_class {samples_per_class}; the training split has {num_classes}"
-        )
-    sampler = MPerClassSampler(
-        labels, m=samples_per_class, batch_size=batch_size, length_before_new_iter=max(len(labels), batch_size)
-    )
-    order = np.fromiter(iter(sampler), dtype=np.int64, count=len(sampler))
-    return order.reshape(-1, batch_size)
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "pml_sampler": pml_common.NUMPY_RANDOM.get_state(),
+        "augment": generator.get_state(),
+    }
+
+
+def restore_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
+    from pytorch_metric_learning.utils import common_functions as pml_common
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    pml_common.NUMPY_RANDOM.set_state(state["pml_sampler"])
+    generator.set_state(state["augment"])
 
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def set_warmup(model: EmbeddingModel, warm: bool) -> None:
+    """During warm-up only the head (and the loss's parameters) get gradients."""
+    for parameter in model.trunk_parameters():
+        parameter.requires_grad_(not warm)
+
+
+class _Scorer:
+    """Embeds a split with the eval transform (autocast on GPU) and scores it."""
+
+    def __init__(self, protocol: Protocol, recall_ks: tuple[int, ...], fast: FastPath):
+        self.protocol, self.recall_ks, self.fast = protocol, recall_ks, fast
+
+    def __call__(self, model: torch.nn.Module, split: SplitData) -> dict[str, float]:
+        aug = self.protocol.augment
+        with self.fast.autocast():
+            embeddings = compute_embeddings(
+                model, split.images, aug.eval_resize, aug.crop_size, self.protocol.eval_batch_size, self.fast.device
+            )
+        return retrieval_metrics(embeddings, split.labels, recall_ks=self.recall_ks)
 
 
 def train(
@@ -97,30 +138,35 @@ def train(
     on_epoch: EpochCallback | None = None,
     device: torch.device | None = None,
     extra_state: dict[str, Any] | None = None,
+    fast_path: bool | None = None,
 ) -> TrainOutcome:
     """Train one run, continuing from ``resume`` (a checkpoint of this config) if given.
 
     A checkpoint is written to ``checkpoint_dir`` after every epoch, carrying ``extra_state``
-    (e.g. the MLflow run id); ``on_epoch(epoch, metrics)`` is called after each epoch.
+    (e.g. the MLflow run id); ``on_epoch(epoch, metrics)`` is called after each epoch, after
+    its checkpoint. ``fast_path``: None = on for CUDA devices (see :mod:`dmlbench.train.step`).
     """
     from tqdm import tqdm
 
     device = device or default_device()
-    protocol = params.protocol
-    resolved = params.resolved(run)
-    chash = config_hash(resolved)
-    loss_spec = LOSSES[run.loss]
-    loss_params = params.losses[run.loss]
+    fast = FastPath.for_device(device, fast_path)
+    protocol = params.protocol_for(run)
+    chash = config_hash(params.resolved(run))
+    loss_spec, loss_params = LOSSES[run.loss], params.losses[run.loss]
     augment = protocol.augment
     hflip = augment.hflip and DATASETS[run.dataset].hflip_invariant
-    recall_ks = tuple(params.evaluate.recall_at)
+    score = _Scorer(protocol, tuple(params.evaluate.recall_at), fast)
+    per_class = protocol.sampling_for(loss_spec.sampler)
+    early = protocol.early_stopping
 
-    train_split, val_split = data.split("train"), data.split("val")
+    train_split, val_split, test_split = data.split("train"), data.split("val"), data.split("test")
     classes = np.unique(train_split.labels)
     train_labels = np.searchsorted(classes, train_split.labels)
     num_classes = len(classes)
+    has_val = len(val_split) > 0
+    test_feedback = protocol.test_feedback and len(test_split) > 0
 
-    seed_everything(run.seed)
+    generator = seed_everything(run.seed)
     model = build_model(
         run.backbone,
         params.backbones[run.backbone],
@@ -128,68 +174,59 @@ def train(
         pooling=protocol.pooling,
         pretrained=protocol.pretrained,
         frozen_bn=protocol.frozen_bn,
-    ).to(device)
+    )
+    model = fast.prepare_model(model)
     loss_fn = loss_spec.build(loss_params, num_classes, run.dim).to(device)
     miner = loss_spec.miner(loss_params)
     optimizers = [make_optimizer(protocol.optimizer, model.parameters(), protocol.optimizer.lr)]
     if loss_spec.has_parameters:
-        loss_lr = protocol.optimizer.lr * loss_params.param_lr_multiplier
-        optimizers.append(make_optimizer(protocol.optimizer, loss_fn.parameters(), loss_lr))
+        multiplier = protocol.loss_lr_multiplier or loss_params.param_lr_multiplier
+        optimizers.append(make_optimizer(protocol.optimizer, loss_fn.parameters(), protocol.optimizer.lr * multiplier))
     schedulers = [make_scheduler(protocol.scheduler, opt, protocol.epochs) for opt in optimizers]
+    step = TrainStep(model, loss_fn, miner, optimizers, fast, protocol.grad_clip)
 
     history: list[dict[str, float]] = []
-    best = {"epoch": 0, "value": -math.inf}
+    best = {"epoch": 0, "value": -math.inf, "since": 0}
     best_state: dict[str, Any] | None = None
-    start_epoch = 0
-    elapsed = 0.0
-    state = resume
-    if state is not None:
-        if state.get("config_hash") != chash:
+    start_epoch, elapsed = 0, 0.0
+    if resume is not None:
+        if resume.get("config_hash") != chash:
             raise ValueError("resume checkpoint belongs to a different config")
-        model.load_state_dict(state["model"])
-        loss_fn.load_state_dict(state["loss"])
-        for opt, saved in zip(optimizers, state["optimizers"], strict=True):
+        model.load_state_dict(resume["model"])
+        loss_fn.load_state_dict(resume["loss"])
+        for opt, saved in zip(optimizers, resume["optimizers"], strict=True):
             opt.load_state_dict(saved)
-        for sched, saved in zip(schedulers, state["schedulers"], strict=True):
+        for sched, saved in zip(schedulers, resume["schedulers"], strict=True):
             sched.load_state_dict(saved)
-        history, best, best_state = state["history"], state["best"], state["best_state"]
-        start_epoch, elapsed = state["epoch"], state["elapsed"]
+        history, best, best_state = resume["history"], resume["best"], resume["best_state"]
+        start_epoch, elapsed = resume["epoch"], resume["elapsed"]
+        restore_rng_state(resume["rng"], generator)
 
-    images = torch.from_numpy(train_split.images).to(device)
+    images = ImageSource(train_split.images, device)
     targets = torch.from_numpy(train_labels).to(device)
-    has_val = len(val_split) > 0
+    check_every = 1 if device.type == "cpu" else 25  # a finiteness check syncs the GPU
+    stopped_early = bool(history) and history[-1].get("stopped_early", False)
 
     for epoch in range(start_epoch + 1, protocol.epochs + 1):
+        if stopped_early:
+            break
         generator = seed_everything(epoch_seed(run.seed, epoch))
-        batches = epoch_batches(train_labels, protocol.batch_size, protocol.samples_per_class)
+        batches = epoch_batches(train_labels, protocol.batch_size, per_class, protocol.iterations_per_epoch)
+        set_warmup(model, epoch <= protocol.warmup_epochs)
         model.train()
         loss_fn.train()
         started = time.perf_counter()
-        losses = []
-        for step, batch in enumerate(
-            tqdm(batches, desc=f"{run.key} epoch {epoch}/{protocol.epochs}", unit="batch", mininterval=2.0, leave=False)
-        ):
-            index = torch.from_numpy(batch).to(device)
+        losses: list[torch.Tensor] = []
+        checked = 0
+        desc = f"{run.key} epoch {epoch}/{protocol.epochs}"
+        for index, batch in enumerate(tqdm(batches, desc=desc, unit="batch", mininterval=2.0, leave=False), 1):
             inputs = train_transform(
-                images[index], augment.crop_size, augment.crop_scale, augment.crop_ratio, hflip, generator
+                images.batch(batch), augment.crop_size, augment.crop_scale, augment.crop_ratio, hflip, generator
             )
-            labels = targets[index]
-            embeddings = model(inputs)
-            mined = miner(embeddings, labels) if miner is not None else None
-            loss = loss_fn(embeddings, labels, mined)
-            if not torch.isfinite(loss):
-                raise TrainingDiverged(
-                    f"{run.key}: loss is {loss.item()} at epoch {epoch}, batch {step + 1}; "
-                    "lower the learning rate or check the loss hyperparameters"
-                )
-            for opt in optimizers:
-                opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if protocol.grad_clip is not None:
-                torch.nn.utils.clip_grad_value_(model.parameters(), protocol.grad_clip)
-            for opt in optimizers:
-                opt.step()
-            losses.append(loss.item())
+            losses.append(step(inputs, targets[torch.from_numpy(batch).to(device)]))
+            if index % check_every == 0 or index == len(batches):
+                _check_finite(losses, checked, run, epoch)
+                checked = index
         lr = optimizers[0].param_groups[0]["lr"]
         for sched in schedulers:
             sched.step()
@@ -197,23 +234,28 @@ def train(
         elapsed += seconds
 
         metrics: dict[str, float] = {
-            "train/loss": float(np.mean(losses)),
+            "train/loss": float(torch.stack(losses).float().mean()),
             "train/lr": lr,
             "train/epoch_seconds": seconds,
             "train/images_per_second": batches.size / seconds,
             "train/elapsed_seconds": elapsed,
         }
-        if has_val:
-            val_embeddings = compute_embeddings(
-                model, val_split.images, augment.eval_resize, augment.crop_size, protocol.eval_batch_size, device
-            )
-            val_metrics = retrieval_metrics(val_embeddings, val_split.labels, recall_ks=recall_ks)
+        validate = epoch % early.validate_every == 0 or epoch == protocol.epochs
+        if validate and has_val:
+            val_metrics = score(model, val_split)
             metrics.update({f"val/{name}": value for name, value in val_metrics.items()})
-            score = val_metrics[protocol.selection_metric]
-            if score > best["value"]:
-                best = {"epoch": epoch, "value": score}
+            value = val_metrics[protocol.selection_metric]
+            if value > best["value"]:
+                best = {"epoch": epoch, "value": value, "since": 0}
                 best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
-        history.append({"epoch": epoch, **metrics})
+            else:
+                best["since"] += 1
+            if early.patience is not None and best["since"] >= early.patience and epoch < protocol.epochs:
+                stopped_early = True
+        if validate and test_feedback:
+            test_metrics = score(model, test_split)
+            metrics.update({f"{TEST_FEEDBACK}/{name}": value for name, value in test_metrics.items()})
+        history.append({"epoch": epoch, **metrics, **({"stopped_early": True} if stopped_early else {})})
         if checkpoint_dir is not None:
             save_checkpoint(
                 checkpoint_dir,
@@ -226,6 +268,8 @@ def train(
                     "loss": loss_fn.state_dict(),
                     "optimizers": [opt.state_dict() for opt in optimizers],
                     "schedulers": [sched.state_dict() for sched in schedulers],
+                    "rng": rng_state(generator),
+                    "sampler": {"epoch_seed": epoch_seed(run.seed, epoch + 1), "per_class": per_class},
                     "history": history,
                     "best": best,
                     "best_state": best_state,
@@ -235,6 +279,7 @@ def train(
         if on_epoch is not None:
             on_epoch(epoch, metrics)
 
+    last_epoch = history[-1]["epoch"]
     if has_val:
         selection = {
             "split": "val",
@@ -244,12 +289,38 @@ def train(
         }
     else:
         best_state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        selection = {"split": None, "metric": None, "epoch": protocol.epochs, "value": None}
+        selection = {"split": None, "metric": None, "epoch": last_epoch, "value": None}
     return TrainOutcome(
         model_state=best_state,
-        history=history,
+        history=[{k: v for k, v in h.items() if k != "stopped_early"} for h in history],
         selected_epoch=selection["epoch"],
         selection=selection,
         num_classes=num_classes,
         resumed_from_epoch=start_epoch,
+        test_feedback=summarize_test_feedback(history, protocol.test_feedback_metric, selection["epoch"]),
+        stopped_early=stopped_early,
     )
+
+
+def _check_finite(losses: list[torch.Tensor], start: int, run: RunSpec, epoch: int) -> None:
+    """Raise on the first non-finite loss among ``losses[start:]`` (batch numbers from 1)."""
+    recent = torch.stack(losses[start:])
+    finite = torch.isfinite(recent)
+    if bool(finite.all()):
+        return
+    first = int((~finite).nonzero()[0, 0])
+    raise TrainingDiverged(
+        f"{run.key}: loss is {recent[first].item()} at epoch {epoch}, batch {start + first + 1}; "
+        "lower the learning rate or check the loss hyperparameters"
+    )
+
+
+def summarize_test_feedback(history: list[dict[str, Any]], metric: str, selected_epoch: int) -> dict[str, Any] | None:
+    """What test-set model selection would have reported (analysis only, never used to select)."""
+    key = f"{TEST_FEEDBACK}/{metric}"
+    scored = [h for h in history if key in h]
+    if not scored:
+        return None
+    best = max(scored, key=lambda h: h[key])
+    selected = next((h[key] for h in scored if h["epoch"] == selected_epoch), None)
+    return {"metric": metric, "best_epoch": best["epoch"], "best_value": best[key], "selected_value": selected}

@@ -1,0 +1,22 @@
+"""Circle loss (Sun et al., CVPR 2020): pair similarities re-weighted by their distance to the
+optimum, L = softplus(logsumexp_n(gamma a_n (s_n - m)) + logsumexp_p(-gamma a_p (s_p - 1 + m))),
+a_n = [s_n + m]_+, a_p = [1 + m - s_p]_+ (PML ``CircleLoss``). m 0.4 and gamma 80 are the
+paper's fine-grained retrieval settings (= PML defaults). No mining."""
+
+from pydantic import PositiveFloat
+
+from dmlbench.losses.base import LossParams, LossSpec
+
+
+class CircleParams(LossParams):
+    m: PositiveFloat = 0.4  # relaxation margin
+    gamma: PositiveFloat = 80.0  # scale
+
+
+def build(p: CircleParams, num_classes: int, dim: int):
+    from pytorch_metric_learning.losses import CircleLoss
+
+    return CircleLoss(m=p.m, gamma=p.gamma)
+
+
+SPEC = LossSpec(name="circle", params=CircleParams, build=build, reference="Sun et al., CVPR 2020")

@@ -1,0 +1,20 @@
+"""NT-Xent / InfoNCE (Sohn 2016; Chen et al., ICML 2020), supervised: for every positive pair,
+L = -log(exp(s_ap / t) / (exp(s_ap / t) + sum_n exp(s_an / t))), s = cosine similarity (PML
+``NTXentLoss``). Temperature 0.07 = PML default. No mining."""
+
+from pydantic import PositiveFloat
+
+from dmlbench.losses.base import LossParams, LossSpec
+
+
+class NTXentParams(LossParams):
+    temperature: PositiveFloat = 0.07
+
+
+def build(p: NTXentParams, num_classes: int, dim: int):
+    from pytorch_metric_learning.losses import NTXentLoss
+
+    return NTXentLoss(temperature=p.temperature)
+
+
+SPEC = LossSpec(name="ntxent", params=NTXentParams, build=build, reference="Sohn, NeurIPS 2016; Chen et al., ICML 2020")

@@ -1,0 +1,31 @@
+"""ProxyNCA (Movshovitz-Attias et al., ICCV 2017): one learnable proxy per class,
+L = -log(exp(-s d(x, p_y)) / sum_{z != y} exp(-s d(x, p_z))), d = squared Euclidean distance of
+normalised vectors, s = ``softmax_scale`` (PML ``ProxyNCALoss``).
+
+Proxy lr 1e-5 (thesis Table 4) = 0.1 x the thesis protocol's 1e-4. ``softmax_scale`` 32 is the
+thesis code's value (``Proxy_NCA(scale=32)``, inherited from the Proxy-Anchor code)."""
+
+from pydantic import PositiveFloat
+
+from dmlbench.losses.base import LossSpec, ParametricLossParams
+
+
+class ProxyNCAParams(ParametricLossParams):
+    softmax_scale: PositiveFloat = 32.0
+    param_lr_multiplier: PositiveFloat = 0.1  # proxies at 1e-5 under lr 1e-4 (thesis Table 4)
+
+
+def build(p: ProxyNCAParams, num_classes: int, dim: int):
+    from pytorch_metric_learning.losses import ProxyNCALoss
+
+    return ProxyNCALoss(num_classes, dim, softmax_scale=p.softmax_scale)
+
+
+SPEC = LossSpec(
+    name="proxy_nca",
+    params=ProxyNCAParams,
+    build=build,
+    sampler="any",
+    has_parameters=True,
+    reference="Movshovitz-Attias et al., ICCV 2017",
+)

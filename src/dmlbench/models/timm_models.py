@@ -1,0 +1,107 @@
+"""Any timm model as a trunk: ``timm: {model_name: convnext_tiny.fb_in1k}`` or, to list several
+in one grid, a key ``timm_<model_name>`` (e.g. ``timm_resnet50.tv_in1k: {}``).
+
+The trunk is ``forward_features`` of ``timm.create_model(model_name, num_classes=0,
+global_pool="")``: the unpooled feature map (N x C x h x w; NHWC outputs are permuted;
+transformer token sequences become an N x C x L x 1 map of the patch tokens, so GAP is the mean
+token). Input normalisation comes from the model's pretrained config. ImageNet weights are
+timm's own (Hugging Face Hub), or a local file given as ``weights_path`` (.pth or .safetensors).
+``model_kwargs`` go to ``create_model`` (e.g. ``{dynamic_img_size: true}`` for ViTs).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import torch
+from pydantic import Field, create_model
+from torch import nn
+
+from dmlbench.errors import ConfigError
+from dmlbench.models.base import BackboneParams, BackboneSpec, InputNorm, Trunk
+from dmlbench.models.weights import WeightsError
+
+PREFIX = "timm_"
+
+
+class TimmParams(BackboneParams):
+    model_name: str = Field(min_length=1)
+    weights_path: str | None = None
+    model_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class TimmTrunk(nn.Module):
+    """``forward_features`` of a timm model, always as an N x C x h x w map."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+        self.prefix_tokens = int(getattr(net, "num_prefix_tokens", 0) or 0)
+        self.nhwc = getattr(net, "output_fmt", "NCHW") == "NHWC"
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        features = self.net.forward_features(images)
+        if features.dim() == 3:  # tokens N x L x C -> patch tokens as N x C x L x 1
+            return features[:, self.prefix_tokens :].transpose(1, 2).unsqueeze(-1)
+        return features.permute(0, 3, 1, 2) if self.nhwc else features
+
+
+def build_timm(key: str, params: TimmParams, pretrained: bool) -> Trunk:
+    import timm
+
+    if not timm.is_model(params.model_name):
+        raise ConfigError(
+            f"backbones.{key}.model_name: timm has no model {params.model_name!r} (see timm.list_models())"
+        )
+    overlay = {"file": params.weights_path} if pretrained and params.weights_path else None
+    try:
+        net = timm.create_model(
+            params.model_name,
+            pretrained=pretrained,
+            num_classes=0,
+            global_pool="",
+            pretrained_cfg_overlay=overlay,
+            **params.model_kwargs,
+        )
+    except (OSError, RuntimeError, ValueError) as exc:  # hub unreachable, missing file, bad weights
+        if not pretrained:
+            raise
+        cfg = timm.models.get_pretrained_cfg(params.model_name)
+        source = (cfg.hf_hub_id and f"hf-hub:{cfg.hf_hub_id}") or cfg.url if cfg else "?"
+        raise WeightsError(
+            f"backbones.{key}: cannot load ImageNet weights of timm model {params.model_name} from "
+            f"{params.weights_path or source} ({type(exc).__name__}: {str(exc)[:200]}); download them and set "
+            f"backbones.{key}.weights_path to the file (or set the protocol's pretrained: false)"
+        ) from None
+    cfg = net.pretrained_cfg
+    norm = InputNorm(mean=tuple(cfg.get("mean", InputNorm.mean)), std=tuple(cfg.get("std", InputNorm.std)))
+    return Trunk(TimmTrunk(net), int(net.num_features), input_norm=norm)
+
+
+SPEC = BackboneSpec(
+    name="timm",
+    params=TimmParams,
+    build=lambda params, pretrained: build_timm("timm", params, pretrained),
+    input_norm=InputNorm(),
+    description="any timm model by name (model_name param)",
+)
+
+
+def is_timm_key(name: object) -> bool:
+    return isinstance(name, str) and name.startswith(PREFIX) and len(name) > len(PREFIX)
+
+
+@lru_cache(maxsize=None)
+def spec_for(key: str) -> BackboneSpec:
+    """The registry entry of ``timm_<model_name>``: ``TimmParams`` with that model name as default."""
+    params = create_model(
+        f"TimmParams_{key}", __base__=TimmParams, model_name=(str, Field(key[len(PREFIX) :], min_length=1))
+    )
+    return BackboneSpec(
+        name=key,
+        params=params,
+        build=lambda p, pretrained: build_timm(key, p, pretrained),
+        input_norm=InputNorm(),
+        description=f"timm model {key[len(PREFIX) :]}",
+    )

@@ -1,0 +1,111 @@
+"""One optimisation step, and the device-side pieces that make it fast on a GPU.
+
+GPU fast path (used only when the device is CUDA): bf16 autocast for the model (the loss is
+computed in float32), channels_last memory format, ``cudnn.benchmark``, and the uint8 image
+cache kept on the GPU so that batches are gathered and augmented there (``augment.py`` runs on
+any device). When the cache does not fit in half of the free GPU memory, batches are gathered
+on the host (RAM or a memory map) and copied through pinned memory instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+
+GPU_CACHE_FRACTION = 0.5  # at most this share of the free GPU memory holds the image cache
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """Device settings of a run: all off on CPU."""
+
+    device: torch.device
+    amp_dtype: torch.dtype | None = None
+    channels_last: bool = False
+
+    @classmethod
+    def for_device(cls, device: torch.device, enabled: bool | None = None) -> "FastPath":
+        on = device.type == "cuda" if enabled is None else enabled and device.type == "cuda"
+        if not on:
+            return cls(device)
+        torch.backends.cudnn.benchmark = True
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return cls(device, amp_dtype=dtype, channels_last=True)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        model = model.to(self.device)
+        return model.to(memory_format=torch.channels_last) if self.channels_last else model
+
+    def prepare_inputs(self, inputs: torch.Tensor) -> torch.Tensor:
+        return inputs.contiguous(memory_format=torch.channels_last) if self.channels_last else inputs
+
+
+@dataclass
+class ImageSource:
+    """The training images (uint8 N x H x W x 3), on the device when they fit, else on the host."""
+
+    images: np.ndarray
+    device: torch.device
+    on_device: torch.Tensor | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.device.type == "cpu":
+            self.on_device = torch.from_numpy(np.ascontiguousarray(self.images))
+        elif self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            if self.images.nbytes <= GPU_CACHE_FRACTION * free:
+                self.on_device = torch.from_numpy(np.ascontiguousarray(self.images)).to(self.device)
+
+    @property
+    def placement(self) -> str:
+        return f"{self.device.type} memory" if self.on_device is not None else "host, pinned copies per batch"
+
+    def batch(self, index: np.ndarray) -> torch.Tensor:
+        if self.on_device is not None:
+            return self.on_device[torch.from_numpy(index).to(self.on_device.device)]
+        gathered = torch.from_numpy(self.images[np.sort(index)][np.argsort(np.argsort(index))])
+        return gathered.pin_memory().to(self.device, non_blocking=True)
+
+
+class TrainStep:
+    """forward (autocast) -> miner -> loss (float32) -> backward -> clip -> optimiser steps."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        loss_fn: torch.nn.Module,
+        miner: Any,
+        optimizers: list[torch.optim.Optimizer],
+        fast: FastPath,
+        grad_clip: float | None = None,
+    ):
+        self.model, self.loss_fn, self.miner, self.optimizers = model, loss_fn, miner, optimizers
+        self.fast, self.grad_clip = fast, grad_clip
+
+    def parameters(self) -> Iterable[torch.nn.Parameter]:
+        yield from self.model.parameters()
+        yield from self.loss_fn.parameters()
+
+    def __call__(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        with self.fast.autocast():
+            embeddings = self.model(self.fast.prepare_inputs(inputs))
+        embeddings = embeddings.float()
+        mined = self.miner(embeddings, labels) if self.miner is not None else None
+        loss = self.loss_fn(embeddings, labels, mined)
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.grad_clip is not None:  # value clipping, as the Proxy-Anchor/thesis code does
+            torch.nn.utils.clip_grad_value_([p for p in self.parameters() if p.grad is not None], self.grad_clip)
+        for optimizer in self.optimizers:
+            optimizer.step()
+        return loss.detach()

@@ -1,0 +1,117 @@
+"""A `dvc repro` killed with SIGKILL during training resumes from its checkpoint when re-run, and
+ends with the same history and weights as an uninterrupted run (CPU, same seed), in one MLflow run
+whose epochs are each logged once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import ROOT, small_params_dict
+
+pytestmark = pytest.mark.slow
+
+STAGE = "train@glyphs-tiny_cnn-proxy_anchor-32-0"
+RUN_DIR = Path("glyphs/tiny_cnn/proxy_anchor/32/seed0")
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+        MLFLOW_TRACKING_URI=f"sqlite:///{tmp / 'mlflow.db'}",
+        DVC_NO_ANALYTICS="1",
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@example.com",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@example.com",
+    )
+    env.pop("DVC_ROOT", None)
+    return env
+
+
+def _run(args, cwd, env):
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, f"{args}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def test_killed_dvc_repro_resumes_to_the_same_result(tmp_path, default_raw_params):
+    root = tmp_path / "repo"
+    root.mkdir()
+    for name in ("dvc.yaml", ".dvcignore"):
+        shutil.copy(ROOT / name, root / name)
+    for name in ("stages", "src"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    raw = small_params_dict(default_raw_params)
+    raw["losses"] = {"proxy_anchor": raw["losses"]["proxy_anchor"]}  # a second optimiser, a sampler
+    raw["dims"], raw["seeds"] = [32], [0]
+    raw["protocols"][raw["protocol"]].update(epochs=6)
+    (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = _env(tmp_path)
+    _run(["git", "init", "-q"], root, env)
+    _run([sys.executable, "-m", "dvc", "init", "-q"], root, env)
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-q", "-m", "resume test"], root, env)
+    _run([sys.executable, "-m", "dvc", "repro", "-q", "prepare@glyphs"], root, env)
+
+    checkpoint = root / "artifacts" / "checkpoints" / RUN_DIR / "last.pt"
+    repro = subprocess.Popen(
+        [sys.executable, "-m", "dvc", "repro", STAGE],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    while not checkpoint.exists() and repro.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(repro.pid, signal.SIGKILL)  # dvc and the training process it started
+    repro.wait()
+    assert checkpoint.exists(), "training never wrote its first checkpoint"
+    killed_at = torch.load(checkpoint, weights_only=False)["epoch"]
+    assert 1 <= killed_at < 6, "the kill must land mid-training"
+    assert not (root / "artifacts" / "models" / RUN_DIR / "model.pt").exists()
+
+    again = _run([sys.executable, "-m", "dvc", "repro", STAGE], root, env)
+    assert f"resuming after epoch {killed_at}" in again.stdout + again.stderr
+    info = json.loads((root / "artifacts" / "models" / RUN_DIR / "run.json").read_text())
+    assert info["resumed_from_epoch"] >= killed_at
+    resumed = json.loads((root / "artifacts" / "models" / RUN_DIR / "history.json").read_text())
+    assert not checkpoint.exists()  # cleared once the run is complete
+
+    # The same training, uninterrupted, in this process on the same prepared data.
+    from dmlbench.config import RunSpec, parse_params
+    from dmlbench.data.cache import PreparedDataset
+    from dmlbench.train.loop import train
+
+    params = parse_params(raw)
+    data = PreparedDataset.load(root / "artifacts" / "prepared" / "glyphs")
+    reference = train(RunSpec("glyphs", "tiny_cnn", "proxy_anchor", 32, 0), params, data, device=torch.device("cpu"))
+    assert [h["epoch"] for h in resumed] == [1, 2, 3, 4, 5, 6]
+    for ours, theirs in zip(resumed, reference.history, strict=True):
+        for key in ("train/loss", "val/map_at_r", "val/precision_at_1", "test_feedback/precision_at_1"):
+            assert ours[key] == pytest.approx(theirs[key], rel=1e-5, abs=1e-7), (ours["epoch"], key)
+    saved = torch.load(root / "artifacts" / "models" / RUN_DIR / "model.pt", weights_only=False)
+    assert saved["selection"] == reference.selection
+    for key, value in reference.model_state.items():
+        torch.testing.assert_close(saved["state_dict"][key], value, rtol=1e-5, atol=1e-6)
+
+    import mlflow
+
+    store = mlflow.MlflowClient(env["MLFLOW_TRACKING_URI"])
+    runs = store.search_runs([store.get_experiment_by_name("dmlbench").experiment_id])
+    assert [r.info.run_id for r in runs] == [info["mlflow_run_id"]] and runs[0].info.status == "FINISHED"
+    steps = sorted(m.step for m in store.get_metric_history(info["mlflow_run_id"], "train/loss"))
+    assert steps == [1, 2, 3, 4, 5, 6]  # no duplicate, no missing epoch
+    assert runs[0].data.tags.get("resumed") == "true"
