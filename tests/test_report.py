@@ -196,3 +196,60 @@ def test_format_interval():
 def test_report_fails_naming_the_missing_output(in_project, small_params):
     with pytest.raises(DataError, match=r"runs.json: missing \(run evaluate@glyphs-tiny_cnn-contrastive-32 first\)"):
         report_stage(small_params)
+
+
+def test_gallery_neighbours_query_gallery_split_and_crop_to_sizes(tmp_path, monkeypatch):
+    """Query/gallery embeddings: the nearest gallery rows, right/wrong flags, and images cropped to their sizes."""
+    from types import SimpleNamespace
+
+    from dmlbench.analysis import gallery
+
+    classes = 5
+    query_labels = np.arange(classes)
+    gallery_labels = np.repeat(np.arange(classes), 3)
+    basis = np.eye(8)[:classes]
+    query = basis[query_labels]
+    # per class c: two images near its query, and one that is exactly the query of class c - 1 (a wrong match)
+    gallery_vectors = np.concatenate(
+        [
+            [basis[c] + 0.2 * np.eye(8)[7], basis[c] + 0.25 * np.eye(8)[7], basis[(c - 1) % classes]]
+            for c in range(classes)
+        ]
+    )
+    arrays = {
+        "query_embeddings": query.astype(np.float32),
+        "query_labels": query_labels,
+        "gallery_embeddings": gallery_vectors.astype(np.float32),
+        "gallery_labels": gallery_labels,
+    }
+    assert gallery.query_splits(arrays) == ("query", "gallery")
+    found, correct = gallery.neighbours(arrays, np.array([0, 3]), k=3)
+    # the nearest image to query c is row 3 * (c + 1) + 2 (class c + 1's third image): wrong; then c's own two
+    assert found[0].tolist() == [5, 0, 1] and correct[0].tolist() == [False, True, True]
+    assert found[1, 0] == 14 and not correct[1, 0]
+
+    chosen = gallery.choose_queries(gallery_labels, 4, seed=0)
+    assert len(set(gallery_labels[chosen])) == 4
+    assert np.array_equal(chosen, gallery.choose_queries(gallery_labels, 4, seed=0))
+
+    sizes = {"query": np.full((classes, 2), 10), "gallery": np.tile([12, 7], (len(gallery_labels), 1))}
+    images = {"query": np.zeros((classes, 16, 16, 3), np.uint8), "gallery": np.zeros((15, 16, 16, 3), np.uint8)}
+    labels = {"query": query_labels, "gallery": gallery_labels}
+    prepared = SimpleNamespace(
+        split=lambda name: SimpleNamespace(images=images[name], labels=labels[name], sizes=sizes[name])
+    )
+    npz = tmp_path / "embeddings.npz"
+    np.savez(npz, **arrays)
+    shapes, frames = [], []
+    original = gallery._tile
+
+    def spy(ax, image, colour, title):
+        shapes.append(image.shape[:2])
+        frames.append(colour)
+        original(ax, image, colour, title)
+
+    monkeypatch.setattr(gallery, "_tile", spy)
+    out = gallery.retrieval_gallery([gallery.GalleryRun("a", npz)], prepared, tmp_path / "g.png", queries=2, k=3)
+    assert out.read_bytes()[:8] == PNG
+    assert shapes == [(10, 10), (12, 7), (12, 7), (12, 7)] * 2  # query cropped to 10x10, neighbours to 12x7
+    assert frames.count(gallery.WRONG) == 2 and frames.count(gallery.QUERY) == 2  # one wrong neighbour per query

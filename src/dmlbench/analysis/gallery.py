@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from dmlbench.errors import DataError
 from dmlbench.evaluate.knn import knn
 
 RIGHT, WRONG, QUERY = "#27ae60", "#e74c3c", "#2c3e50"
@@ -35,7 +36,7 @@ def query_splits(arrays: dict[str, np.ndarray]) -> tuple[str, str]:
         return "query", "gallery"
     if "test_embeddings" in arrays:
         return "test", "test"
-    raise ValueError(f"embeddings hold no test or query/gallery split (keys: {', '.join(sorted(arrays))})")
+    raise DataError(f"embeddings hold no test or query/gallery split (keys: {', '.join(sorted(arrays))})")
 
 
 def choose_queries(labels: np.ndarray, count: int, seed: int) -> np.ndarray:
@@ -83,11 +84,10 @@ def retrieval_gallery(
             loaded.append({key: npz[key] for key in npz.files})
     query_split, reference_split = query_splits(loaded[0])
     query_data, reference_data = prepared.split(query_split), prepared.split(reference_split)
-    for arrays in loaded:
-        if len(arrays[f"{query_split}_labels"]) != len(query_data) or not np.array_equal(
-            arrays[f"{query_split}_labels"], query_data.labels
-        ):
-            raise ValueError(f"embeddings rows do not match the prepared {query_split!r} split (re-run embed)")
+    for run, arrays in zip(runs, loaded, strict=True):
+        for name, data in ((query_split, query_data), (reference_split, reference_data)):
+            if not np.array_equal(arrays[f"{name}_labels"], data.labels):
+                raise DataError(f"{run.embeddings}: rows do not match the prepared {name!r} split (re-run embed)")
     chosen = choose_queries(query_data.labels, queries, seed)
     results = [neighbours(arrays, chosen, k) for arrays in loaded]
     query_sizes = getattr(query_data, "sizes", None)

@@ -817,7 +817,7 @@ def _summary_section(analysis: Analysis) -> list[str]:
             f"{papers.reference['contrastive']['improvement'].median():+.1f}%"
         )
         if len(ours):
-            line += f"; our runs give {ours['estimate'].min():+.1f}% to {ours['estimate'].max():+.1f}% ({_ours_label(analysis)})"
+            line += f"; {_ours_label(analysis)} give {ours['estimate'].min():+.1f}% to {ours['estimate'].max():+.1f}%"
         lines.append(line + ".")
     if len(analysis.bias):
         interval = t_interval(analysis.bias["bias"].to_numpy(), params.evaluate.confidence)
@@ -996,41 +996,14 @@ def _papers_section(analysis: Analysis, figures: dict[str, Figure], counter: lis
     rows = []
     for loss in analysis.params.losses:
         for dataset in lit.DATASETS:
-            claims = literature[
-                (literature["loss"] == loss) & (literature["dataset"] == dataset) & (literature["kind"] == "claimed")
-            ]
-            rc = literature[
-                (literature["loss"] == loss)
-                & (literature["dataset"] == dataset)
-                & (literature["paper"] == lit.REALITY_CHECK)
-                & (literature["setting"] == "rc_concatenated")
-            ]
-            thesis = literature[
-                (literature["loss"] == loss)
-                & (literature["dataset"] == dataset)
-                & (literature["paper"] == lit.THESIS)
-                & (literature["setting"] == "test_selection")
-                & (literature["backbone"] == "bn_inception")
-                & (literature["dim"] == 512)
-            ]
-            if claims.empty and rc.empty and thesis.empty:
-                continue
-            claim_text = (
-                "; ".join(
-                    f"{c.value:g}{'?' if c.uncertain else ''} ({c.backbone or 'n/s'}-{'' if pd.isna(c.dim) else c.dim})"
-                    for c in claims.itertuples()
-                )
-                or "-"
-            )
-            rc_text = "-" if rc.empty else f"{rc['value'].iloc[0]:.2f} ± {_rc_ci(rc['note'].iloc[0])}"
-            thesis_text = "-" if thesis.empty else f"{thesis['value'].iloc[0]:.2f}"
-            rows.append(
-                [analysis.names[loss], lit.DATASET_LABELS.get(dataset, dataset), claim_text, rc_text, thesis_text]
-            )
+            cells = _published_cells(literature, loss, dataset)
+            if cells is not None:
+                rows.append([analysis.names[loss], lit.DATASET_LABELS.get(dataset, dataset), *cells])
     if rows:
         lines += [
             "Published R@1 (= P@1, %) of the losses in this grid. Claimed: the loss's own paper (backbone-dim; "
-            "`?` = not verified; papers give no n and no interval). Reality Check: BN-Inception, 4-fold "
+            "`?` = not verified; papers give no n and no interval), or for an old loss the range other papers "
+            "reported for it as their baseline. Reality Check: BN-Inception, 4-fold "
             "cross-validation models concatenated to 512-d, mean ± 95% CI as published. Thesis: BN-Inception "
             "512-d, one run each.",
             "",
@@ -1071,9 +1044,39 @@ def _papers_section(analysis: Analysis, figures: dict[str, Figure], counter: lis
     return lines
 
 
+def _published_cells(literature: pd.DataFrame, loss: str, dataset: str) -> list[str] | None:
+    """[claimed, Reality Check, thesis] cells of the papers table; None when nothing is published."""
+    rows = literature[(literature["loss"] == loss) & (literature["dataset"] == dataset)]
+    claims = rows[rows["kind"] == "claimed"]
+    baselines = rows[rows["kind"] == "baseline"]
+    rc = rows[(rows["paper"] == lit.REALITY_CHECK) & (rows["setting"] == "rc_concatenated")]
+    thesis = rows[
+        (rows["paper"] == lit.THESIS)
+        & (rows["setting"] == "test_selection")
+        & (rows["backbone"] == "bn_inception")
+        & (rows["dim"] == 512)
+    ]
+    if claims.empty and baselines.empty and rc.empty and thesis.empty:
+        return None
+    claimed = "; ".join(
+        f"{c.value:g}{'?' if c.uncertain else ''} ({c.backbone or 'n/s'}-{'' if pd.isna(c.dim) else c.dim})"
+        for c in claims.itertuples()
+    )
+    if not claimed and len(baselines):
+        claimed = (
+            f"as a baseline: {baselines['value'].min():g}-{baselines['value'].max():g} "
+            f"({baselines['paper'].nunique()} papers)"
+        )
+    return [
+        claimed or "-",
+        "-" if rc.empty else f"{rc['value'].iloc[0]:.2f} ± {_rc_ci(rc['note'].iloc[0])}",
+        "-" if thesis.empty else f"{thesis['value'].iloc[0]:.2f}",
+    ]
+
+
 def _rc_ci(note: str) -> str:
     marker = "95% CI half-width "
-    return note.split(marker, 1)[1] if marker in note else "?"
+    return f"{float(note.split(marker, 1)[1]):.2f}" if marker in note else "?"
 
 
 def _feedback_section(analysis: Analysis, figures: dict[str, Figure], counter: list[int]) -> list[str]:
