@@ -239,7 +239,10 @@ def backbones(
     grid.set_axis_labels("", f"test {metric_label(metric)} (%)")
     for ax in grid.axes.flat:
         ax.tick_params(axis="x", rotation=30)
-    grid.figure.suptitle(f"Backbones compared at embedding size {dim}", y=1.03)
+    single = data["backbone"].nunique() == 1
+    grid.figure.suptitle(
+        f"Backbones compared at embedding size {dim}" + (" (this grid has only one backbone)" if single else ""), y=1.03
+    )
     return _save(grid.figure, path)
 
 

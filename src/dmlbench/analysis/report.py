@@ -635,12 +635,15 @@ def _convergence_sentence(analysis: Analysis) -> str:
     selections = analysis.results.selections
     selected = selections[selections["dim"] == analysis.dim].groupby("loss")["selected_epoch"].mean()
     epochs = analysis.params.protocol.epochs
-    early = [analysis.names[loss] for loss, epoch in selected.items() if epoch < epochs]
-    if not early:
+    names = {analysis.names[loss]: epoch for loss, epoch in selected.items()}
+    text = "the epoch selected on validation averages " + ", ".join(
+        f"{name} {names[name]:.1f}" for name in analysis.order if name in names
+    )
+    if (selected >= epochs).all():
         return (
-            f"every loss is still improving at the last epoch ({epochs}), so longer training would change the numbers."
+            text + f" of {epochs}: every loss peaks at the last epoch, so longer training may still change the ranking."
         )
-    return f"{', '.join(early)} peak before the last epoch on average (model selection picks the peak)."
+    return text + f" of {epochs}."
 
 
 def _nemenyi_sentence(analysis: Analysis) -> str:
@@ -1167,7 +1170,7 @@ def _limitations_section(analysis: Analysis, figures: dict[str, Figure]) -> list
         lines.append("- Backbones start from random weights, unlike the ImageNet-pretrained trunks of the papers.")
     if len(params.backbones) == 1:
         lines.append(f"- One backbone (`{next(iter(params.backbones))}`): the backbone comparison is degenerate.")
-    if analysis.dim != 512:
+    if 512 not in params.dims:
         lines.append(
             f"- The grid has no 512-d embedding (the papers' size); backbone, convergence and papers-vs-reality "
             f"figures use dim {analysis.dim}."
