@@ -12,7 +12,7 @@ report content (:mod:`dmlbench.analysis.report_run`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -291,7 +291,6 @@ class Analysis:
     bias: pd.DataFrame
     costs: pd.DataFrame
     dim: int
-    notes: dict[str, str] = field(default_factory=dict)
 
     def display(self, frame: pd.DataFrame) -> pd.DataFrame:
         return frame.assign(loss=frame["loss"].map(self.names))
@@ -378,9 +377,7 @@ def papers_vs_reality(
                 "n": interval.n,
             }
         )
-    absolute = pd.DataFrame(rows)
-    absolute = absolute[absolute["year"].notna()] if len(absolute) else absolute
-    return Papers(claimed, reference, ours, absolute, literature, methods)
+    return Papers(claimed, reference, ours, pd.DataFrame(rows), literature, methods)
 
 
 def _our_improvements(
@@ -396,7 +393,10 @@ def _our_improvements(
         for loss, group in block.groupby("loss", sort=False):
             if loss == baseline:
                 continue
-            ratio = st.relative_improvement(group["value"].to_numpy(), base, confidence)
+            try:
+                ratio = st.relative_improvement(group["value"].to_numpy(), base, confidence)
+            except ValueError:  # a mean of 0 (collapsed embeddings): no ratio
+                continue
             rows.append(
                 {
                     "dataset": dataset,
@@ -410,7 +410,11 @@ def _our_improvements(
                     "interval": ratio,
                 }
             )
-    frame = pd.DataFrame(rows)
+    return pd.DataFrame(rows)
+
+
+def _dated(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose loss has a publication year (what the by-year figures can place)."""
     return frame[frame["year"].notna()] if len(frame) else frame
 
 
@@ -541,7 +545,9 @@ def make_figures(analysis: Analysis, figure_dir: Path) -> dict[str, Figure]:
     ours_label = _ours_label(analysis)
     draw(
         "papers_vs_reality",
-        lambda p: plots.papers_vs_reality(papers.claimed, papers.reference, papers.ours, p, ours_label),
+        lambda p: plots.papers_vs_reality(
+            papers.claimed, papers.reference, {b: _dated(f) for b, f in papers.ours.items()}, p, ours_label
+        ),
         "Relative R@1 improvement over contrastive (left) and triplet (right) by the year the loss was published: "
         "(a) as claimed by papers against the baselines they reported, (b) as re-measured under one protocol by "
         "the Reality Check, the thesis and our runs - " + _papers_sentence(analysis),
@@ -556,7 +562,7 @@ def make_figures(analysis: Analysis, figure_dir: Path) -> dict[str, Figure]:
     )
     draw(
         "papers_claims",
-        lambda p: plots.papers_absolute(claims, reference_rows, papers.ours_absolute, p, ours_label),
+        lambda p: plots.papers_absolute(claims, reference_rows, _dated(papers.ours_absolute), p, ours_label),
         "Absolute R@1 by year: the numbers papers claimed for their losses (red), the contrastive and triplet "
         "numbers they compared against (grey), the same losses re-run under one protocol (blue, green), and our "
         "runs (black) - the baselines papers reported are far below what the old losses reach when trained well.",
