@@ -170,8 +170,6 @@ def recall_by_loss(runs: pd.DataFrame, path: Path, order: Sequence[str], confide
     grid.set_titles("{col_name}" if data["panel"].nunique() == 1 else "{row_name}: {col_name}")
     for ax in grid.axes.flat:
         ax.tick_params(axis="x", rotation=35)
-        low = np.nanmin([p.get_height() for p in ax.patches if p.get_height() > 0] or [0])
-        ax.set_ylim(max(0, low - 15), None)
     grid.figure.suptitle("Recall@K by loss and embedding size (thesis Fig. 27/28 style)", y=1.03)
     return _save(grid.figure, path)
 

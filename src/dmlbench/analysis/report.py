@@ -455,8 +455,7 @@ def make_figures(analysis: Analysis, figure_dir: Path) -> dict[str, Figure]:
     draw(
         "recall_by_loss",
         lambda p: plots.recall_by_loss(runs, p, order, confidence),
-        "Recall@K per loss for every embedding size (thesis Fig. 27/28): the ordering of the losses is the "
-        "same at every K, so R@1 alone carries most of the information.",
+        "Recall@K per loss for every embedding size (thesis Fig. 27/28): " + _recall_sentence(analysis),
     )
     dims = sorted(results.runs["dim"].unique())
     if len(dims) > 1:
@@ -623,6 +622,19 @@ def _best_sentence(analysis: Analysis, metric: str) -> str:
             text += " (clear of the runner-up's interval)" if separated else " (its interval overlaps the runner-up's)"
         parts.append(text)
     return "; ".join(parts[:4]) + ("; ..." if len(parts) > 4 else "") + "."
+
+
+def _recall_sentence(analysis: Analysis) -> str:
+    """Whether the order of the losses by seed-mean Recall@K is the same for every K in each cell."""
+    summary = analysis.summary[analysis.summary["metric"].str.startswith("recall_at_")]
+    cells = changed = 0
+    for _, block in summary.groupby(["dataset", "backbone", "dim"], sort=False):
+        orders = {tuple(g.sort_values("mean", ascending=False)["loss"]) for _, g in block.groupby("metric")}
+        cells += 1
+        changed += len(orders) > 1
+    if not changed:
+        return f"the order of the losses is the same at every K in all {cells} cell(s), so R@1 carries the ranking."
+    return f"the order of the losses changes with K in {changed} of {cells} cell(s)."
 
 
 def _size_sentence(analysis: Analysis, metric: str) -> str:
