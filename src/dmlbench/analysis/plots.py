@@ -404,6 +404,7 @@ def win_rate_heatmap(rates: pd.DataFrame, order: Sequence[str], path: Path, conf
     for loss in losses:
         labels.loc[loss, loss] = ""
     size = 1.2 * len(losses) + 2
+    sns.set_style("white")
     fig, ax = plt.subplots(figsize=(size + 1, size * 0.8))
     sns.heatmap(
         100 * matrix.astype(float),
