@@ -1,4 +1,5 @@
-"""DVC stage report: reports/report.md with results table, figures and tournament."""
+"""DVC stage report: reports/report.md + reports/figures/*.png (results, tournament, statistics, papers vs
+reality, thesis figures), also logged to MLflow as one "report" run per report content."""
 
 import argparse
 

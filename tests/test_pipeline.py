@@ -61,11 +61,11 @@ def project(tmp_path_factory, default_raw_params):
     return root, env, first
 
 
-def _mlflow_runs(env):
+def _mlflow_runs(env, kind="train"):
     import mlflow
 
     mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
-    return mlflow.search_runs(search_all_experiments=True)
+    return mlflow.search_runs(search_all_experiments=True, filter_string=f"tags.kind = '{kind}'")
 
 
 def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(project):
@@ -95,6 +95,8 @@ def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(projec
     assert runs["metrics.test/map_at_r"].notna().all() and runs["metrics.val/recall_at_1"].notna().all()
     assert runs["tags.artifact.model.md5"].str.fullmatch(r"[0-9a-f]{32}").all()
     assert runs["tags.git_commit"].str.fullmatch(r"[0-9a-f]{40}").all()
+    reports = _mlflow_runs(env, kind="report")
+    assert len(reports) == 1 and reports["status"].iloc[0] == "FINISHED"
 
 
 def test_second_repro_is_a_no_op(project):
@@ -102,7 +104,7 @@ def test_second_repro_is_a_no_op(project):
     again = _run([sys.executable, "-m", "dvc", "repro"], root, env)
     assert "Running stage" not in again.stdout
     assert "Data and pipelines are up to date" in again.stdout
-    assert len(_mlflow_runs(env)) == 4
+    assert len(_mlflow_runs(env)) == 4 and len(_mlflow_runs(env, kind="report")) == 1
 
 
 def test_one_loss_hyperparameter_reruns_only_that_loss(project):

@@ -1,89 +1,255 @@
-"""The report stage on a synthetic results table: every section, figure and interval."""
+"""The report stage on a small synthetic results table: every section, figure, interval, and the MLflow run."""
 
 from __future__ import annotations
 
 import re
+import shutil
 
 import numpy as np
 import pytest
 
 from dmlbench import paths
-from dmlbench.analysis.report import format_interval, report_stage
+from dmlbench.analysis.report import format_interval, format_signed_interval, report_stage
+from dmlbench.analysis.report_run import log_report
+from dmlbench.errors import DataError
 from dmlbench.io import write_json
 
 METRICS = ["precision_at_1", "recall_at_1", "recall_at_2", "recall_at_4", "recall_at_8", "r_precision", "map_at_r"]
+QUALITY = {"contrastive": 0.5, "triplet": 0.3, "multi_similarity": 0.7, "proxy_anchor": 0.6}
+PNG = b"\x89PNG\r\n\x1a\n"
+SECTIONS = [
+    "## Summary",
+    "## Setup",
+    "### Datasets",
+    "### Grid and protocol",
+    "### Software",
+    "## Results on the test classes",
+    "## Tournament of losses",
+    "## Statistical tests",
+    "## Papers versus reality",
+    "## Embedding size and backbone",
+    "## Convergence",
+    "## Test-set feedback",
+    "## Cost",
+    "## Retrieval examples",
+    "## Limitations",
+]
+FIGURES = [
+    "metric_by_loss",
+    "recall_by_loss",
+    "critical_difference",
+    "win_rates",
+    "papers_vs_reality",
+    "papers_claims",
+    "embedding_size",
+    "backbones",
+    "convergence",
+    "test_feedback",
+    "cost",
+    "gallery",
+]
 
 
-def _fake_outputs(params, quality: dict[str, float]) -> None:
+def _fake_outputs(params, prepared_glyphs, with_feedback: bool = True) -> None:
+    """Evaluation, training and embedding outputs for every cell of ``params`` (a known ranking)."""
     rng = np.random.default_rng(0)
-    write_json(
-        paths.prepared_dir("glyphs") / "info.json",
-        {
-            "dataset": "glyphs",
-            "image_size": 36,
-            "num_images": 240,
-            "splits": {
-                "train": {"images": 90, "classes": 9},
-                "val": {"images": 30, "classes": 3},
-                "test": {"images": 120, "classes": 12},
-            },
-        },
-    )
+    prepared_root, prepared = prepared_glyphs
+    shutil.copytree(prepared_root / "prepared", paths.prepared_dir("glyphs"))
+    test = prepared.split("test")
     for combo in params.combos():
         runs = {}
         for seed in params.seeds:
-            base = quality[combo.loss] + 0.01 * combo.dim / 32 + rng.normal(0, 0.01)
-            runs[f"seed{seed}"] = {
-                "seed": seed,
-                "metrics": {
-                    m: float(np.clip(base * (0.6 if "r_prec" in m or "map" in m else 1), 0, 1)) for m in METRICS
-                },
-            }
-            history = [{"epoch": e, "train/loss": 1.0 / e, "val/map_at_r": base * e / 2} for e in (1, 2)]
-            write_json(paths.model_dir(combo.with_seed(seed)) / "history.json", history)
-            write_json(
-                paths.model_dir(combo.with_seed(seed)) / "run.json",
-                {"selection": {"split": "val", "metric": "map_at_r", "epoch": 2, "value": base}},
+            run = combo.with_seed(seed)
+            base = QUALITY[combo.loss] + 0.01 * combo.dim / 32 + rng.normal(0, 0.01)
+            metrics = {m: float(np.clip(base * (0.6 if "r_prec" in m or "map" in m else 1), 0, 1)) for m in METRICS}
+            runs[f"seed{seed}"] = {"seed": seed, "metrics": metrics}
+            history = []
+            for epoch in (1, 2, 3):
+                entry = {
+                    "epoch": epoch,
+                    "train/loss": 1.0 / epoch,
+                    "train/lr": 0.001,
+                    "train/epoch_seconds": 2.0 + combo.dim / 64,
+                    "train/images_per_second": 400.0 - combo.dim,
+                    "train/elapsed_seconds": epoch * (2.0 + combo.dim / 64),
+                    "val/map_at_r": base * epoch / 3,
+                }
+                if with_feedback:  # the test score peaks at epoch 2, the validation score at epoch 3
+                    entry["test_feedback/map_at_r"] = 0.6 * base + (0.03 if epoch == 2 else 0.0)
+                history.append(entry)
+            write_json(paths.model_dir(run) / "history.json", history)
+            info = {"selection": {"split": "val", "metric": "map_at_r", "epoch": 3, "value": base}, "device": "cpu"}
+            write_json(paths.model_dir(run) / "run.json", info)
+            centres = rng.normal(size=(test.labels.max() + 1, combo.dim)) * (1 + 4 * QUALITY[combo.loss])
+            embeddings = centres[test.labels] + rng.normal(size=(len(test), combo.dim))
+            embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+            paths.embedding_dir(run).mkdir(parents=True, exist_ok=True)
+            np.savez(
+                paths.embedding_dir(run) / "embeddings.npz",
+                test_embeddings=embeddings.astype(np.float32),
+                test_labels=test.labels,
             )
         write_json(paths.evaluation_dir(combo) / "runs.json", {"combo": combo.key, "runs": runs})
 
 
-def test_report_has_every_section_figure_and_interval(in_project, small_params):
-    _fake_outputs(small_params, {"contrastive": 0.5, "triplet": 0.3, "multi_similarity": 0.7, "proxy_anchor": 0.6})
+def _section(text: str, heading: str) -> str:
+    return text.split(heading + "\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_report_has_every_section_figure_and_interval(in_project, small_params, prepared_glyphs, mlflow_store):
+    _fake_outputs(small_params, prepared_glyphs)
     path = report_stage(small_params)
     text = path.read_text()
-    for heading in [
-        "## Setup",
-        "### Datasets",
-        "### Grid and protocol",
-        "## Results on the test classes",
-        "## Tournament of losses",
-        "## Convergence",
-        "## Limitations",
-    ]:
-        assert heading in text
+    positions = [text.index(heading + "\n") for heading in SECTIONS]
+    assert positions == sorted(positions)
+    for heading in SECTIONS:
+        assert _section(text, heading).strip(), f"{heading} is empty"
     # Every results cell carries a mean, a 95% half-width and n.
-    table = text.split("## Results on the test classes")[1].split("![")[0]
-    cells = [c.strip() for line in table.splitlines() if line.startswith("| `") for c in line.split("|")[3:-1]]
+    table = _section(text, "## Results on the test classes").split("![")[0]
+    cells = [
+        c.strip()
+        for line in table.splitlines()
+        if line.startswith("| ") and "---" not in line and not line.startswith("| loss")
+        for c in line.split("|")[3:-1]
+    ]
     assert len(cells) == len(small_params.combos()) * 6
     assert all(re.fullmatch(r"\d+\.\d ± \d+\.\d \(n=3\)", c) for c in cells), cells[:3]
     # The tournament puts the best loss first.
-    tournament = text.split("## Tournament of losses")[1].split("\n\n")[2]
-    ranked = [line.split("|")[1].strip(" `") for line in tournament.splitlines()[2:]]
-    assert ranked == ["multi_similarity", "proxy_anchor", "contrastive", "triplet"]
-    for figure in ("figures/metric_by_loss.png", "figures/validation_curves.png"):
-        assert f"({figure})" in text
-        assert (in_project / "reports" / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "offline demo dataset" in text
+    tournament = _section(text, "## Tournament of losses")
+    ranked = [line.split("|")[1].strip() for line in tournament.splitlines() if line.startswith("| ")][2:]
+    assert ranked == ["Multi-Similarity (+miner)", "Proxy-Anchor", "Contrastive", "Triplet"]
+    # Friedman over 2 dims x 3 seeds = 6 blocks with a perfect ordering: chi2 = 12*6/20*30 - 3*6*5 = 18
+    tests = _section(text, "## Statistical tests")
+    assert "chi2(3) = 18.00" in tests and "N = 6 blocks, k = 4 losses" in tests
+    assert "Multi-Similarity (+miner) vs Proxy-Anchor | 6 / 0 / 0 | 1.00 [0.61, 1.00]" in tests
+    # Papers vs reality: the literature table and our relative improvements with intervals
+    papers = _section(text, "## Papers versus reality")
+    assert "| Proxy-Anchor | CUB200 | 68.4? (bn_inception-512); 69.1 (bn_inception-512)" in papers
+    assert re.search(
+        r"\| Triplet \| glyphs/tiny_cnn/64 \| contrastive \| -\d+\.\d% \[-\d+\.\d, -\d+\.\d\] \(n=3 vs 3\) \|", papers
+    )
+    # Test-set feedback: the best test epoch beats the selected one by 3 points of MAP@R in every run
+    feedback = _section(text, "## Test-set feedback")
+    assert "3.0 ± 0.0 (n=6)" in feedback
+    for figure in FIGURES:
+        assert f"(figures/{figure}.png)" in text, figure
+        assert (in_project / "reports" / "figures" / f"{figure}.png").read_bytes()[:8] == PNG
+    assert sorted(p.stem for p in (in_project / "reports" / "figures").iterdir()) == sorted(FIGURES)
+    captions = re.findall(r"^\*Figure (\d+)\. (.+)\*$", text, flags=re.M)
+    assert [int(n) for n, _ in captions] == list(range(1, len(FIGURES) + 1))
+    assert "offline demo dataset" in text and "no 512-d embedding" in text
+
+
+def test_report_run_in_mlflow_is_logged_once_per_content(in_project, small_params, prepared_glyphs, mlflow_store):
+    import mlflow
+
+    _fake_outputs(small_params, prepared_glyphs)
+    report_stage(small_params)
+    report_stage(small_params)  # same content (the figures are byte-identical): no new run
+
+    def report_runs(view="active_only"):
+        mlflow.set_tracking_uri(mlflow_store)
+        return mlflow.search_runs(
+            search_all_experiments=True,
+            filter_string="tags.kind = 'report'",
+            run_view_type={"active_only": 1, "all": 3}[view],
+        )
+
+    runs = report_runs()
+    assert len(runs) == 1 and runs["status"].iloc[0] == "FINISHED"
+    assert runs["metrics.mean_rank/multi_similarity"].iloc[0] == 1.0
+    first = runs["run_id"].iloc[0]
+    client = mlflow.tracking.MlflowClient(mlflow_store)
+    artifacts = {f.path for f in client.list_artifacts(first, "report")}
+    assert "report/report.md" in artifacts and "report/figures" in artifacts
+    assert len(client.list_artifacts(first, "report/figures")) == len(FIGURES)
+
+    # new content for the same grid (e.g. a result changed): a new run supersedes the old one
+    report = in_project / "reports" / "report.md"
+    report.write_text(report.read_text() + "\nchanged\n")
+    log_report(small_params, report, in_project / "reports" / "figures", {"mean_rank/triplet": 4.0})
+    active = report_runs()
+    assert len(active) == 1 and active["run_id"].iloc[0] != first
+    deleted = client.get_run(first)
+    assert deleted.info.lifecycle_stage == "deleted"
+    assert deleted.data.tags["superseded_by"] == active["run_id"].iloc[0]
+
+
+def test_report_without_test_feedback_omits_that_figure_with_a_note(
+    in_project, small_params, prepared_glyphs, mlflow_store
+):
+    _fake_outputs(small_params, prepared_glyphs, with_feedback=False)
+    text = report_stage(small_params, log_to_mlflow=False).read_text()
+    feedback = _section(text, "## Test-set feedback")
+    assert "Not measured for this grid" in feedback and "![" not in feedback
+    assert not (in_project / "reports" / "figures" / "test_feedback.png").exists()
+    assert "Test-set feedback was not recorded" in text
 
 
 def test_format_interval():
     assert format_interval(0.621, 0.603, 0.639, 3) == "62.1 ± 1.8 (n=3)"
     assert format_interval(0.5, float("nan"), float("nan"), 1) == "50.0 (n=1, no interval)"
+    assert format_interval(2.5, 1.0, 4.0, 4, scale=1, digits=2) == "2.50 ± 1.50 (n=4)"
+    assert format_signed_interval(0.123, 0.04, 0.211, "n=3 vs 3") == "+12.3% [+4.0, +21.1] (n=3 vs 3)"
 
 
 def test_report_fails_naming_the_missing_output(in_project, small_params):
-    from dmlbench.errors import DataError
-
     with pytest.raises(DataError, match=r"runs.json: missing \(run evaluate@glyphs-tiny_cnn-contrastive-32 first\)"):
         report_stage(small_params)
+
+
+def test_gallery_neighbours_query_gallery_split_and_crop_to_sizes(tmp_path, monkeypatch):
+    """Query/gallery embeddings: the nearest gallery rows, right/wrong flags, and images cropped to their sizes."""
+    from types import SimpleNamespace
+
+    from dmlbench.analysis import gallery
+
+    classes = 5
+    query_labels = np.arange(classes)
+    gallery_labels = np.repeat(np.arange(classes), 3)
+    basis = np.eye(8)[:classes]
+    query = basis[query_labels]
+    # per class c: two images near its query, and one that is exactly the query of class c - 1 (a wrong match)
+    gallery_vectors = np.concatenate(
+        [
+            [basis[c] + 0.2 * np.eye(8)[7], basis[c] + 0.25 * np.eye(8)[7], basis[(c - 1) % classes]]
+            for c in range(classes)
+        ]
+    )
+    arrays = {
+        "query_embeddings": query.astype(np.float32),
+        "query_labels": query_labels,
+        "gallery_embeddings": gallery_vectors.astype(np.float32),
+        "gallery_labels": gallery_labels,
+    }
+    assert gallery.query_splits(arrays) == ("query", "gallery")
+    found, correct = gallery.neighbours(arrays, np.array([0, 3]), k=3)
+    # the nearest image to query c is row 3 * (c + 1) + 2 (class c + 1's third image): wrong; then c's own two
+    assert found[0].tolist() == [5, 0, 1] and correct[0].tolist() == [False, True, True]
+    assert found[1, 0] == 14 and not correct[1, 0]
+
+    chosen = gallery.choose_queries(gallery_labels, 4, seed=0)
+    assert len(set(gallery_labels[chosen])) == 4
+    assert np.array_equal(chosen, gallery.choose_queries(gallery_labels, 4, seed=0))
+
+    sizes = {"query": np.full((classes, 2), 10), "gallery": np.tile([12, 7], (len(gallery_labels), 1))}
+    images = {"query": np.zeros((classes, 16, 16, 3), np.uint8), "gallery": np.zeros((15, 16, 16, 3), np.uint8)}
+    labels = {"query": query_labels, "gallery": gallery_labels}
+    prepared = SimpleNamespace(
+        split=lambda name: SimpleNamespace(images=images[name], labels=labels[name], sizes=sizes[name])
+    )
+    npz = tmp_path / "embeddings.npz"
+    np.savez(npz, **arrays)
+    shapes, frames = [], []
+    original = gallery._tile
+
+    def spy(ax, image, colour, title):
+        shapes.append(image.shape[:2])
+        frames.append(colour)
+        original(ax, image, colour, title)
+
+    monkeypatch.setattr(gallery, "_tile", spy)
+    out = gallery.retrieval_gallery([gallery.GalleryRun("a", npz)], prepared, tmp_path / "g.png", queries=2, k=3)
+    assert out.read_bytes()[:8] == PNG
+    assert shapes == [(10, 10), (12, 7), (12, 7), (12, 7)] * 2  # query cropped to 10x10, neighbours to 12x7
+    assert frames.count(gallery.WRONG) == 2 and frames.count(gallery.QUERY) == 2  # one wrong neighbour per query

@@ -237,11 +237,31 @@ class EvaluateConfig(StrictModel):
     confidence: float = Field(0.95, gt=0, lt=1)
 
 
+class GalleryConfig(StrictModel):
+    """Retrieval gallery: ``queries`` test images of distinct classes (drawn with ``seed``), top ``neighbours``."""
+
+    queries: PositiveInt = Field(4, le=12)
+    neighbours: PositiveInt = Field(4, le=8)
+    max_losses: PositiveInt = Field(4, le=10)
+    seed: NonNegativeInt = 0
+
+
 class ReportConfig(StrictModel):
-    """What the report ranks by, and where it goes."""
+    """What the report ranks by and how it tests differences.
+
+    ``focus_dim``: embedding size of the backbone comparison, convergence and papers-vs-reality
+    figures (default: 512 if in ``dims``, else the largest). ``blocks``: the Friedman/Nemenyi
+    blocks, ``experiment_seed`` (each seed of each dataset x backbone x dim; a seed gives every
+    loss the same initial weights and batches) or ``experiment`` (seed means). ``alpha``: level
+    of the Friedman and Nemenyi tests.
+    """
 
     primary_metric: Literal["precision_at_1", "r_precision", "map_at_r", "recall_at_1"] = "map_at_r"
     title: str = "dmlbench report"
+    focus_dim: PositiveInt | None = None
+    blocks: Literal["experiment_seed", "experiment"] = "experiment_seed"
+    alpha: float = Field(0.05, gt=0, lt=0.5)
+    gallery: GalleryConfig = GalleryConfig()
 
 
 class TrackingConfig(StrictModel):
@@ -325,6 +345,8 @@ class _RawParams(StrictModel):
             values = getattr(self, key)
             if len(set(values)) != len(values):
                 raise ValueError(f"{key} has repeated values: {values}")
+        if self.report.focus_dim is not None and self.report.focus_dim not in self.dims:
+            raise ValueError(f"report.focus_dim {self.report.focus_dim} is not one of dims {self.dims}")
         return self
 
 

@@ -3,7 +3,9 @@
 Within every experiment (e.g. one backbone x embedding size), losses are ranked by score
 (rank 1 = best; ties share the average rank). A loss's total rank is the sum over
 experiments, its mean rank the total divided by the number of experiments, and its
-standard deviation that of its per-experiment ranks around the mean.
+standard deviation the *sample* standard deviation of its per-experiment ranks
+(``ddof=1``): that is the definition that reproduces the thesis's Table 11 (with ``ddof=0``
+SoftTriple would get 1.14, the thesis prints 1.19).
 """
 
 from __future__ import annotations
@@ -18,15 +20,18 @@ def experiment_ranks(results: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(f"results lack columns {sorted(missing)}")
     if results.duplicated(["experiment", "loss"]).any():
         raise ValueError("results have more than one score for an (experiment, loss) pair")
+    if results["score"].isna().any():
+        raise ValueError("results have missing scores")
     ranked = results.copy()
     ranked["rank"] = ranked.groupby("experiment")["score"].rank(method="average", ascending=False)
     return ranked
 
 
-def tournament(results: pd.DataFrame, ddof: int = 0) -> pd.DataFrame:
-    """Columns ``loss, total_rank, mean_rank, std_rank``, sorted by ``total_rank`` (best first).
+def tournament(results: pd.DataFrame, ddof: int = 1) -> pd.DataFrame:
+    """Columns ``loss, total_rank, mean_rank, std_rank, experiments``, sorted by ``total_rank`` (best first).
 
-    ``ddof=0``: population standard deviation of a loss's ranks.
+    ``std_rank`` = sqrt(sum_e (rank_e - mean_rank)^2 / (n - ddof)); NaN when a loss has
+    fewer than ``ddof + 1`` experiments. Ties in ``total_rank`` keep alphabetical order.
     """
     ranked = experiment_ranks(results)
     grouped = ranked.groupby("loss")["rank"]
@@ -34,7 +39,7 @@ def tournament(results: pd.DataFrame, ddof: int = 0) -> pd.DataFrame:
         {
             "total_rank": grouped.sum(),
             "mean_rank": grouped.mean(),
-            "std_rank": grouped.std(ddof=ddof).fillna(0.0),
+            "std_rank": grouped.std(ddof=ddof),
             "experiments": grouped.count(),
         }
     ).reset_index()

@@ -1,0 +1,276 @@
+"""Published numbers: what papers claimed, the baselines they beat, and fair re-runs.
+
+Two versioned data files sit next to this module; every row cites its source, and values
+that come from memory or were read off a figure are marked ``uncertain``:
+
+* ``literature.csv`` - one published number per row: ``loss, paper, venue, year, dataset,
+  backbone, dim, setting, metric, value, kind, source, uncertain, note``. ``value`` is in
+  percent. ``kind`` is ``claimed`` (a paper's number for its own loss), ``baseline`` (the
+  number a paper reported for an older loss it claims to beat) or ``reproduction`` (a re-run
+  under one protocol for every loss: the Reality Check, the thesis, Roth et al.).
+  ``setting`` names the protocol inside a paper (``rc_concatenated``, ``test_selection``, ...);
+  numbers are comparable only within one (paper, setting, dataset, backbone, dim, metric).
+* ``methods.csv`` - one row per loss: display name, the paper that introduced it, and the
+  year the papers-vs-reality figures place it at.
+
+Papers report Recall@1, the Reality Check Precision@1; for a query both are "the nearest
+neighbour has the query's class", so they are compared as one metric (:func:`canonical_metric`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+
+from dmlbench.errors import DataError
+
+LITERATURE = Path(__file__).with_name("literature.csv")
+METHODS = Path(__file__).with_name("methods.csv")
+
+LITERATURE_COLUMNS = (
+    "loss",
+    "paper",
+    "venue",
+    "year",
+    "dataset",
+    "backbone",
+    "dim",
+    "setting",
+    "metric",
+    "value",
+    "kind",
+    "source",
+    "uncertain",
+    "note",
+)
+METHOD_COLUMNS = ("loss", "name", "paper", "venue", "year", "family", "uncertain")
+KINDS = ("claimed", "baseline", "reproduction")
+DATASETS = ("cub200", "cars196", "sop", "inshop")
+DATASET_LABELS = {"cub200": "CUB200", "cars196": "Cars196", "sop": "SOP", "inshop": "In-Shop"}
+METRICS = ("recall_at_1", "precision_at_1", "r_precision", "map_at_r")
+SAME_METRIC = {"recall_at_1": "precision_at_1"}
+GROUP = ["paper", "setting", "dataset", "backbone", "dim", "metric"]
+
+THESIS = "Psomas, Metric Learning: A Deep Dive"
+REALITY_CHECK = "Musgrave et al., A Metric Learning Reality Check"
+# The "reference reality" series: one headline protocol of each independent re-run.
+REFERENCE_SERIES = {
+    "Reality Check (BN-Inception, 4 x 128-d concatenated)": {"paper": REALITY_CHECK, "setting": "rc_concatenated"},
+    "Thesis (BN-Inception, 512-d)": {
+        "paper": THESIS,
+        "setting": "test_selection",
+        "backbone": "bn_inception",
+        "dim": 512,
+    },
+}
+
+Slug = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]+$")]
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+    @field_validator("uncertain", mode="before", check_fields=False)
+    @classmethod
+    def _bool(cls, value: str) -> bool:
+        if value not in ("true", "false"):
+            raise ValueError("must be true or false")
+        return value == "true"
+
+    @field_validator("year", "dim", mode="before", check_fields=False)
+    @classmethod
+    def _optional_int(cls, value: str) -> str | None:
+        return None if value == "" else value
+
+
+class MethodRow(_Row):
+    loss: Slug
+    name: str = Field(min_length=1)
+    paper: str
+    venue: str
+    year: int | None = Field(None, ge=1990, le=2100)
+    family: Literal["pair", "proxy", "none"]
+    uncertain: bool
+
+
+class LiteratureRow(_Row):
+    loss: Slug
+    paper: str = Field(min_length=1)
+    venue: str = Field(min_length=1)
+    year: int = Field(ge=1990, le=2100)
+    dataset: Literal[DATASETS]  # type: ignore[valid-type]
+    backbone: str = Field(pattern=r"^[a-z0-9_]*$")
+    dim: int | None = Field(None, gt=0)
+    setting: Slug
+    metric: Literal[METRICS]  # type: ignore[valid-type]
+    value: float = Field(ge=0, le=100)
+    kind: Literal[KINDS]  # type: ignore[valid-type]
+    source: str = Field(min_length=1)
+    uncertain: bool
+    note: str
+
+
+def canonical_metric(metric: str) -> str:
+    """``recall_at_1`` and ``precision_at_1`` are the same number; use the latter's name."""
+    return SAME_METRIC.get(metric, metric)
+
+
+def _read(path: Path, columns: tuple[str, ...], model: type[_Row]) -> pd.DataFrame:
+    """Read a CSV whose header is exactly ``columns``; validate every row with ``model``."""
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    if tuple(frame.columns) != columns:
+        raise DataError(f"{path}: header must be {','.join(columns)}; got {','.join(frame.columns)}")
+    rows = []
+    for index, record in enumerate(frame.to_dict("records")):
+        try:
+            rows.append(model.model_validate(record).model_dump())
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            column = ".".join(str(part) for part in err["loc"])
+            got = record.get(column, "")
+            raise DataError(
+                f"{path}:{index + 2}: {column}: {err['msg'].replace('Value error, ', '')} (got {got!r})"
+            ) from None
+    return pd.DataFrame(rows, columns=list(columns))
+
+
+def load_methods(path: str | Path = METHODS) -> pd.DataFrame:
+    """``methods.csv`` validated; one row per loss key."""
+    path = Path(path)
+    methods = _read(path, METHOD_COLUMNS, MethodRow)
+    repeated = methods["loss"][methods["loss"].duplicated()].tolist()
+    if repeated:
+        raise DataError(f"{path}: loss {repeated[0]!r} is listed twice")
+    methods["year"] = methods["year"].astype("Int64")
+    return methods.set_index("loss", drop=False)
+
+
+def load_literature(path: str | Path = LITERATURE, methods: pd.DataFrame | None = None) -> pd.DataFrame:
+    """``literature.csv`` validated against its schema and ``methods.csv``.
+
+    Fails with a one-line :class:`DataError` naming the file, line and column of the first bad
+    value, an unknown loss, or a number given twice for the same paper/setting/cell.
+    """
+    path = Path(path)
+    methods = load_methods() if methods is None else methods
+    literature = _read(path, LITERATURE_COLUMNS, LiteratureRow)
+    unknown = sorted(set(literature["loss"]) - set(methods["loss"]))
+    if unknown:
+        line = int(literature.index[literature["loss"] == unknown[0]][0]) + 2
+        raise DataError(f"{path}:{line}: loss: {unknown[0]!r} is not in {METHODS.name}; add it there first")
+    literature["dim"] = literature["dim"].astype("Int64")
+    key = ["loss", "kind", *GROUP]
+    twice = literature.duplicated(key, keep="first")
+    if twice.any():
+        line = int(literature.index[twice][0]) + 2
+        raise DataError(f"{path}:{line}: the same loss/paper/setting/dataset/backbone/dim/metric appears twice")
+    return literature
+
+
+def _group_key(frame: pd.DataFrame) -> pd.Series:
+    parts = [frame[c].astype(str) for c in GROUP]
+    key = parts[0]
+    for part in parts[1:]:
+        key = key + "|" + part
+    return key
+
+
+def top1(literature: pd.DataFrame) -> pd.DataFrame:
+    """Rows reporting the nearest-neighbour accuracy (R@1 = P@1), ``metric`` canonicalised."""
+    rows = literature.assign(metric=literature["metric"].map(canonical_metric))
+    return rows[rows["metric"] == "precision_at_1"]
+
+
+def claimed_improvements(literature: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Relative improvement each paper claims over ``baseline`` (e.g. contrastive), in percent.
+
+    improvement = 100 * (claimed / baseline_value - 1). ``baseline_value`` is the number the
+    claiming paper itself reports for ``baseline`` on that dataset (as a baseline or in its own
+    re-run, preferring the same backbone and size) when it reports one, else the
+    median of the numbers papers published up to that year reported (what authors compared
+    against then). Rows: loss, paper, year, dataset, value, baseline_value, baseline_from,
+    improvement, uncertain.
+    """
+    rows = top1(literature)
+    claims = rows[rows["kind"] == "claimed"]
+    reported = rows[(rows["kind"] != "claimed") & (rows["loss"] == baseline)]
+    baselines = reported[reported["kind"] == "baseline"]
+    out = []
+    for claim in claims.itertuples(index=False):
+        same = reported[(reported["dataset"] == claim.dataset) & (reported["paper"] == claim.paper)]
+        same_cell = same[(same["backbone"] == claim.backbone) & (same["dim"] == claim.dim).fillna(False)]
+        same = same_cell if len(same_cell) else same
+        if len(same):
+            base, origin = float(same["value"].median()), "same paper"
+        else:
+            earlier = baselines[(baselines["dataset"] == claim.dataset) & (baselines["year"] <= claim.year)]
+            if earlier.empty:
+                continue
+            base, origin = float(earlier["value"].median()), f"median of papers up to {claim.year}"
+        out.append(
+            {
+                "loss": claim.loss,
+                "paper": claim.paper,
+                "year": claim.year,
+                "dataset": claim.dataset,
+                "backbone": claim.backbone,
+                "dim": claim.dim,
+                "value": claim.value,
+                "baseline_value": base,
+                "baseline_from": origin,
+                "improvement": 100 * (claim.value / base - 1),
+                "uncertain": claim.uncertain,
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def reference_improvements(literature: pd.DataFrame, baseline: str, methods: pd.DataFrame) -> pd.DataFrame:
+    """Relative improvement over ``baseline`` inside each re-run (same paper, setting, cell), percent.
+
+    The year is the loss's year from ``methods.csv``. Rows: series, loss, year, dataset, value,
+    baseline_value, improvement, uncertain.
+    """
+    rows = reference_rows(top1(literature))
+    if rows.empty:
+        return pd.DataFrame()
+    rows = rows.assign(group=_group_key(rows))
+    base = rows[rows["loss"] == baseline].set_index("group")["value"]
+    rows = rows[(rows["loss"] != baseline) & rows["group"].isin(base.index)]
+    rows = rows.assign(
+        baseline_value=rows["group"].map(base),
+        year=rows["loss"].map(methods["year"]),
+    )
+    rows = rows[rows["year"].notna()]
+    rows["improvement"] = 100 * (rows["value"] / rows["baseline_value"] - 1)
+    return rows[
+        ["series", "loss", "year", "dataset", "backbone", "dim", "value", "baseline_value", "improvement", "uncertain"]
+    ].reset_index(drop=True)
+
+
+def reference_rows(literature: pd.DataFrame) -> pd.DataFrame:
+    """The rows of every :data:`REFERENCE_SERIES`, with a ``series`` column naming it."""
+    parts = []
+    for series, selector in REFERENCE_SERIES.items():
+        mask = literature["kind"] == "reproduction"
+        for column, value in selector.items():
+            mask &= literature[column] == value
+        parts.append(literature[mask].assign(series=series))
+    return pd.concat(parts, ignore_index=True) if parts else literature.iloc[0:0].assign(series="")
+
+
+def display_name(loss: str, methods: pd.DataFrame) -> str:
+    return str(methods.loc[loss, "name"]) if loss in methods.index else loss
+
+
+def loss_year(loss: str, methods: pd.DataFrame) -> float:
+    """Year the loss was introduced (NaN when unknown)."""
+    if loss not in methods.index or pd.isna(methods.loc[loss, "year"]):
+        return math.nan
+    return float(methods.loc[loss, "year"])

@@ -1,0 +1,168 @@
+"""Statistics beyond the thesis: are the losses' differences real?
+
+* Friedman test (scipy) over blocks: rows = blocks (experiments, or experiment x seed),
+  columns = losses; H0: every loss has the same expected rank.
+* Nemenyi post-hoc test (scikit-posthocs ``posthoc_nemenyi_friedman``) and Demšar's (2006)
+  critical difference CD = q_alpha * sqrt(k (k + 1) / (6 N)), q_alpha = studentized range
+  quantile / sqrt(2): two losses whose mean ranks differ by more than CD differ at level alpha.
+* Win rates: how often loss A beats loss B over the blocks, with a Wilson interval and a
+  two-sided sign test (scipy ``binomtest``); ties are counted but left out of the rate.
+* Relative improvement of one loss over another with a delta-method t-interval.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import permutations
+
+import numpy as np
+import pandas as pd
+
+BLOCKS = ("experiment_seed", "experiment")
+CELL = ["dataset", "backbone", "dim"]
+
+
+def score_matrix(runs: pd.DataFrame, metric: str, blocks: str = "experiment_seed") -> pd.DataFrame:
+    """Scores of ``metric`` as blocks x losses (a complete block design).
+
+    ``runs``: long table with dataset, backbone, loss, dim, seed, metric, value.
+    ``experiment_seed``: one block per (dataset, backbone, dim, seed) - seed k gives every loss
+    the same initial weights and batches, so the runs of one seed are matched;
+    ``experiment``: one block per (dataset, backbone, dim), the seed-mean score.
+    Blocks where some loss has no score are dropped.
+    """
+    if blocks not in BLOCKS:
+        raise ValueError(f"blocks must be one of {', '.join(BLOCKS)}; got {blocks!r}")
+    selected = runs[runs["metric"] == metric]
+    if selected.empty:
+        raise ValueError(f"no scores for metric {metric!r}")
+    keys = CELL + (["seed"] if blocks == "experiment_seed" else [])
+    matrix = selected.pivot_table(index=keys, columns="loss", values="value", aggfunc="mean")
+    matrix = matrix.dropna(axis=0, how="any")
+    matrix.index = [
+        "/".join(f"seed{v}" if k == "seed" else str(v) for k, v in zip(keys, idx, strict=True)) for idx in matrix.index
+    ]
+    matrix.columns.name = None
+    return matrix
+
+
+def mean_ranks(scores: pd.DataFrame) -> pd.Series:
+    """Mean rank of each loss over the blocks (1 = best score in a block, ties averaged), best first."""
+    return scores.rank(axis=1, ascending=False, method="average").mean().sort_values()
+
+
+@dataclass(frozen=True)
+class FriedmanResult:
+    statistic: float  # chi-square with k - 1 degrees of freedom (tie-corrected)
+    pvalue: float
+    n_blocks: int
+    n_losses: int
+    mean_ranks: pd.Series
+
+
+def friedman(scores: pd.DataFrame) -> FriedmanResult:
+    """Friedman test over the blocks of ``scores`` (needs >= 3 losses and >= 2 blocks)."""
+    from scipy import stats
+
+    n, k = scores.shape
+    if k < 3 or n < 2:
+        raise ValueError(f"the Friedman test needs >= 3 losses and >= 2 blocks; got {k} losses, {n} blocks")
+    result = stats.friedmanchisquare(*(scores[column].to_numpy() for column in scores.columns))
+    statistic, pvalue = float(result.statistic), float(result.pvalue)
+    if not math.isfinite(statistic):  # every block ranks every loss the same way (no within-block variance)
+        statistic, pvalue = math.inf, 0.0
+    return FriedmanResult(statistic, pvalue, n, k, mean_ranks(scores))
+
+
+def nemenyi(scores: pd.DataFrame) -> pd.DataFrame:
+    """Nemenyi post-hoc p-values (losses x losses) for the blocks of ``scores``."""
+    import scikit_posthocs as sp
+
+    pvalues = sp.posthoc_nemenyi_friedman(scores.to_numpy())
+    pvalues.index = pvalues.columns = list(scores.columns)
+    return pvalues
+
+
+def critical_difference(k: int, n: int, alpha: float = 0.05) -> float:
+    """Demšar's Nemenyi critical difference of mean ranks for ``k`` losses over ``n`` blocks."""
+    from scipy.stats import studentized_range
+
+    q_alpha = studentized_range.ppf(1 - alpha, k, np.inf) / math.sqrt(2)
+    return float(q_alpha * math.sqrt(k * (k + 1) / (6 * n)))
+
+
+def win_rates(scores: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Every ordered pair (loss, opponent): wins, defeats, ties over the blocks of ``scores``.
+
+    rate = wins / (wins + defeats); [low, high] = Wilson interval; p_value = two-sided sign
+    test of rate = 1/2. With no decided block the rate and interval are NaN.
+    """
+    from scipy.stats import binomtest
+
+    rows = []
+    for loss, opponent in permutations(scores.columns, 2):
+        diff = scores[loss].to_numpy() - scores[opponent].to_numpy()
+        wins, defeats = int((diff > 0).sum()), int((diff < 0).sum())
+        ties = int(len(diff) - wins - defeats)
+        decided = wins + defeats
+        if decided:
+            test = binomtest(wins, decided, 0.5)
+            interval = test.proportion_ci(confidence_level=confidence, method="wilson")
+            rate, low, high, pvalue = wins / decided, interval.low, interval.high, test.pvalue
+        else:
+            rate = low = high = pvalue = math.nan
+        rows.append(
+            {
+                "loss": loss,
+                "opponent": opponent,
+                "wins": wins,
+                "defeats": defeats,
+                "ties": ties,
+                "n": decided,
+                "rate": rate,
+                "low": low,
+                "high": high,
+                "p_value": pvalue,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    estimate: float  # mean(a) / mean(b) - 1
+    low: float
+    high: float
+    n_a: int
+    n_b: int
+
+
+def relative_improvement(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> RatioInterval:
+    """Relative improvement mean(a)/mean(b) - 1 of independent samples, with a t-interval.
+
+    Delta method on log(mean a / mean b): se^2 = s_a^2 / (n_a mean_a^2) + s_b^2 / (n_b mean_b^2),
+    Welch-Satterthwaite degrees of freedom; the interval is exp(log ratio +/- t se) - 1.
+    NaN bounds when either sample has one value.
+    """
+    from scipy import stats
+
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("relative_improvement needs at least one value in each sample")
+    mean_a, mean_b = a.mean(), b.mean()
+    if mean_a <= 0 or mean_b <= 0:
+        raise ValueError("relative_improvement needs positive means")
+    estimate = mean_a / mean_b - 1
+    if a.size < 2 or b.size < 2:
+        return RatioInterval(float(estimate), math.nan, math.nan, a.size, b.size)
+    parts = np.array([a.var(ddof=1) / (a.size * mean_a**2), b.var(ddof=1) / (b.size * mean_b**2)])
+    se = math.sqrt(parts.sum())
+    if se == 0:
+        return RatioInterval(float(estimate), float(estimate), float(estimate), a.size, b.size)
+    df = parts.sum() ** 2 / (parts[0] ** 2 / (a.size - 1) + parts[1] ** 2 / (b.size - 1))
+    half = stats.t.ppf((1 + confidence) / 2, df) * se
+    log_ratio = math.log(mean_a / mean_b)
+    return RatioInterval(
+        float(estimate), math.exp(log_ratio - half) - 1, math.exp(log_ratio + half) - 1, a.size, b.size
+    )

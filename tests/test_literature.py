@@ -1,0 +1,153 @@
+"""The published-numbers data files: schema validation, cross-checks with the sources, improvement arithmetic."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from dmlbench.analysis import literature as lit
+from dmlbench.errors import DataError
+
+
+@pytest.fixture(scope="module")
+def literature() -> pd.DataFrame:
+    return lit.load_literature()
+
+
+def _lookup(literature, **where) -> float:
+    rows = literature
+    for column, value in where.items():
+        rows = rows[rows[column] == value]
+    assert len(rows) == 1, where
+    return float(rows["value"].iloc[0])
+
+
+def test_every_row_is_sourced_and_typed(literature):
+    assert set(literature["kind"]) == set(lit.KINDS)
+    assert literature["source"].str.len().min() > 5
+    assert literature["value"].between(0, 100).all()
+    # the thesis's R@1 tables: 7 tables (CUB x 3 backbones, Cars x 3, SOP x BN-Inception) x 4 dims x 10 losses
+    thesis = literature[(literature["paper"] == lit.THESIS) & (literature["setting"] == "test_selection")]
+    assert len(thesis) == 280 and thesis.groupby(["dataset", "backbone", "dim"]).size().eq(10).all()
+    # the Reality Check tables: 3 datasets x 15 methods x (concatenated, separated) x 3 metrics
+    rc = literature[(literature["paper"] == lit.REALITY_CHECK) & literature["setting"].str.startswith("rc_c")]
+    assert len(rc) == 3 * 15 * 3
+    # numbers read off a figure or recalled are flagged
+    assert literature[literature["setting"] == "rc_figure_mapr"]["uncertain"].all()
+
+
+def test_numbers_agree_with_the_sources_prose(literature):
+    """Values the thesis quotes in its text match its tables; the Reality Check table matches its slides."""
+    thesis = dict(paper=lit.THESIS, setting="test_selection", metric="recall_at_1")
+    # §4.1.2: "SoftTriple ... while we report R@1 equal to 66.76" (BN-Inception, 512, CUB)
+    assert (
+        _lookup(literature, **thesis, loss="soft_triple", dataset="cub200", backbone="bn_inception", dim=512) == 66.76
+    )
+    # §4.1.2: "we report a R@1 equal to 56.98% for ProxyNCA" (Table 7a)
+    assert _lookup(literature, **thesis, loss="proxy_nca", dataset="cub200", backbone="bn_inception", dim=64) == 56.98
+    # §4.1.4: "while we report 85.29%" (SoftTriple, Cars, BN-Inception 512) and Margin "81.98%"
+    assert (
+        _lookup(literature, **thesis, loss="soft_triple", dataset="cars196", backbone="bn_inception", dim=512) == 85.29
+    )
+    assert _lookup(literature, **thesis, loss="margin", dataset="cars196", backbone="bn_inception", dim=512) == 81.98
+    rc = dict(paper=lit.REALITY_CHECK, metric="precision_at_1")
+    assert _lookup(literature, **rc, loss="contrastive", dataset="cub200", setting="rc_concatenated") == 68.13
+    assert _lookup(literature, **rc, loss="cosface", dataset="cars196", setting="rc_separated") == 74.67
+    # the claim the thesis quotes for SoftTriple equals the claimed row
+    assert _lookup(literature, kind="claimed", loss="soft_triple", dataset="cub200") == 65.4
+
+
+def test_claimed_improvement_uses_the_papers_own_baseline_else_the_median_up_to_that_year(literature):
+    methods = lit.load_methods()
+    claims = lit.claimed_improvements(literature, "contrastive").set_index(["loss", "dataset", "backbone"])
+    # Lifted Structure (CVPR 2016) reports contrastive 26.4 on CUB next to its own 47.2
+    lifted = claims.loc[("lifted_structure", "cub200", "googlenet")]
+    assert lifted["baseline_from"] == "same paper"
+    assert lifted["improvement"] == pytest.approx(100 * (47.2 / 26.4 - 1))
+    # Multi-Similarity (2019) reports no contrastive number here: the median of every contrastive CUB
+    # baseline published up to 2019
+    baselines = literature[
+        (literature["kind"] == "baseline") & (literature["loss"] == "contrastive") & (literature["dataset"] == "cub200")
+    ]
+    expected = baselines[baselines["year"] <= 2019]["value"].median()
+    ms = claims.loc[("multi_similarity", "cub200", "bn_inception")]
+    assert (ms["baseline_value"] == expected).all() and expected == pytest.approx(26.8)
+    # the thesis's own loss is compared with the thesis's own contrastive run (63.28 at BN-Inception 512)
+    own = claims.loc[("psomas_proxy", "cub200", "bn_inception")]
+    assert own["baseline_value"] == 63.28 and own["baseline_from"] == "same paper"
+    # re-runs: Proxy-Anchor vs contrastive inside the thesis's BN-Inception 512 CUB table
+    reference = lit.reference_improvements(literature, "contrastive", methods)
+    thesis = reference[reference["series"].str.startswith("Thesis") & (reference["dataset"] == "cub200")]
+    row = thesis[thesis["loss"] == "proxy_anchor"].iloc[0]
+    assert row["improvement"] == pytest.approx(100 * (68.11 / 63.28 - 1)) and row["year"] == 2020
+    assert "pretrained" not in set(reference["loss"])  # no publication year
+
+
+def _write(tmp_path, rows: list[list[str]], header=lit.LITERATURE_COLUMNS):
+    frame = pd.DataFrame(rows, columns=list(header))
+    path = tmp_path / "literature.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+GOOD = [
+    "triplet",
+    "P",
+    "CVPR",
+    "2016",
+    "cub200",
+    "googlenet",
+    "64",
+    "as_published",
+    "recall_at_1",
+    "36.1",
+    "baseline",
+    "src",
+    "false",
+    "",
+]
+
+
+@pytest.mark.parametrize(
+    "column, value, message",
+    [
+        (
+            "dataset",
+            "cub",
+            r"literature.csv:3: dataset: Input should be 'cub200', 'cars196', 'sop' or 'inshop' \(got 'cub'\)",
+        ),
+        ("value", "136.1", r"literature.csv:3: value: Input should be less than or equal to 100 \(got '136.1'\)"),
+        ("uncertain", "maybe", r"literature.csv:3: uncertain: must be true or false \(got 'maybe'\)"),
+        ("kind", "guess", r"literature.csv:3: kind: Input should be 'claimed', 'baseline' or 'reproduction'"),
+        ("year", "20x6", r"literature.csv:3: year: Input should be a valid integer"),
+        ("loss", "tripplet", r"literature.csv:3: loss: 'tripplet' is not in methods.csv; add it there first"),
+        ("metric", "nmi", r"literature.csv:3: metric: Input should be"),
+    ],
+)
+def test_bad_rows_fail_in_one_line_naming_line_and_column(tmp_path, column, value, message):
+    bad = list(GOOD)
+    bad[lit.LITERATURE_COLUMNS.index(column)] = value
+    good_two = list(GOOD)
+    good_two[lit.LITERATURE_COLUMNS.index("dim")] = "128"
+    path = _write(tmp_path, [good_two, bad])
+    with pytest.raises(DataError, match=message) as info:
+        lit.load_literature(path)
+    assert "\n" not in str(info.value)
+
+
+def test_duplicate_rows_and_bad_headers_are_rejected(tmp_path):
+    path = _write(tmp_path, [GOOD, GOOD])
+    with pytest.raises(DataError, match=r"literature.csv:3: the same loss/paper/setting/dataset/backbone/dim/metric"):
+        lit.load_literature(path)
+    path.write_text("loss,value\ntriplet,36.1\n")
+    with pytest.raises(DataError, match="header must be loss,paper,venue"):
+        lit.load_literature(path)
+    with pytest.raises(DataError, match="file not found"):
+        lit.load_literature(tmp_path / "missing.csv")
+    loaded = lit.load_literature(_write(tmp_path, [GOOD]))
+    assert loaded["year"].iloc[0] == 2016 and loaded["dim"].iloc[0] == 64 and not loaded["uncertain"].iloc[0]
+
+
+def test_recall_and_precision_at_one_are_one_metric():
+    assert lit.canonical_metric("recall_at_1") == "precision_at_1"
+    assert lit.canonical_metric("map_at_r") == "map_at_r"
