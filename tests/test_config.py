@@ -129,3 +129,10 @@ def test_stage_prints_one_line_and_exits_2(tmp_path, default_raw_params):
     assert len(lines) == 1
     assert "losses.arcfase: unknown loss 'arcfase'; valid:" in lines[0]
     assert not (tmp_path / "artifacts").exists()  # failed before any work
+
+
+def test_protocol_override_names_a_registered_dataset(default_raw_params):
+    raw = copy.deepcopy(default_raw_params)
+    raw["protocols"]["demo"]["overrides"] = [{"datasets": ["cub2011"], "set": {"epochs": 3}}]
+    message = _error(raw)
+    assert "protocols.demo: unknown dataset 'cub2011'; valid:" in message and "cub200" in message

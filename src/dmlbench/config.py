@@ -481,7 +481,7 @@ def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
         raise ConfigError(
             f"{source}: protocol: {top.protocol!r} is not a key of protocols; valid: {_join(top.protocols)}"
         )
-    _check_protocol_grid(top, source, BACKBONES)
+    _check_protocol_grid(top, source, BACKBONES, DATASETS)
     return Params(
         datasets=_validate_section(top.datasets, "datasets", "dataset", DATASETS, source),
         backbones=_validate_section(top.backbones, "backbones", "backbone", BACKBONES, source),
@@ -496,8 +496,10 @@ def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
     )
 
 
-def _check_protocol_grid(top: _RawParams, source: str, backbones: Mapping[str, Any]) -> None:
-    """The active protocol's fixed trunk/dims must match the grid; overrides name real backbones."""
+def _check_protocol_grid(
+    top: _RawParams, source: str, backbones: Mapping[str, Any], datasets: Mapping[str, Any]
+) -> None:
+    """The active protocol's fixed trunk/dims must match the grid; overrides name real backbones/datasets."""
     protocol = top.protocols[top.protocol]
     for key, allowed in (("backbones", protocol.backbones), ("dims", protocol.dims)):
         extra = [v for v in getattr(top, key) if allowed is not None and v not in allowed]
@@ -511,6 +513,9 @@ def _check_protocol_grid(top: _RawParams, source: str, backbones: Mapping[str, A
         unknown = [b for b in names if b not in backbones]
         if unknown:
             raise ConfigError(f"{source}: protocols.{name}: unknown backbone {unknown[0]!r}; valid: {_join(backbones)}")
+        unknown = [d for o in other.overrides for d in (o.datasets or []) if d not in datasets]
+        if unknown:
+            raise ConfigError(f"{source}: protocols.{name}: unknown dataset {unknown[0]!r}; valid: {_join(datasets)}")
 
 
 def _validate_section(
