@@ -204,19 +204,28 @@ def _rank_torch(
             if self_index is not None:
                 sims[rows, torch.from_numpy(self_index[start:stop]).to(device)] = -torch.inf
             labels = torch.from_numpy(query_labels[start:stop]).to(device)
-            # Rank of the nearest same-class reference = different-class references with sim >= its sim.
-            pos = torch.from_numpy(positives[start:stop]).to(device)
-            pos_sims = sims.gather(1, pos.clamp(min=0)).masked_fill_(pos < 0, -torch.inf)
-            best = pos_sims.max(dim=1).values
-            tied_positives = (pos_sims == best[:, None]).sum(dim=1, dtype=torch.int64)
-            at_least = (sims >= best[:, None]).sum(dim=1, dtype=torch.int64)
-            first_out[start:stop] = (at_least - tied_positives).clamp(max=first_limit).cpu().numpy()
             values, indices = torch.topk(sims, search_k, dim=1)
             hits = (ref_labels[indices] == labels[:, None]).cpu().numpy()
             ordered, ties = _canonical_hits(values.cpu().numpy(), hits, k)
             for row in np.flatnonzero(ties):
                 relevant = (ref_labels == labels[row]).cpu().numpy()
                 ordered[row] = _exact_row(sims[row].cpu().numpy(), relevant, k)
+            hits_out[start:stop] = ordered
+            # Rank of the nearest same-class reference: its place in the list if it is there,
+            # else the number of different-class references with similarity >= its similarity.
+            found = ordered.any(axis=1)
+            first = np.where(found, ordered.argmax(axis=1), k)
+            need = np.flatnonzero(~found) if first_limit > k else np.empty(0, dtype=np.int64)
+            if len(need):
+                take = torch.from_numpy(need).to(device)
+                rest = sims if len(need) == len(found) else sims.index_select(0, take)
+                pos = torch.from_numpy(positives[start:stop][need]).to(device)
+                pos_sims = rest.gather(1, pos.clamp(min=0)).masked_fill_(pos < 0, -torch.inf)
+                best = pos_sims.max(dim=1).values
+                tied_positives = (pos_sims == best[:, None]).sum(dim=1, dtype=torch.int32)
+                at_least = (rest >= best[:, None]).sum(dim=1, dtype=torch.int32)
+                first[need] = (at_least - tied_positives).cpu().numpy()
+            first_out[start:stop] = np.minimum(first, first_limit)
             hits_out[start:stop] = ordered
             if progress:
                 progress(stop - start)
