@@ -81,14 +81,25 @@ def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(projec
     assert set(combos) == {
         "artifacts/metrics/glyphs/tiny_cnn/contrastive/32",
         "artifacts/metrics/glyphs/tiny_cnn/proxy_anchor/32",
+        "artifacts/metrics/glyphs/tiny_cnn/pretrained",  # the untrained-trunk baseline row
     }
-    for data in combos.values():
-        assert data["n_runs"] == 2
+    for name, data in combos.items():
+        assert data["n_runs"] == (1 if name.endswith("pretrained") else 2)
         mean = data["test"]["map_at_r"]["mean"]
         assert 0 < mean <= 1 and data["test"]["map_at_r"]["low"] <= mean <= data["test"]["map_at_r"]["high"]
+    assert (
+        combos["artifacts/metrics/glyphs/tiny_cnn/pretrained"]["test"]["map_at_r"]["interval"] == "bootstrap-percentile"
+    )
 
-    runs = _mlflow_runs(env)
-    assert len(runs) == 4 and set(runs["status"]) == {"FINISHED"}
+    all_runs = _mlflow_runs(env)
+    summaries = all_runs[all_runs["tags.kind"] == "summary"]  # one per grid cell and baseline
+    assert set(summaries["tags.combo_key"]) == {
+        "glyphs-tiny_cnn-contrastive-32",
+        "glyphs-tiny_cnn-proxy_anchor-32",
+        "glyphs-tiny_cnn-pretrained",
+    }
+    runs = all_runs[all_runs["tags.kind"] == "train"]
+    assert len(runs) == 4 and set(all_runs["status"]) == {"FINISHED"}
     assert set(runs["tags.dvc_stage"]) == {
         f"train@glyphs-tiny_cnn-{loss}-32-{seed}" for loss in ("contrastive", "proxy_anchor") for seed in (0, 1)
     }
@@ -102,7 +113,7 @@ def test_second_repro_is_a_no_op(project):
     again = _run([sys.executable, "-m", "dvc", "repro"], root, env)
     assert "Running stage" not in again.stdout
     assert "Data and pipelines are up to date" in again.stdout
-    assert len(_mlflow_runs(env)) == 4
+    assert len(_mlflow_runs(env)) == 4 + 3  # training runs + summary runs
 
 
 def test_one_loss_hyperparameter_reruns_only_that_loss(project):
