@@ -101,8 +101,13 @@ def test_faiss_gpu_path_is_used_when_faiss_sees_gpus(monkeypatch):
     assert len(moved) == 1
 
 
-def test_auto_backend_without_faiss_gpus_uses_torch():
+def test_auto_backend_choice(monkeypatch):
+    assert resolve_backend("auto", "cpu") == ("faiss", "cpu")  # faiss-cpu: faster here at SOP scale
+    assert resolve_backend("auto", "cuda") == ("torch", "cuda")  # a GPU but faiss-cpu: torch on CUDA
+    monkeypatch.setattr(knn_module, "faiss_available", lambda: False)
     assert resolve_backend("auto", "cpu") == ("torch", "cpu")
+    with pytest.raises(ValueError, match="needs the faiss package"):
+        resolve_backend("faiss", "cpu")
     with pytest.raises(ValueError, match="backend must be one of"):
         resolve_backend("annoy", "cpu")
 

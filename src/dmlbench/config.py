@@ -155,7 +155,7 @@ class EvaluateConfig(StrictModel):
     ``clustering``) for one dataset, e.g. ``sop: {recall_at: [1, 10, 100, 1000]}``.
     ``clustering``: also NMI/AMI from k-means (``kmeans_niter`` iterations, k = classes).
     ``confidence``: of the t-interval over seeds and of the per-query bootstrap interval.
-    ``backend``: neighbour search (``auto``: faiss on its GPUs, else torch on CUDA/CPU).
+    ``backend``: neighbour search (``auto``: faiss on GPUs, torch on CUDA, else faiss on the CPU).
     """
 
     recall_at: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4, 8], min_length=1)

@@ -54,8 +54,8 @@ def faiss_gpus() -> int:
 
 
 def resolve_backend(backend: str = "auto", device: str | None = None) -> tuple[str, str]:
-    """``(backend, torch device)`` to use. ``auto``: faiss on its GPUs if it has any, else torch on
-    CUDA if available, else torch on CPU (faster than faiss-cpu's BLAS here: see benchmarks/)."""
+    """``(backend, torch device)`` to use. ``auto``: faiss if it has GPUs; else torch on CUDA if
+    available; else faiss on the CPU (measured faster than torch at SOP scale), else torch."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     import torch
@@ -63,7 +63,8 @@ def resolve_backend(backend: str = "auto", device: str | None = None) -> tuple[s
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if backend == "auto":
-        backend = "faiss" if faiss_gpus() > 0 else "torch"
+        on_gpu = faiss_gpus() > 0 or not str(device).startswith("cuda")
+        backend = "faiss" if faiss_available() and on_gpu else "torch"
     if backend == "faiss" and not faiss_available():
         raise ValueError("backend 'faiss' needs the faiss package (pip install faiss-cpu or faiss-gpu)")
     return backend, device
@@ -133,7 +134,7 @@ def _positive_index_matrix(
     candidates = np.where(inside, order[np.minimum(pos, len(order) - 1)], -1)
     if self_index is not None:
         candidates = np.where(candidates == self_index[:, None], -1, candidates)
-        # move the -1 left by removing self to the end of the row
+        # the -1 left where self was moves to the end of its row
         keep = np.argsort(candidates < 0, axis=1, kind="stable")
         candidates = np.take_along_axis(candidates, keep, axis=1)
     return np.ascontiguousarray(candidates[:, :width])
@@ -243,14 +244,38 @@ def _faiss_index(references: np.ndarray, k: int):
 
 
 def _rank_faiss(queries, query_labels, references, reference_labels, k, first_limit, self_index, chunk, progress):
+    """Two searches: the R-long list of every query, then, only for queries without a
+    same-class reference in it, the list up to the largest Recall@K (k-selection over a long
+    list is what costs most in a flat search)."""
+    m = len(queries)
+    index = _faiss_index(references, min(max(k, first_limit) + 2, len(references)))
+    hits = _faiss_lists(index, queries, query_labels, references, reference_labels, self_index, k, chunk, progress)
+    found = hits.any(axis=1)
+    first = np.where(found, hits.argmax(axis=1), k).astype(np.int64)
+    need = np.flatnonzero(~found)
+    if first_limit > k and len(need):
+        longer = _faiss_lists(
+            index,
+            queries[need],
+            query_labels[need],
+            references,
+            reference_labels,
+            None if self_index is None else self_index[need],
+            first_limit,
+            chunk,
+            None,
+        )
+        first[need] = np.where(longer.any(axis=1), longer.argmax(axis=1), first_limit)
+    return Ranking(hits, np.minimum(first, first_limit), first_limit)
+
+
+def _faiss_lists(index, queries, query_labels, references, reference_labels, self_index, length, chunk, progress):
+    """Relevance of the ``length`` nearest references of each query, pessimistic ties."""
     m, n = len(queries), len(references)
-    length = max(k, first_limit)  # list long enough for MAP@R and every Recall@K
     extra = 1 if self_index is not None else 0
     search_k = min(length + 1 + extra, n)  # +1: detect ties at the end of the list; +1: self
-    index = _faiss_index(references, search_k)
     chunk = chunk or max(1, min(8192, (1 << 27) // (12 * search_k)))
-    hits_out = np.empty((m, k), dtype=bool)
-    first_out = np.empty(m, dtype=np.int64)
+    out = np.empty((m, length), dtype=bool)
     for start in range(0, m, chunk):
         stop = min(start + chunk, m)
         values, indices = index.search(queries[start:stop], search_k)
@@ -266,12 +291,10 @@ def _rank_faiss(queries, query_labels, references, reference_labels, k, first_li
             if self_index is not None:
                 sims[self_index[start + row]] = -np.inf
             ordered[row] = _exact_row(sims, reference_labels == query_labels[start + row], length)
-        found = ordered.any(axis=1)
-        first_out[start:stop] = np.where(found, ordered.argmax(axis=1), length).clip(max=first_limit)
-        hits_out[start:stop] = ordered[:, :k]
+        out[start:stop] = ordered
         if progress:
             progress(stop - start)
-    return Ranking(hits_out, first_out, first_limit)
+    return out
 
 
 def knn(
