@@ -247,7 +247,6 @@ def _rank_faiss(queries, query_labels, references, reference_labels, k, first_li
     """Two searches: the R-long list of every query, then, only for queries without a
     same-class reference in it, the list up to the largest Recall@K (k-selection over a long
     list is what costs most in a flat search)."""
-    m = len(queries)
     index = _faiss_index(references, min(max(k, first_limit) + 2, len(references)))
     hits = _faiss_lists(index, queries, query_labels, references, reference_labels, self_index, k, chunk, progress)
     found = hits.any(axis=1)
