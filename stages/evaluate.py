@@ -1,4 +1,4 @@
-"""DVC stage evaluate@<dataset>-<backbone>-<loss>-<dim>: retrieval metrics per seed, mean and 95% CI."""
+"""DVC stage evaluate@<dataset>-<backbone>-<loss>-<dim>: exact metrics per seed, mean and 95% CI (t over seeds)."""
 
 from dmlbench.cli import combo_spec, main, run_parser
 from dmlbench.evaluate.stage import evaluate_stage

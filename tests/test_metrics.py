@@ -6,16 +6,18 @@ import numpy as np
 import pytest
 import torch
 
-from dmlbench.evaluate.intervals import t_interval
-from dmlbench.evaluate.knn import knn
-from dmlbench.evaluate.metrics import per_query_metrics, retrieval_metrics
+from dmlbench.evaluate.clustering import clustering_metrics
+from dmlbench.evaluate.knn import normalize_rows
+from dmlbench.evaluate.metrics import per_query_metrics, query_gallery_metrics, retrieval_metrics
+
+BACKENDS = ["faiss", "torch"]
 
 
-def _ranked_case(correct_ranks: list[int], n_results: int = 10):
-    """One query (row 0) whose i-th nearest reference is of its class iff i in correct_ranks.
+def _ranked_case(correct_ranks: list[int]):
+    """One query whose i-th nearest reference is of its class iff i in correct_ranks.
 
-    R = 10 same-class references in total (those not among the top results come last), as in
-    the Reality Check's table of examples.
+    R = 10 same-class references in total (those not among the top 10 come last), as in the
+    Reality Check's table of examples ("10 results, of which ...").
     """
     n_refs = 30
     angles = np.linspace(0.01, 1.5, n_refs)  # reference i is the (i+1)-th nearest to angle 0
@@ -28,28 +30,45 @@ def _ranked_case(correct_ranks: list[int], n_results: int = 10):
     return np.array([[1.0, 0.0]]), np.array([0]), refs, labels
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     ("correct_ranks", "rp", "map_r"),
     [([1], 0.10, 0.10), ([1, 10], 0.20, 0.12), ([1, 2], 0.20, 0.20), (list(range(1, 11)), 1.0, 1.0)],
 )
-def test_reality_check_worked_examples(correct_ranks, rp, map_r):
+def test_reality_check_worked_examples(correct_ranks, rp, map_r, backend):
     query, q_labels, refs, r_labels = _ranked_case(correct_ranks)
-    metrics = retrieval_metrics(query, q_labels, refs, r_labels)
+    metrics = retrieval_metrics(query, q_labels, refs, r_labels, backend=backend)
     assert metrics["precision_at_1"] == 1.0 and metrics["recall_at_1"] == 1.0
     assert metrics["r_precision"] == pytest.approx(rp)
     assert metrics["map_at_r"] == pytest.approx(map_r)
 
 
-def _brute_force(embeddings: np.ndarray, labels: np.ndarray, ks=(1, 2, 4, 8)) -> dict[str, float]:
-    """Independent definition-by-definition implementation with a full similarity matrix."""
-    x = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
-    sims = x @ x.T
-    np.fill_diagonal(sims, -np.inf)
+def _brute_force(
+    queries: np.ndarray,
+    q_labels: np.ndarray,
+    refs: np.ndarray | None = None,
+    r_labels: np.ndarray | None = None,
+    ks=(1, 2, 4, 8),
+) -> dict[str, float]:
+    """Definition-by-definition implementation on the full similarity matrix (float64).
+
+    Each row is fully sorted by similarity descending, different-class references first among
+    exact ties (the documented pessimistic rule); self excluded when refs is None.
+    """
+    same = refs is None
+    q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    x = q if same else refs / np.linalg.norm(refs, axis=1, keepdims=True)
+    ref_labels = q_labels if same else r_labels
+    sims = q.astype(np.float64) @ x.astype(np.float64).T
     scores = {name: [] for name in ["precision_at_1", "r_precision", "map_at_r", *[f"recall_at_{k}" for k in ks]]}
-    for i in range(len(x)):
-        order = np.argsort(-sims[i], kind="stable")[:-1]
-        rel = labels[order] == labels[i]
-        r = int((labels == labels[i]).sum()) - 1
+    for i in range(len(q)):
+        candidates = np.arange(len(x))
+        if same:
+            candidates = candidates[candidates != i]
+        rel_all = ref_labels[candidates] == q_labels[i]
+        order = np.lexsort((rel_all, -sims[i, candidates]))
+        rel = rel_all[order]
+        r = int(rel.sum())
         if r == 0:
             continue
         scores["precision_at_1"].append(rel[0])
@@ -69,47 +88,119 @@ def _random_case(seed: int, n: int = 600, dim: int = 16, classes: int = 60):
     return embeddings.astype(np.float32), labels
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("backend", ["faiss", "torch"])
-def test_matches_brute_force(seed, backend):
-    embeddings, labels = _random_case(seed)
-    ours = retrieval_metrics(embeddings, labels, backend=backend)
-    expected = _brute_force(embeddings, labels)
+def _assert_same(ours: dict, expected: dict, tol: float = 1e-9) -> None:
     assert ours.keys() == expected.keys()
     for name in expected:
-        assert ours[name] == pytest.approx(expected[name], abs=1e-9), name
+        assert ours[name] == pytest.approx(expected[name], abs=tol), name
 
 
-def test_matches_pml_accuracy_calculator():
-    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_matches_brute_force(seed, backend):
+    embeddings, labels = _random_case(seed)
+    ks = (1, 2, 4, 8, 16, 100, 599, 1000)  # up to the whole reference set and beyond
+    ours = retrieval_metrics(embeddings, labels, recall_ks=ks, backend=backend)
+    _assert_same(ours, _brute_force(embeddings, labels, ks=ks))
+    assert ours["recall_at_599"] == ours["recall_at_1000"] == 1.0  # K >= references: the whole set
+    assert all(isinstance(v, float) and 0 <= v <= 1 for v in ours.values())
 
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_query_gallery_matches_brute_force(backend):
+    gallery, gallery_labels = _random_case(4, n=500)
+    queries, query_labels = _random_case(4, n=150)  # same class centres, different noise
+    query_labels = query_labels.copy()
+    query_labels[:5] = 999  # no gallery image of this class: left out
+    ours = query_gallery_metrics(queries, query_labels, gallery, gallery_labels, recall_ks=(1, 10, 20), backend=backend)
+    _assert_same(ours, _brute_force(queries, query_labels, gallery, gallery_labels, ks=(1, 10, 20)))
+    assert len(per_query_metrics(queries, query_labels, gallery, gallery_labels)["r"]) == 145
+
+
+class _RecallCalculator:
+    """PML's AccuracyCalculator plus Recall@K (as the reference notes verify for PML 2.9)."""
+
+    def __new__(cls, ks, **kwargs):
+        from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+
+        def make(k):
+            def calculate(self, knn_labels, query_labels, not_lone_query_mask, **kw):
+                hit = (knn_labels[:, :k] == query_labels[:, None]).any(1)[not_lone_query_mask]
+                return hit.double().mean().item()
+
+            return calculate
+
+        methods = {f"calculate_recall_at_{k}": make(k) for k in ks}
+        methods["requires_knn"] = lambda self: AccuracyCalculator.requires_knn(self) + [f"recall_at_{k}" for k in ks]
+        return type("RecallCalculator", (AccuracyCalculator,), methods)(**kwargs)
+
+
+PML_NAMES = {
+    "precision_at_1": "precision_at_1",
+    "r_precision": "r_precision",
+    "map_at_r": "mean_average_precision_at_r",
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_matches_pml_accuracy_calculator(backend):
+    ks = (1, 2, 4, 8, 32)
     embeddings, labels = _random_case(3, n=800)
-    ours = retrieval_metrics(embeddings, labels)
-    normalized = torch.nn.functional.normalize(torch.from_numpy(embeddings), dim=1)
-    calculator = AccuracyCalculator(
-        include=("precision_at_1", "r_precision", "mean_average_precision_at_r"),
-        k="max_bin_count",
+    embeddings[:3] = embeddings[3]  # exact duplicates inside one class...
+    labels[:4] = labels[4]
+    labels[10] = 1000  # ... and a lone query
+    ours = retrieval_metrics(embeddings, labels, recall_ks=ks, backend=backend)
+    ours.update(clustering_metrics(embeddings, labels))
+    normalized = torch.from_numpy(normalize_rows(embeddings))
+    calculator = _RecallCalculator(
+        ks,
+        include=(*PML_NAMES.values(), "NMI", "AMI", *[f"recall_at_{k}" for k in ks]),
+        k=max(ks),
         device=torch.device("cpu"),
     )
     pml = calculator.get_accuracy(normalized, torch.from_numpy(labels))
-    assert ours["precision_at_1"] == pytest.approx(pml["precision_at_1"], abs=1e-6)
-    assert ours["r_precision"] == pytest.approx(pml["r_precision"], abs=1e-6)
-    assert ours["map_at_r"] == pytest.approx(pml["mean_average_precision_at_r"], abs=1e-6)
+    for ours_name, pml_name in {
+        **PML_NAMES,
+        "nmi": "NMI",
+        "ami": "AMI",
+        **{f"recall_at_{k}": f"recall_at_{k}" for k in ks},
+    }.items():
+        assert ours[ours_name] == pytest.approx(pml[pml_name], abs=1e-9), ours_name
 
 
-def test_query_gallery_mode_and_lone_queries():
-    rng = np.random.default_rng(0)
-    gallery = rng.normal(size=(50, 8)).astype(np.float32)
-    gallery_labels = np.repeat(np.arange(10), 5)
-    queries = gallery[::5] + 0.01 * rng.normal(size=(10, 8)).astype(np.float32)
-    query_labels = np.arange(10)
-    with_lone = np.concatenate([query_labels, [99]])  # class 99 has no gallery image: left out
-    queries_with_lone = np.concatenate([queries, rng.normal(size=(1, 8)).astype(np.float32)])
-    values = per_query_metrics(queries_with_lone, with_lone, gallery, gallery_labels)
-    assert len(values["r"]) == 10 and set(values["r"]) == {5}
-    assert values["precision_at_1"].mean() == 1.0  # each query is a near-copy of a gallery image
-    # Self rows are not excluded in query/gallery mode: a gallery image identical to the query counts.
-    assert retrieval_metrics(gallery, gallery_labels, gallery, gallery_labels)["precision_at_1"] == 1.0
+def test_query_gallery_matches_pml_without_self_exclusion():
+    gallery, gallery_labels = _random_case(5, n=400)
+    queries, query_labels = _random_case(5, n=120)
+    calculator = _RecallCalculator((1, 10), include=(*PML_NAMES.values(), "recall_at_1", "recall_at_10"), k=40)
+    pml = calculator.get_accuracy(
+        torch.from_numpy(normalize_rows(queries)),
+        torch.from_numpy(query_labels),
+        torch.from_numpy(normalize_rows(gallery)),
+        torch.from_numpy(gallery_labels),
+        ref_includes_query=False,
+    )
+    ours = query_gallery_metrics(queries, query_labels, gallery, gallery_labels, recall_ks=(1, 10))
+    for ours_name, pml_name in {**PML_NAMES, "recall_at_1": "recall_at_1", "recall_at_10": "recall_at_10"}.items():
+        assert ours[ours_name] == pytest.approx(pml[pml_name], abs=1e-9), ours_name
+    # The same image in query and gallery is found at rank 1 (nothing excluded in this mode).
+    assert query_gallery_metrics(gallery, gallery_labels, gallery, gallery_labels)["precision_at_1"] == 1.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ties_are_broken_against_the_query(backend):
+    # Collapsed embedding: every similarity ties, so nothing may be credited (not even by row order).
+    labels = np.repeat(np.arange(4), 5)
+    collapsed = np.ones((20, 8), dtype=np.float32)
+    metrics = retrieval_metrics(collapsed, labels, recall_ks=(1, 15, 16), backend=backend)
+    assert metrics["precision_at_1"] == metrics["r_precision"] == metrics["map_at_r"] == 0.0
+    assert metrics["recall_at_15"] == 0.0 and metrics["recall_at_16"] == 1.0  # 15 other-class items rank first
+    # Two groups of exact duplicates, across classes, around the boundary of the R list.
+    rng = np.random.default_rng(1)
+    embeddings = rng.normal(size=(60, 6)).astype(np.float32)
+    labels = rng.integers(0, 6, size=60)
+    embeddings[10:20] = embeddings[10]
+    embeddings[30:36] = embeddings[30]
+    ours = retrieval_metrics(embeddings, labels, recall_ks=(1, 3, 9, 30), backend=backend)
+    _assert_same(ours, _brute_force(embeddings, labels, ks=(1, 3, 9, 30)))
 
 
 def test_classes_of_size_one_are_left_out_and_k_is_never_capped():
@@ -120,26 +211,47 @@ def test_classes_of_size_one_are_left_out_and_k_is_never_capped():
     )
     values = per_query_metrics(embeddings, labels)  # needs all 39 neighbours, far beyond max(recall_ks) = 8
     assert len(values["r"]) == 40 and set(values["r"]) == {39}
+    assert list(values["query_index"]) == list(range(40))
     assert np.allclose(values["r_precision"], 1.0) and np.allclose(values["map_at_r"], 1.0)
     with pytest.raises(ValueError, match="no query has a same-class reference"):
         retrieval_metrics(embeddings[40:], labels[40:])
 
 
-def test_self_exclusion_with_exact_duplicates():
-    embeddings = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
-    neighbours = knn(embeddings, embeddings, 2, exclude_self=True)
-    for row, found in enumerate(neighbours):
-        assert row not in found and len(found) == 2
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_largest_class_is_almost_everything(backend):
+    # k = R = n - 2 for the big class: the ranked list covers nearly every reference.
+    rng = np.random.default_rng(7)
+    labels = np.array([0] * 30 + [1, 1])
+    embeddings = rng.normal(size=(32, 5)).astype(np.float32)
+    ours = retrieval_metrics(embeddings, labels, recall_ks=(1, 30, 31), backend=backend)
+    _assert_same(ours, _brute_force(embeddings, labels, ks=(1, 30, 31)))
 
 
-def test_tensor_inputs_and_t_interval():
+def test_tensor_and_string_label_inputs():
     embeddings, labels = _random_case(2, n=200)
-    from_tensor = retrieval_metrics(torch.from_numpy(embeddings), torch.from_numpy(labels))
-    assert from_tensor == retrieval_metrics(embeddings, labels)
-    interval = t_interval([0.60, 0.62, 0.64], 0.95)
-    # mean 0.62, sd 0.02, sem 0.02/sqrt(3), t_{0.975, 2} = 4.302653
-    assert interval.mean == pytest.approx(0.62)
-    assert interval.half_width == pytest.approx(4.302653 * 0.02 / np.sqrt(3), rel=1e-5)
-    assert interval.n == 3
-    single = t_interval([0.5])
-    assert single.n == 1 and np.isnan(single.low)
+    expected = retrieval_metrics(embeddings, labels)
+    assert retrieval_metrics(torch.from_numpy(embeddings), torch.from_numpy(labels)) == expected
+    assert retrieval_metrics(embeddings, np.array([f"class{c}" for c in labels])) == expected
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(query_embeddings=np.zeros((3, 2)), query_labels=[0, 1]), "labels have shape"),
+        (dict(query_embeddings=np.full((2, 2), np.nan), query_labels=[0, 0]), "NaN or infinite"),
+        (dict(query_embeddings=np.ones((2, 2)), query_labels=[0, 0], recall_ks=(0,)), "positive integers"),
+        (dict(query_embeddings=np.ones((2, 2)), query_labels=[0, 0], reference_embeddings=np.ones((2, 2))), "both"),
+        (
+            dict(
+                query_embeddings=np.ones((2, 2)),
+                query_labels=[0, 0],
+                reference_embeddings=np.ones((2, 3)),
+                reference_labels=[0, 0],
+            ),
+            "dim",
+        ),
+    ],
+)
+def test_bad_input_is_rejected_in_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        retrieval_metrics(**kwargs)

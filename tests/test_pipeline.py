@@ -61,11 +61,14 @@ def project(tmp_path_factory, default_raw_params):
     return root, env, first
 
 
-def _mlflow_runs(env, kind="train"):
+def _mlflow_runs(env, kind: str | None = "train"):
+    """Active MLflow runs, of one ``kind`` tag (train, summary, report) or all (None)."""
     import mlflow
 
     mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
-    return mlflow.search_runs(search_all_experiments=True, filter_string=f"tags.kind = '{kind}'")
+    return mlflow.search_runs(
+        search_all_experiments=True, filter_string=f"tags.kind = '{kind}'" if kind else ""
+    )
 
 
 def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(project):
@@ -81,14 +84,25 @@ def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(projec
     assert set(combos) == {
         "artifacts/metrics/glyphs/tiny_cnn/contrastive/32",
         "artifacts/metrics/glyphs/tiny_cnn/proxy_anchor/32",
+        "artifacts/metrics/glyphs/tiny_cnn/pretrained",  # the untrained-trunk baseline row
     }
-    for data in combos.values():
-        assert data["n_runs"] == 2
+    for name, data in combos.items():
+        assert data["n_runs"] == (1 if name.endswith("pretrained") else 2)
         mean = data["test"]["map_at_r"]["mean"]
         assert 0 < mean <= 1 and data["test"]["map_at_r"]["low"] <= mean <= data["test"]["map_at_r"]["high"]
+    assert (
+        combos["artifacts/metrics/glyphs/tiny_cnn/pretrained"]["test"]["map_at_r"]["interval"] == "bootstrap-percentile"
+    )
 
-    runs = _mlflow_runs(env)
-    assert len(runs) == 4 and set(runs["status"]) == {"FINISHED"}
+    all_runs = _mlflow_runs(env, kind=None)
+    summaries = all_runs[all_runs["tags.kind"] == "summary"]  # one per grid cell and baseline
+    assert set(summaries["tags.combo_key"]) == {
+        "glyphs-tiny_cnn-contrastive-32",
+        "glyphs-tiny_cnn-proxy_anchor-32",
+        "glyphs-tiny_cnn-pretrained",
+    }
+    runs = all_runs[all_runs["tags.kind"] == "train"]
+    assert len(runs) == 4 and set(all_runs["status"]) == {"FINISHED"}
     assert set(runs["tags.dvc_stage"]) == {
         f"train@glyphs-tiny_cnn-{loss}-32-{seed}" for loss in ("contrastive", "proxy_anchor") for seed in (0, 1)
     }
@@ -104,7 +118,9 @@ def test_second_repro_is_a_no_op(project):
     again = _run([sys.executable, "-m", "dvc", "repro"], root, env)
     assert "Running stage" not in again.stdout
     assert "Data and pipelines are up to date" in again.stdout
-    assert len(_mlflow_runs(env)) == 4 and len(_mlflow_runs(env, kind="report")) == 1
+    # no new run of any kind: 4 training runs, 3 summaries (2 grid cells + the pretrained baseline), 1 report
+    assert len(_mlflow_runs(env)) == 4
+    assert len(_mlflow_runs(env, kind="summary")) == 3 and len(_mlflow_runs(env, kind="report")) == 1
 
 
 def test_one_loss_hyperparameter_reruns_only_that_loss(project):

@@ -34,6 +34,7 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -230,11 +231,64 @@ def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, An
 # --------------------------------------------------------------------------- other sections
 
 
+def _distinct_sorted(values: list[int] | None, key: str) -> list[int] | None:
+    if values is not None and len(set(values)) != len(values):
+        raise ValueError(f"{key} has repeated values: {values}")
+    return None if values is None else sorted(values)
+
+
+class DatasetEvaluateConfig(StrictModel):
+    """Per-dataset overrides of ``evaluate`` (unset keys fall back to the section's values)."""
+
+    recall_at: list[PositiveInt] | None = Field(None, min_length=1)
+    clustering: bool | None = None
+
+    @field_validator("recall_at")
+    @classmethod
+    def _recall_at(cls, values: list[int] | None) -> list[int] | None:
+        return _distinct_sorted(values, "recall_at")
+
+
+class BootstrapConfig(StrictModel):
+    """Per-query bootstrap interval of one run: ``resamples`` resamples of the test queries,
+    ``method`` as in ``scipy.stats.bootstrap`` (BCa costs O(queries^2)), seeded."""
+
+    resamples: int = Field(1000, ge=100, le=100_000)
+    method: Literal["percentile", "basic", "BCa"] = "percentile"
+    seed: NonNegativeInt = 0
+
+
 class EvaluateConfig(StrictModel):
-    """Retrieval metrics on the test classes. ``confidence`` of the t-interval over seeds."""
+    """Test-set evaluation (``dmlbench.evaluate``).
+
+    ``recall_at``: the K of Recall@K; ``per_dataset.<name>`` overrides it (and
+    ``clustering``) for one dataset, e.g. ``sop: {recall_at: [1, 10, 100, 1000]}``.
+    ``clustering``: also NMI/AMI from k-means (``kmeans_niter`` iterations, k = classes).
+    ``confidence``: of the t-interval over seeds and of the per-query bootstrap interval.
+    ``backend``: neighbour search (``auto``: faiss on GPUs, torch on CUDA, else faiss on the CPU).
+    """
 
     recall_at: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4, 8], min_length=1)
+    per_dataset: dict[str, DatasetEvaluateConfig] = Field(default_factory=dict)
+    clustering: bool = True
+    kmeans_niter: PositiveInt = 20
     confidence: float = Field(0.95, gt=0, lt=1)
+    bootstrap: BootstrapConfig = BootstrapConfig()
+    backend: Literal["auto", "faiss", "torch"] = "auto"
+
+    @field_validator("recall_at")
+    @classmethod
+    def _recall_at(cls, values: list[int]) -> list[int]:
+        return _distinct_sorted(values, "recall_at")
+
+    def recall_ks(self, dataset: str) -> tuple[int, ...]:
+        """The K of Recall@K for ``dataset`` (its override, else ``recall_at``), ascending."""
+        override = self.per_dataset.get(dataset)
+        return tuple(override.recall_at if override and override.recall_at else self.recall_at)
+
+    def clustering_for(self, dataset: str) -> bool:
+        override = self.per_dataset.get(dataset)
+        return self.clustering if override is None or override.clustering is None else override.clustering
 
 
 class GalleryConfig(StrictModel):
@@ -477,6 +531,11 @@ def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
     except ValidationError as exc:
         raise ConfigError(_one_line(exc, source, prefix="", model=_RawParams)) from None
 
+    unknown = sorted(set(top.evaluate.per_dataset) - set(DATASETS))
+    if unknown:
+        raise ConfigError(
+            f"{source}: evaluate.per_dataset.{unknown[0]}: unknown dataset {unknown[0]!r}; valid: {_join(DATASETS)}"
+        )
     if top.protocol not in top.protocols:
         raise ConfigError(
             f"{source}: protocol: {top.protocol!r} is not a key of protocols; valid: {_join(top.protocols)}"

@@ -7,6 +7,8 @@ artifacts/checkpoints/<...>/seed<k>/           train: resumable per-epoch checkp
 artifacts/embeddings/<...>/seed<k>/            embed: test/val embeddings + labels
 artifacts/evaluation/<ds>/<bb>/<loss>/<dim>/   evaluate: per-run metrics and per-query values
 artifacts/metrics/<ds>/<bb>/<loss>/<dim>.json  evaluate: mean and 95% CI over seeds (dvc metrics)
+artifacts/{embeddings,evaluation}/<ds>/<bb>/pretrained/, artifacts/metrics/<ds>/<bb>/pretrained.json
+                                               embed_pretrained/evaluate_pretrained: untrained baseline
 reports/                                       report: report.md and its figures
 data/                                          archive drop-box tracked by data.dvc (no stage dep)
 """
@@ -54,3 +56,24 @@ def evaluation_dir(combo: Combo) -> Path:
 
 def metrics_file(combo: Combo) -> Path:
     return ARTIFACTS / "metrics" / combo.relpath.with_suffix(".json")
+
+
+PRETRAINED = "pretrained"  # the untrained-trunk baseline's place in the loss level of the layout
+
+
+def pretrained_key(dataset: str, backbone: str) -> str:
+    """DVC matrix suffix of the baseline stages, e.g. ``glyphs-tiny_cnn``."""
+    return f"{dataset}-{backbone}"
+
+
+def pretrained_embedding_dir(dataset: str, backbone: str) -> Path:
+    """artifacts/embeddings/<ds>/<bb>/pretrained/: pooled trunk features before any training."""
+    return ARTIFACTS / "embeddings" / dataset / backbone / PRETRAINED
+
+
+def pretrained_evaluation_dir(dataset: str, backbone: str) -> Path:
+    return ARTIFACTS / "evaluation" / dataset / backbone / PRETRAINED
+
+
+def pretrained_metrics_file(dataset: str, backbone: str) -> Path:
+    return ARTIFACTS / "metrics" / dataset / backbone / f"{PRETRAINED}.json"

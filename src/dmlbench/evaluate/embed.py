@@ -1,11 +1,36 @@
-"""Embeddings of a split with the evaluation transform (resize + centre crop), in batches."""
+"""Embeddings with the evaluation transform, and the ``embed@<run>`` / ``embed_pretrained@<ds>-<bb>`` stages.
+
+Evaluation transform: resize to ``eval_resize`` and centre crop ``crop_size`` (the Reality
+Check's Resize(256) -> CenterCrop(227)), model in eval mode, batches of ``eval_batch_size``.
+
+``artifacts/embeddings/<run>/embeddings.npz`` holds ``<split>_embeddings`` (float32, unit L2
+norm, rows in manifest order) and ``<split>_labels`` for every non-empty split among test, val,
+query and gallery; ``meta.json`` holds run, mlflow_run_id, model_md5, splits (row counts), dim.
+
+The "Pretrained" baseline (``embed_pretrained``): the pooled trunk features (before the
+embedding head) of the trunk as it is before training, i.e. ImageNet weights when the
+protocol says ``pretrained: true``, else its seeded random initialisation; same transform,
+same file layout under ``artifacts/embeddings/<ds>/<bb>/pretrained/``.
+"""
 
 from __future__ import annotations
+
+import hashlib
+import io
+from typing import Any
 
 import numpy as np
 import torch
 
+from dmlbench import paths
+from dmlbench.config import Params, RunSpec, config_hash
 from dmlbench.data.augment import eval_transform
+from dmlbench.errors import ConfigError, DataError
+
+EMBEDDINGS = "embeddings.npz"
+META = "meta.json"
+EMBED_SPLITS = ("test", "val", "query", "gallery")
+PRETRAINED_INIT_SEED = 0  # random initialisation of trunks without pretrained weights
 
 
 @torch.no_grad()
@@ -17,18 +42,30 @@ def compute_embeddings(
     batch_size: int = 256,
     device: torch.device | str = "cpu",
     features: bool = False,
+    sizes: np.ndarray | None = None,
+    progress: bool = False,
 ) -> np.ndarray:
     """``images``: uint8 ``N x S x S x 3`` -> float32 ``N x dim`` (model in eval mode).
 
     ``features=True`` returns the pooled trunk features instead of the head's output.
+    ``sizes`` (N x 2 valid height/width, images kept at their aspect ratio) is passed on to
+    the eval transform when given.
     """
     was_training = model.training
     model.eval()
     outputs = []
+    starts = range(0, len(images), batch_size)
+    if progress:
+        from tqdm import tqdm
+
+        starts = tqdm(starts, desc="embedding", unit="batch", leave=False)
     try:
-        for start in range(0, len(images), batch_size):
+        for start in starts:
             batch = torch.from_numpy(np.ascontiguousarray(images[start : start + batch_size])).to(device)
-            inputs = eval_transform(batch, eval_resize, crop_size)
+            if sizes is None:
+                inputs = eval_transform(batch, eval_resize, crop_size)
+            else:
+                inputs = eval_transform(batch, eval_resize, crop_size, sizes=sizes[start : start + batch_size])
             out = model.features(inputs) if features else model(inputs)
             outputs.append(out.float().cpu().numpy())
     finally:
@@ -36,3 +73,128 @@ def compute_embeddings(
     if not outputs:
         return np.zeros((0, 0), dtype=np.float32)
     return np.concatenate(outputs).astype(np.float32)
+
+
+def _default_device(device: torch.device | str | None) -> torch.device:
+    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def load_trained_model(params: Params, run: RunSpec, device: torch.device) -> tuple[torch.nn.Module, dict]:
+    """The selected model of ``run``; refuses weights trained under a different config."""
+    from dmlbench.models import build_model
+
+    model_path = paths.model_dir(run) / "model.pt"
+    if not model_path.exists():
+        raise DataError(f"{model_path}: missing (run the train@{run.key} stage first)")
+    saved = torch.load(model_path, map_location="cpu", weights_only=False)
+    if saved["config_hash"] != config_hash(params.resolved(run)):
+        raise ConfigError(f"{model_path}: trained with other params than params.yaml now has; re-run train@{run.key}")
+    protocol = params.protocol
+    model = build_model(
+        run.backbone, params.backbones[run.backbone], run.dim, pooling=protocol.pooling, frozen_bn=protocol.frozen_bn
+    )
+    model.load_state_dict(saved["state_dict"])
+    return model.to(device).eval(), saved
+
+
+def embed_splits(
+    params: Params, dataset: str, model: torch.nn.Module, device: torch.device, features: bool = False
+) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Unit-norm embeddings and labels of every non-empty evaluation split of ``dataset``."""
+    from dmlbench.data.cache import PreparedDataset
+    from dmlbench.evaluate.knn import normalize_rows
+
+    data = PreparedDataset.load(paths.prepared_dir(dataset))
+    augment = params.protocol.augment
+    arrays: dict[str, np.ndarray] = {}
+    counts: dict[str, int] = {}
+    for name in EMBED_SPLITS:
+        split = data.split(name)
+        if len(split) == 0:
+            continue
+        embeddings = compute_embeddings(
+            model,
+            split.images,
+            augment.eval_resize,
+            augment.crop_size,
+            params.protocol.eval_batch_size,
+            device,
+            features=features,
+            sizes=getattr(split, "sizes", None),
+            progress=True,
+        )
+        arrays[f"{name}_embeddings"] = normalize_rows(embeddings)
+        arrays[f"{name}_labels"] = split.labels
+        counts[name] = len(split)
+    if not counts:
+        raise DataError(f"{paths.prepared_dir(dataset)}: no test, val, query or gallery images to embed")
+    return arrays, counts
+
+
+def _write(directory, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    from dmlbench.io import atomic_dir, write_json
+
+    with atomic_dir(directory) as tmp:
+        np.savez(tmp / EMBEDDINGS, **arrays)
+        write_json(tmp / META, meta)
+
+
+def embed_stage(params: Params, run: RunSpec, device: torch.device | str | None = None) -> dict[str, Any]:
+    from dmlbench.io import md5_file, read_json
+
+    params.check_run(run)
+    device = _default_device(device)
+    model, _ = load_trained_model(params, run, device)
+    run_info = read_json(paths.model_dir(run) / "run.json")
+    arrays, counts = embed_splits(params, run.dataset, model, device)
+    meta = {
+        "run": run.key,
+        "mlflow_run_id": run_info["mlflow_run_id"],
+        "model_md5": md5_file(paths.model_dir(run) / "model.pt"),
+        "splits": counts,
+        "dim": run.dim,
+    }
+    _write(paths.embedding_dir(run), arrays, meta)
+    return meta
+
+
+def _state_md5(model: torch.nn.Module) -> str:
+    buffer = io.BytesIO()
+    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, buffer)
+    return hashlib.md5(buffer.getvalue()).hexdigest()
+
+
+def embed_pretrained_stage(
+    params: Params, dataset: str, backbone: str, device: torch.device | str | None = None
+) -> dict[str, Any]:
+    """Pooled trunk features of the untrained trunk (the "Pretrained" row of the tables)."""
+    from dmlbench.models import build_model
+
+    for key, value, allowed in (("datasets", dataset, params.datasets), ("backbones", backbone, params.backbones)):
+        if value not in allowed:
+            raise ConfigError(f"{key}: {value!r} is not in params.yaml; listed: {', '.join(sorted(allowed))}")
+    device = _default_device(device)
+    protocol = params.protocol
+    torch.manual_seed(PRETRAINED_INIT_SEED)
+    model = build_model(
+        backbone,
+        params.backbones[backbone],
+        dim=1,  # the head is not used: features() stops at the pooled trunk output
+        pooling=protocol.pooling,
+        pretrained=protocol.pretrained,
+        frozen_bn=protocol.frozen_bn,
+    ).to(device)
+    arrays, counts = embed_splits(params, dataset, model, device, features=True)
+    meta = {
+        "run": f"{paths.pretrained_key(dataset, backbone)}-{paths.PRETRAINED}",
+        "mlflow_run_id": None,
+        "model_md5": _state_md5(model),
+        "weights": "pretrained"
+        if protocol.pretrained
+        else f"random initialisation (torch seed {PRETRAINED_INIT_SEED})",
+        "pooling": protocol.pooling,
+        "splits": counts,
+        "dim": int(next(iter(arrays.values())).shape[1]),
+    }
+    _write(paths.pretrained_embedding_dir(dataset, backbone), arrays, meta)
+    return meta

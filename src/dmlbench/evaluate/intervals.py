@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -44,3 +44,80 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
         return Interval(mean, mean, mean, int(data.size), confidence)
     low, high = stats.t.interval(confidence, data.size - 1, loc=mean, scale=sem)
     return Interval(mean, float(low), float(high), int(data.size), confidence)
+
+
+BOOTSTRAP_METHODS = ("percentile", "basic", "BCa")
+
+
+def bootstrap_intervals(
+    values: Mapping[str, Sequence[float]],
+    confidence: float = 0.95,
+    n_resamples: int = 1000,
+    method: str = "percentile",
+    seed: int = 0,
+    max_batch_elements: int = 1 << 24,
+) -> dict[str, Interval]:
+    """Mean of each per-query metric of one run and its bootstrap interval over the queries.
+
+    ``scipy.stats.bootstrap`` resamples the queries with replacement (``n_resamples`` times,
+    ``numpy.random.default_rng(seed)``: reproducible) and recomputes every metric's mean on the
+    same resample (a paired bootstrap: the intervals of all metrics come from one set of
+    resamples). The statistic turns a resample of query indices into counts per query
+    (``bincount``) and means into one matrix product, so the cost is O(resamples x queries)
+    for all metrics together, in batches of at most ``max_batch_elements`` indices.
+    ``n`` = number of queries. BCa's jackknife costs O(queries^2): use it for small query sets.
+    A metric that is constant over the queries gets a zero-width interval.
+    """
+    from scipy import stats
+
+    if method not in BOOTSTRAP_METHODS:
+        raise ValueError(f"bootstrap method must be one of {', '.join(BOOTSTRAP_METHODS)}; got {method!r}")
+    names = list(values)
+    matrix = np.stack([np.asarray(values[name], dtype=np.float64).reshape(-1) for name in names])
+    n = matrix.shape[1]
+    if n == 0:
+        raise ValueError("bootstrap intervals need at least one query")
+    mean = matrix.mean(axis=1)
+    constant = np.all(matrix == matrix[:, :1], axis=1)
+    result = {
+        name: Interval(float(mean[i]), float(mean[i]), float(mean[i]), n, confidence) for i, name in enumerate(names)
+    }
+    varying = np.flatnonzero(~constant)
+    if n == 1 or len(varying) == 0:
+        return result
+    data_t = np.ascontiguousarray(matrix[varying].T)
+
+    def resampled_means(indices: np.ndarray, axis: int = -1) -> np.ndarray:
+        indices = np.asarray(indices)
+        flat = indices.reshape(-1, indices.shape[-1])
+        size = flat.shape[1]
+        offsets = (np.arange(len(flat)) * n)[:, None]
+        counts = np.bincount((flat + offsets).ravel(), minlength=len(flat) * n).reshape(len(flat), n)
+        out = (counts.astype(np.float64) @ data_t).T / size  # metrics x resamples
+        return out.reshape(data_t.shape[1], *indices.shape[:-1])
+
+    boot = stats.bootstrap(
+        (np.arange(n),),
+        resampled_means,
+        confidence_level=confidence,
+        n_resamples=n_resamples,
+        method=method,
+        vectorized=True,
+        batch=max(1, max_batch_elements // n),
+        rng=np.random.default_rng(seed),
+    )
+    lows, highs = np.atleast_1d(boot.confidence_interval.low), np.atleast_1d(boot.confidence_interval.high)
+    for j, i in enumerate(varying):
+        result[names[i]] = Interval(float(mean[i]), float(lows[j]), float(highs[j]), n, confidence)
+    return result
+
+
+def bootstrap_interval(
+    values: Sequence[float],
+    confidence: float = 0.95,
+    n_resamples: int = 1000,
+    method: str = "percentile",
+    seed: int = 0,
+) -> Interval:
+    """:func:`bootstrap_intervals` of a single per-query metric."""
+    return bootstrap_intervals({"metric": values}, confidence, n_resamples, method, seed)["metric"]

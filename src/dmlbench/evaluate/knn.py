@@ -1,39 +1,298 @@
-"""Exact k-nearest-neighbour search by cosine similarity, never building an n x n matrix.
+"""Exact nearest-neighbour ranking by cosine similarity, never building an n x n matrix.
 
-``faiss`` (``IndexFlatIP`` on L2-normalised vectors) is the default backend; ``torch``
-(chunked matmul + top-k) is the fallback when faiss is not installed. When the reference
-set is the query set, each query's own row is removed from its neighbours.
+Backends (the same results either way; tested):
+
+* ``faiss``: ``IndexFlatIP`` on L2-normalised vectors, queried in chunks; on a GPU index
+  (``faiss.index_cpu_to_all_gpus``) when ``faiss.get_num_gpus() > 0`` and k <= 2048, the
+  GPU k-selection limit (PML falls back to the CPU index the same way).
+* ``torch``: chunked ``query @ reference.T`` + ``topk`` on CPU or CUDA (fp32, TF32 off).
+
+Ties are broken *pessimistically*: among references with exactly equal similarity, those of a
+different class than the query rank first. So a metric never profits from ties (a collapsed
+embedding, with every similarity equal, scores 0), and the ranking depends on the similarity
+values only, not on the order of the rows or on a backend's internal order. Without ties this
+is the ordinary ranking by similarity.
+
+When the reference set is the query set, each query's own row is excluded.
 """
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
 import numpy as np
+
+BACKENDS = ("auto", "faiss", "torch")
+FAISS_GPU_MAX_K = 2048
+CHUNK_BYTES = 1 << 28  # similarity block budget: 256 MB of float32 per chunk
 
 
 def normalize_rows(x: np.ndarray) -> np.ndarray:
     """Rows scaled to unit L2 norm (zero rows stay zero), as contiguous float32."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.maximum(norms, 1e-12)
+    return np.ascontiguousarray(x / np.maximum(norms, 1e-12), dtype=np.float32)
 
 
-def _search_faiss(query: np.ndarray, reference: np.ndarray, k: int) -> np.ndarray:
+def faiss_available() -> bool:
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def faiss_gpus() -> int:
+    """Number of GPUs faiss can use (0 for faiss-cpu or without faiss)."""
+    if not faiss_available():
+        return 0
     import faiss
 
-    index = faiss.IndexFlatIP(reference.shape[1])
-    index.add(reference)
-    _, indices = index.search(query, k)
-    return indices.astype(np.int64)
+    return int(faiss.get_num_gpus()) if hasattr(faiss, "get_num_gpus") else 0
 
 
-def _search_torch(query: np.ndarray, reference: np.ndarray, k: int, chunk: int = 4096) -> np.ndarray:
+def resolve_backend(backend: str = "auto", device: str | None = None) -> tuple[str, str]:
+    """``(backend, torch device)`` to use. ``auto``: faiss if it has GPUs; else torch on CUDA if
+    available; else faiss on the CPU (measured faster than torch at SOP scale), else torch."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     import torch
 
-    ref = torch.from_numpy(reference)
-    out = np.empty((len(query), k), dtype=np.int64)
-    for start in range(0, len(query), chunk):
-        sims = torch.from_numpy(query[start : start + chunk]) @ ref.T
-        out[start : start + chunk] = torch.topk(sims, k, dim=1).indices.numpy()
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if backend == "auto":
+        on_gpu = faiss_gpus() > 0 or not str(device).startswith("cuda")
+        backend = "faiss" if faiss_available() and on_gpu else "torch"
+    if backend == "faiss" and not faiss_available():
+        raise ValueError("backend 'faiss' needs the faiss package (pip install faiss-cpu or faiss-gpu)")
+    return backend, device
+
+
+def rows_per_chunk(n_reference: int, budget_bytes: int = CHUNK_BYTES) -> int:
+    return max(1, min(1 << 16, budget_bytes // max(1, 4 * n_reference)))
+
+
+@contextlib.contextmanager
+def _full_fp32_matmul() -> Iterator[None]:
+    """Exact fp32 products on CUDA (no TF32), restored afterwards."""
+    import torch
+
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Relevance of the ``k`` nearest references of each query, best first (pessimistic ties),
+    and the exact 0-based rank of each query's nearest same-class reference when it is
+    ``< first_limit`` (else ``first_limit``)."""
+
+    hits: np.ndarray  # bool (m, k)
+    first_positive: np.ndarray  # int64 (m,)
+    first_limit: int
+
+
+def _canonical_hits(values: np.ndarray, hits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Order each row by similarity descending, different-class first among equals; keep ``k``.
+
+    Returns the hits and a mask of rows whose k-th and (k+1)-th values are equal: for those the
+    set of k items itself depends on ties outside the list, so they are recomputed exactly.
+    """
+    order = np.lexsort((hits, -values), axis=1)
+    ordered = np.take_along_axis(hits, order, axis=1)[:, :k]
+    if values.shape[1] > k:
+        boundary_tie = values[:, k - 1] == values[:, k]
+    else:
+        boundary_tie = np.zeros(len(values), dtype=bool)
+    return ordered, boundary_tie
+
+
+def _exact_row(sims: np.ndarray, relevant: np.ndarray, k: int) -> np.ndarray:
+    """Pessimistic-tie ranking of one full similarity row (self already set to -inf)."""
+    order = np.lexsort((relevant, -sims))
+    return relevant[order[:k]]
+
+
+def _positive_index_matrix(
+    query_labels: np.ndarray, reference_labels: np.ndarray, self_index: np.ndarray | None, width: int
+) -> np.ndarray:
+    """``m x width`` indices of each query's same-class references (self excluded), -1 padded."""
+    order = np.argsort(reference_labels, kind="stable")
+    sorted_labels = reference_labels[order]
+    start = np.searchsorted(sorted_labels, query_labels, side="left")
+    stop = np.searchsorted(sorted_labels, query_labels, side="right")
+    extra = 1 if self_index is not None else 0
+    cols = np.arange(width + extra)
+    pos = start[:, None] + cols[None, :]
+    inside = pos < stop[:, None]
+    candidates = np.where(inside, order[np.minimum(pos, len(order) - 1)], -1)
+    if self_index is not None:
+        candidates = np.where(candidates == self_index[:, None], -1, candidates)
+        # the -1 left where self was moves to the end of its row
+        keep = np.argsort(candidates < 0, axis=1, kind="stable")
+        candidates = np.take_along_axis(candidates, keep, axis=1)
+    return np.ascontiguousarray(candidates[:, :width])
+
+
+def rank_neighbours(
+    queries: np.ndarray,
+    query_labels: np.ndarray,
+    references: np.ndarray,
+    reference_labels: np.ndarray,
+    k: int,
+    first_limit: int,
+    self_index: np.ndarray | None = None,
+    backend: str = "auto",
+    device: str | None = None,
+    chunk_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Ranking:
+    """Exact neighbour relevance for ``queries`` (unit-norm float32) against ``references``.
+
+    ``k``: length of the ranked list (the largest R); ``first_limit``: ranks of the first
+    same-class reference are exact below it (the largest Recall@K). ``self_index``: for
+    self-retrieval, the reference row of each query, which is excluded. Every query must have
+    at least one same-class reference.
+    """
+    backend, device = resolve_backend(backend, device)
+    available = len(references) - (1 if self_index is not None else 0)
+    if not 1 <= k <= available:
+        raise ValueError(f"k must be in [1, {available}], got {k}")
+    first_limit = min(first_limit, available)
+    if backend == "torch":
+        return _rank_torch(
+            queries,
+            query_labels,
+            references,
+            reference_labels,
+            k,
+            first_limit,
+            self_index,
+            device,
+            chunk_size,
+            progress,
+        )
+    return _rank_faiss(
+        queries, query_labels, references, reference_labels, k, first_limit, self_index, chunk_size, progress
+    )
+
+
+def _rank_torch(
+    queries, query_labels, references, reference_labels, k, first_limit, self_index, device, chunk, progress
+):
+    import torch
+
+    m, n = len(queries), len(references)
+    chunk = chunk or rows_per_chunk(n, CHUNK_BYTES * (4 if str(device).startswith("cuda") else 1))
+    r_max = int(np.bincount(np.unique(reference_labels, return_inverse=True)[1]).max())
+    positives = _positive_index_matrix(query_labels, reference_labels, self_index, r_max)
+    hits_out = np.empty((m, k), dtype=bool)
+    first_out = np.empty(m, dtype=np.int64)
+    search_k = min(k + 1, n)
+    with torch.no_grad(), _full_fp32_matmul():
+        ref = torch.from_numpy(references).to(device)
+        ref_labels = torch.from_numpy(reference_labels).to(device)
+        for start in range(0, m, chunk):
+            stop = min(start + chunk, m)
+            rows = torch.arange(stop - start, device=device)
+            sims = torch.from_numpy(queries[start:stop]).to(device) @ ref.T
+            if self_index is not None:
+                sims[rows, torch.from_numpy(self_index[start:stop]).to(device)] = -torch.inf
+            labels = torch.from_numpy(query_labels[start:stop]).to(device)
+            values, indices = torch.topk(sims, search_k, dim=1)
+            hits = (ref_labels[indices] == labels[:, None]).cpu().numpy()
+            ordered, ties = _canonical_hits(values.cpu().numpy(), hits, k)
+            for row in np.flatnonzero(ties):
+                relevant = (ref_labels == labels[row]).cpu().numpy()
+                ordered[row] = _exact_row(sims[row].cpu().numpy(), relevant, k)
+            hits_out[start:stop] = ordered
+            # Rank of the nearest same-class reference: its place in the list if it is there,
+            # else the number of different-class references with similarity >= its similarity.
+            found = ordered.any(axis=1)
+            first = np.where(found, ordered.argmax(axis=1), k)
+            need = np.flatnonzero(~found) if first_limit > k else np.empty(0, dtype=np.int64)
+            if len(need):
+                take = torch.from_numpy(need).to(device)
+                rest = sims if len(need) == len(found) else sims.index_select(0, take)
+                pos = torch.from_numpy(positives[start:stop][need]).to(device)
+                pos_sims = rest.gather(1, pos.clamp(min=0)).masked_fill_(pos < 0, -torch.inf)
+                best = pos_sims.max(dim=1).values
+                tied_positives = (pos_sims == best[:, None]).sum(dim=1, dtype=torch.int32)
+                at_least = (rest >= best[:, None]).sum(dim=1, dtype=torch.int32)
+                first[need] = (at_least - tied_positives).cpu().numpy()
+            first_out[start:stop] = np.minimum(first, first_limit)
+            hits_out[start:stop] = ordered
+            if progress:
+                progress(stop - start)
+    return Ranking(hits_out, first_out, first_limit)
+
+
+def _faiss_index(references: np.ndarray, k: int):
+    import faiss
+
+    index = faiss.IndexFlatIP(references.shape[1])
+    if faiss_gpus() > 0 and k <= FAISS_GPU_MAX_K:
+        index = faiss.index_cpu_to_all_gpus(index)
+    index.add(references)
+    return index
+
+
+def _rank_faiss(queries, query_labels, references, reference_labels, k, first_limit, self_index, chunk, progress):
+    """Two searches: the R-long list of every query, then, only for queries without a
+    same-class reference in it, the list up to the largest Recall@K (k-selection over a long
+    list is what costs most in a flat search)."""
+    index = _faiss_index(references, min(max(k, first_limit) + 2, len(references)))
+    hits = _faiss_lists(index, queries, query_labels, references, reference_labels, self_index, k, chunk, progress)
+    found = hits.any(axis=1)
+    first = np.where(found, hits.argmax(axis=1), k).astype(np.int64)
+    need = np.flatnonzero(~found)
+    if first_limit > k and len(need):
+        longer = _faiss_lists(
+            index,
+            queries[need],
+            query_labels[need],
+            references,
+            reference_labels,
+            None if self_index is None else self_index[need],
+            first_limit,
+            chunk,
+            None,
+        )
+        first[need] = np.where(longer.any(axis=1), longer.argmax(axis=1), first_limit)
+    return Ranking(hits, np.minimum(first, first_limit), first_limit)
+
+
+def _faiss_lists(index, queries, query_labels, references, reference_labels, self_index, length, chunk, progress):
+    """Relevance of the ``length`` nearest references of each query, pessimistic ties."""
+    m, n = len(queries), len(references)
+    extra = 1 if self_index is not None else 0
+    search_k = min(length + 1 + extra, n)  # +1: detect ties at the end of the list; +1: self
+    chunk = chunk or max(1, min(8192, (1 << 27) // (12 * search_k)))
+    out = np.empty((m, length), dtype=bool)
+    for start in range(0, m, chunk):
+        stop = min(start + chunk, m)
+        values, indices = index.search(queries[start:stop], search_k)
+        if self_index is not None:
+            is_self = indices == self_index[start:stop, None]
+            is_self[~is_self.any(axis=1), -1] = True  # self not found: drop the last instead
+            values = values[~is_self].reshape(stop - start, search_k - 1)
+            indices = indices[~is_self].reshape(stop - start, search_k - 1)
+        hits = reference_labels[indices] == query_labels[start:stop, None]
+        ordered, ties = _canonical_hits(values, hits, length)
+        for row in np.flatnonzero(ties):
+            sims = references @ queries[start + row]
+            if self_index is not None:
+                sims[self_index[start + row]] = -np.inf
+            ordered[row] = _exact_row(sims, reference_labels == query_labels[start + row], length)
+        out[start:stop] = ordered
+        if progress:
+            progress(stop - start)
     return out
 
 
@@ -46,26 +305,29 @@ def knn(
 ) -> np.ndarray:
     """Indices (``n_query x k``) of the ``k`` most cosine-similar reference rows, best first.
 
-    ``exclude_self``: ``reference`` is ``query``; row ``i``'s own index is dropped (searching
-    ``k + 1`` neighbours), so every row still has exactly ``k`` neighbours.
+    A plain label-free search (ties in the backend's order), chunked; ``exclude_self``:
+    ``reference`` is ``query`` and row ``i``'s own index is dropped.
     """
     query, reference = normalize_rows(query), normalize_rows(reference)
     available = len(reference) - (1 if exclude_self else 0)
     if not 0 < k <= available:
         raise ValueError(f"k must be in [1, {available}], got {k}")
+    backend, device = resolve_backend(backend, "cpu")
     search_k = k + 1 if exclude_self else k
-    if backend == "auto":
-        try:
-            import faiss  # noqa: F401
+    if backend == "faiss":
+        _, indices = _faiss_index(reference, search_k).search(query, search_k)
+    else:
+        import torch
 
-            backend = "faiss"
-        except ImportError:
-            backend = "torch"
-    search = {"faiss": _search_faiss, "torch": _search_torch}[backend]
-    indices = search(query, reference, search_k)
+        ref = torch.from_numpy(reference)
+        indices = np.empty((len(query), search_k), dtype=np.int64)
+        chunk = rows_per_chunk(len(reference))
+        for start in range(0, len(query), chunk):
+            sims = torch.from_numpy(query[start : start + chunk]) @ ref.T
+            indices[start : start + chunk] = torch.topk(sims, search_k, dim=1).indices.numpy()
+    indices = indices.astype(np.int64)
     if not exclude_self:
         return indices
     is_self = indices == np.arange(len(query))[:, None]
-    # A query absent from its own k+1 list (exact duplicates ranked ahead) drops its last neighbour.
     is_self[~is_self.any(axis=1), -1] = True
     return indices[~is_self].reshape(len(query), k)

@@ -1,16 +1,20 @@
 """Retrieval metrics as defined in "A Metric Learning Reality Check" (Musgrave et al., 2020).
 
 For a query with R same-class references (its own row excluded when the query set is the
-reference set) and neighbours ranked by cosine similarity:
+reference set) and references ranked by cosine similarity (ties broken pessimistically, see
+:mod:`dmlbench.evaluate.knn`):
 
-* Precision@1 = 1 if the nearest neighbour has the query's class;
-* Recall@K    = 1 if any of the K nearest neighbours has the query's class (the DML sense,
-  which is not the information-retrieval recall);
-* R-Precision = (same-class neighbours among the R nearest) / R;
-* MAP@R       = (1/R) sum_{i=1..R} P(i) * rel(i), P(i) = precision of the top i.
+* Precision@1 = 1 if the nearest reference has the query's class;
+* Recall@K    = 1 if any of the K nearest references has the query's class (the DML sense,
+  not information-retrieval recall; Recall@1 = Precision@1);
+* R-Precision = r / R, r = same-class references among the R nearest;
+* MAP@R       = (1/R) sum_{i=1..R} P(i), P(i) = precision of the top i if the i-th
+  reference has the query's class, else 0.
 
-Queries with R = 0 (no other image of their class) are left out of the means. The neighbour
-search always covers the largest R, so MAP@R and R-Precision are exact.
+Queries with R = 0 (no other image of their class) are left out of the means. The ranked list
+always covers the largest R, so MAP@R and R-Precision are exact; Recall@K is exact for every K
+(K larger than the reference set means the whole set). NMI and AMI (clustering quality, as in
+PML): :mod:`dmlbench.evaluate.clustering`.
 """
 
 from __future__ import annotations
@@ -19,13 +23,28 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dmlbench.evaluate.knn import knn
+from dmlbench.evaluate.knn import normalize_rows, rank_neighbours
+
+RANKING_METRICS = ("precision_at_1", "r_precision", "map_at_r")
 
 
 def _as_numpy(x: Any) -> np.ndarray:
     if hasattr(x, "detach"):
         x = x.detach().cpu().numpy()
     return np.asarray(x)
+
+
+def recall_names(recall_ks: Sequence[int]) -> list[str]:
+    return [f"recall_at_{k}" for k in recall_ks]
+
+
+def _check_embeddings(name: str, x: np.ndarray, labels: np.ndarray) -> None:
+    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+        raise ValueError(f"{name} must be a non-empty 2-D array (n x dim), got shape {x.shape}")
+    if labels.ndim != 1 or len(labels) != len(x):
+        raise ValueError(f"{name}: {len(x)} rows but labels have shape {labels.shape}; need one label per row")
+    if not np.isfinite(x).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
 
 
 def per_query_metrics(
@@ -35,50 +54,87 @@ def per_query_metrics(
     reference_labels: Any = None,
     recall_ks: Sequence[int] = (1, 2, 4, 8),
     backend: str = "auto",
+    device: str | None = None,
+    chunk_size: int | None = None,
+    progress: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Per-query values (only queries with R >= 1), plus ``r`` (their R) for weighting/bootstrap."""
-    queries = _as_numpy(query_embeddings).astype(np.float32)
-    q_labels = _as_numpy(query_labels).reshape(-1)
+    """Per-query metric values for the queries with R >= 1 (float64 arrays, one per metric),
+    plus ``r`` (their R) and ``query_index`` (their row in ``query_embeddings``).
+
+    No reference set: the queries are their own references and each query's own row is
+    excluded. With a reference set: nothing is excluded (query/gallery protocol).
+    """
+    queries = _as_numpy(query_embeddings)
+    q_labels = _as_numpy(query_labels)
     same_set = reference_embeddings is None
     if same_set != (reference_labels is None):
         raise ValueError("give both reference_embeddings and reference_labels, or neither")
-    refs = queries if same_set else _as_numpy(reference_embeddings).astype(np.float32)
-    r_labels = q_labels if same_set else _as_numpy(reference_labels).reshape(-1)
-    if len(queries) != len(q_labels) or len(refs) != len(r_labels):
-        raise ValueError("embeddings and labels differ in length")
-    if len(recall_ks) == 0 or min(recall_ks) < 1:
-        raise ValueError(f"recall_ks must be positive integers, got {list(recall_ks)}")
+    refs = queries if same_set else _as_numpy(reference_embeddings)
+    r_labels = q_labels if same_set else _as_numpy(reference_labels)
+    _check_embeddings("query_embeddings", queries, q_labels)
+    if not same_set:
+        _check_embeddings("reference_embeddings", refs, r_labels)
+        if refs.shape[1] != queries.shape[1]:
+            raise ValueError(f"query dim {queries.shape[1]} != reference dim {refs.shape[1]}")
+    recall_ks = [int(k) for k in recall_ks]
+    if not recall_ks or min(recall_ks) < 1:
+        raise ValueError(f"recall_ks must be positive integers, got {recall_ks}")
 
-    classes, counts = np.unique(r_labels, return_counts=True)
-    count_of = dict(zip(classes.tolist(), counts.tolist(), strict=True))
-    r = np.array([count_of.get(label, 0) for label in q_labels.tolist()], dtype=np.int64)
+    codes = np.unique(np.concatenate([q_labels, r_labels]), return_inverse=True)[1].astype(np.int64)
+    q_codes, r_codes = codes[: len(q_labels)], codes[len(q_labels) :]
+    r = np.bincount(r_codes, minlength=codes.max() + 1)[q_codes]
     if same_set:
-        r -= 1
-    valid = r > 0
-    if not valid.any():
+        r = r - 1
+    valid = np.flatnonzero(r > 0)
+    if len(valid) == 0:
         raise ValueError("no query has a same-class reference: metrics are undefined")
+    r = r[valid]
 
-    available = len(refs) - (1 if same_set else 0)
-    k = min(max(int(r[valid].max()), max(recall_ks)), available)
-    if same_set:  # search with every row so that self-exclusion sees global row indices
-        neighbours = knn(queries, refs, k, exclude_self=True, backend=backend)[valid]
-    else:
-        neighbours = knn(queries[valid], refs, k, backend=backend)
-    q_labels, r = q_labels[valid], r[valid]
-    hits = r_labels[neighbours] == q_labels[:, None]
+    queries = normalize_rows(queries)
+    refs = queries if same_set else normalize_rows(refs)
+    k = int(r.max())  # never capped: the list covers every query's R
+    bar = None
+    if progress:
+        from tqdm import tqdm
 
+        bar = tqdm(total=len(valid), desc="ranking neighbours", unit="query", leave=False)
+    try:
+        ranking = rank_neighbours(
+            queries[valid],
+            q_codes[valid],
+            refs,
+            r_codes,
+            k=k,
+            first_limit=max(recall_ks),
+            self_index=valid if same_set else None,
+            backend=backend,
+            device=device,
+            chunk_size=chunk_size,
+            progress=bar.update if bar else None,
+        )
+    finally:
+        if bar:
+            bar.close()
+
+    hits = ranking.hits
     ranks = np.arange(1, k + 1)
-    within_r = ranks[None, :] <= r[:, None]
+    relevant_in_r = hits & (ranks[None, :] <= r[:, None])
     precision_at_i = np.cumsum(hits, axis=1) / ranks[None, :]
-    values = {
+    values: dict[str, np.ndarray] = {
         "precision_at_1": hits[:, 0].astype(np.float64),
-        "r_precision": (hits & within_r).sum(axis=1) / r,
-        "map_at_r": (precision_at_i * (hits & within_r)).sum(axis=1) / r,
+        "r_precision": relevant_in_r.sum(axis=1) / r,
+        "map_at_r": (precision_at_i * relevant_in_r).sum(axis=1) / r,
     }
-    for kk in recall_ks:
-        values[f"recall_at_{kk}"] = hits[:, : min(kk, k)].any(axis=1).astype(np.float64)
+    for kk, name in zip(recall_ks, recall_names(recall_ks), strict=True):
+        values[name] = (ranking.first_positive < kk).astype(np.float64)
     values["r"] = r
+    values["query_index"] = valid
     return values
+
+
+def means(values: dict[str, np.ndarray]) -> dict[str, float]:
+    """Mean of each per-query metric (``r`` and ``query_index`` are not metrics)."""
+    return {name: float(np.mean(v)) for name, v in values.items() if name not in {"r", "query_index"}}
 
 
 def retrieval_metrics(
@@ -88,9 +144,33 @@ def retrieval_metrics(
     reference_labels: Any = None,
     recall_ks: Sequence[int] = (1, 2, 4, 8),
     backend: str = "auto",
+    device: str | None = None,
 ) -> dict[str, float]:
     """Mean metrics over queries with R >= 1, as plain floats in [0, 1] (see module docstring)."""
-    values = per_query_metrics(
-        query_embeddings, query_labels, reference_embeddings, reference_labels, recall_ks, backend
+    return means(
+        per_query_metrics(
+            query_embeddings,
+            query_labels,
+            reference_embeddings,
+            reference_labels,
+            recall_ks,
+            backend=backend,
+            device=device,
+        )
     )
-    return {name: float(np.mean(v)) for name, v in values.items() if name != "r"}
+
+
+def query_gallery_metrics(
+    query_embeddings: Any,
+    query_labels: Any,
+    gallery_embeddings: Any,
+    gallery_labels: Any,
+    recall_ks: Sequence[int] = (1, 10, 20, 30, 40, 50),
+    backend: str = "auto",
+    device: str | None = None,
+) -> dict[str, float]:
+    """Query/gallery datasets (In-Shop): every query searches the gallery; nothing is excluded,
+    R = gallery images of the query's class, queries without any are left out."""
+    return retrieval_metrics(
+        query_embeddings, query_labels, gallery_embeddings, gallery_labels, recall_ks, backend, device
+    )

@@ -1,134 +1,216 @@
-"""The ``embed@<run>`` and ``evaluate@<dataset>-<backbone>-<loss>-<dim>`` stages.
+"""The ``evaluate@<dataset>-<backbone>-<loss>-<dim>`` and ``evaluate_pretrained@<dataset>-<backbone>`` stages.
 
-embed: the selected model embeds the test and validation images with the evaluation
-transform; ``artifacts/embeddings/<run>/embeddings.npz`` holds ``<split>_embeddings``
-(float32, unit norm) and ``<split>_labels``, ``meta.json`` the run key and MLflow run id.
+For every run (seed) of a grid cell, exact metrics on the test classes: self-retrieval on the
+``test`` split (each test image queries all others), or ``query`` against ``gallery`` for
+query/gallery datasets (In-Shop); Recall@K with the dataset's K (``evaluate.recall_ks``), NMI
+and AMI when ``evaluate.clustering_for(dataset)``. Each run also gets a per-query bootstrap
+interval (n = its queries).
 
-evaluate: for every seed, exact retrieval metrics on the test classes (each test image
-queries all others); per-run values and per-query arrays go to
-``artifacts/evaluation/<combo>/``; the mean and 95% t-interval over seeds go to
-``artifacts/metrics/<combo>.json`` (shown by ``dvc metrics show``) and every training run
-in MLflow gets its ``test/*`` metrics.
+Outputs (contract 5; keys may be added, never renamed):
+
+* ``artifacts/evaluation/<combo>/runs.json`` = {"combo", "runs": {"seed<k>": {"seed", "metrics",
+  "num_queries", "mlflow_run_id", "embeddings", "embeddings_md5", "mode", "bootstrap"}}} and
+  ``per_query.npz`` (``seed<k>/<metric>`` arrays, for re-sampling);
+* ``artifacts/metrics/<combo>.json`` = {"n_runs", "confidence", "test": {metric: {mean, low,
+  high, n, interval}}, ...} (``dvc metrics show``): the t-interval over seeds (n = seeds), or
+  for a single run the per-query bootstrap interval (n = queries); no interval -> null bounds.
+
+MLflow: each training run gets ``test/<metric>`` (+ ``/ci_low``, ``/ci_high``: its bootstrap
+interval); each grid cell gets one run tagged ``kind=summary`` in the same experiment holding
+the seed-mean and interval (see :func:`log_summary_run`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from dmlbench import paths
-from dmlbench.config import Combo, Params, RunSpec, config_hash
-from dmlbench.data.cache import PreparedDataset
+from dmlbench.config import Combo, EvaluateConfig, Params
 from dmlbench.errors import ConfigError, DataError
-from dmlbench.evaluate.embed import compute_embeddings
-from dmlbench.evaluate.intervals import t_interval
-from dmlbench.evaluate.metrics import per_query_metrics
+from dmlbench.evaluate.clustering import clustering_metrics
+from dmlbench.evaluate.embed import EMBEDDINGS, META
+from dmlbench.evaluate.intervals import Interval, bootstrap_interval, t_interval
+from dmlbench.evaluate.metrics import means, per_query_metrics
 from dmlbench.io import atomic_dir, md5_file, read_json, write_json
-from dmlbench.models import build_model
 
-EMBEDDINGS = "embeddings.npz"
-META = "meta.json"
-EMBED_SPLITS = ("test", "val")
+NOT_METRICS = {"r", "query_index"}
 
 
-def load_trained_model(params: Params, run: RunSpec, device: torch.device) -> tuple[torch.nn.Module, dict]:
-    """The selected model of ``run``; refuses weights trained under a different config."""
-    model_path = paths.model_dir(run) / "model.pt"
-    if not model_path.exists():
-        raise DataError(f"{model_path}: missing (run the train@{run.key} stage first)")
-    saved = torch.load(model_path, map_location="cpu", weights_only=False)
-    if saved["config_hash"] != config_hash(params.resolved(run)):
-        raise ConfigError(f"{model_path}: trained with other params than params.yaml now has; re-run train@{run.key}")
-    protocol = params.protocol
-    model = build_model(
-        run.backbone, params.backbones[run.backbone], run.dim, pooling=protocol.pooling, frozen_bn=protocol.frozen_bn
-    )
-    model.load_state_dict(saved["state_dict"])
-    return model.to(device).eval(), saved
+def evaluate_arrays(
+    arrays: Any, dataset: str, settings: EvaluateConfig, query_gallery: bool | None = None
+) -> tuple[dict[str, float], dict[str, np.ndarray], str]:
+    """Metrics, per-query values and the mode ("test" or "query->gallery") of one embeddings file."""
+    has_query_gallery = "query_embeddings" in arrays and "gallery_embeddings" in arrays
+    if query_gallery is None:
+        query_gallery = has_query_gallery
+    if query_gallery and not has_query_gallery:
+        raise DataError(f"{dataset} is a query/gallery dataset but the embeddings have no query and gallery splits")
+    if not query_gallery and "test_embeddings" not in arrays:
+        raise DataError(f"{dataset}: the embeddings have no test split")
+    recall_ks = settings.recall_ks(dataset)
+    if query_gallery:
+        queries, labels = arrays["query_embeddings"], arrays["query_labels"]
+        values = per_query_metrics(
+            queries, labels, arrays["gallery_embeddings"], arrays["gallery_labels"], recall_ks,
+            backend=settings.backend, progress=True,
+        )  # fmt: skip
+        mode = "query->gallery"
+    else:
+        queries, labels = arrays["test_embeddings"], arrays["test_labels"]
+        values = per_query_metrics(queries, labels, recall_ks=recall_ks, backend=settings.backend, progress=True)
+        mode = "test"
+    metrics = means(values)
+    if settings.clustering_for(dataset):
+        metrics.update(clustering_metrics(queries, labels, niter=settings.kmeans_niter))
+    return metrics, values, mode
 
 
-def embed_stage(params: Params, run: RunSpec, device: torch.device | None = None) -> dict[str, Any]:
-    params.check_run(run)
-    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model, _ = load_trained_model(params, run, device)
-    run_info = read_json(paths.model_dir(run) / "run.json")
-    data = PreparedDataset.load(paths.prepared_dir(run.dataset))
-    augment = params.protocol.augment
-    arrays: dict[str, np.ndarray] = {}
-    counts = {}
-    for name in EMBED_SPLITS:
-        split = data.split(name)
-        if len(split) == 0:
-            continue
-        arrays[f"{name}_embeddings"] = compute_embeddings(
-            model, split.images, augment.eval_resize, augment.crop_size, params.protocol.eval_batch_size, device
+def bootstrap_intervals(values: dict[str, np.ndarray], settings: EvaluateConfig) -> dict[str, dict[str, Any]]:
+    """Per-query bootstrap interval of every per-query metric of one run."""
+    boot = settings.bootstrap
+    return {
+        name: _interval_dict(
+            bootstrap_interval(v, settings.confidence, boot.resamples, boot.method, boot.seed),
+            f"bootstrap-{boot.method}",
         )
-        arrays[f"{name}_labels"] = split.labels
-        counts[name] = len(split)
-    meta = {
-        "run": run.key,
-        "mlflow_run_id": run_info["mlflow_run_id"],
-        "model_md5": md5_file(paths.model_dir(run) / "model.pt"),
-        "splits": counts,
-        "dim": run.dim,
+        for name, v in values.items()
+        if name not in NOT_METRICS
     }
-    with atomic_dir(paths.embedding_dir(run)) as tmp:
-        np.savez(tmp / EMBEDDINGS, **arrays)
-        write_json(tmp / META, meta)
-    return meta
+
+
+def _finite_or_none(x: float) -> float | None:
+    return None if x is None or math.isnan(x) else float(x)
+
+
+def _interval_dict(interval: Interval, kind: str) -> dict[str, Any]:
+    bounded = not (math.isnan(interval.low) or math.isnan(interval.high))
+    return {
+        "mean": interval.mean,
+        "low": _finite_or_none(interval.low),
+        "high": _finite_or_none(interval.high),
+        "n": interval.n,
+        "interval": kind if bounded else "none",
+    }
+
+
+def evaluate_run(directory: Path, dataset: str, settings: EvaluateConfig, query_gallery: bool | None) -> dict:
+    """Evaluate one embeddings directory: the run's entry of runs.json plus its per-query values."""
+    file = directory / EMBEDDINGS
+    if not file.exists():
+        raise DataError(f"{file}: missing (run the embed stage first)")
+    meta = read_json(directory / META)
+    with np.load(file) as arrays:
+        metrics, values, mode = evaluate_arrays(arrays, dataset, settings, query_gallery)
+    return {
+        "metrics": metrics,
+        "num_queries": int(len(values["r"])),
+        "mlflow_run_id": meta.get("mlflow_run_id"),
+        "embeddings": file.as_posix(),
+        "embeddings_md5": md5_file(file),
+        "mode": mode,
+        "recall_at": list(settings.recall_ks(dataset)),
+        "bootstrap": bootstrap_intervals(values, settings),
+        "_values": values,
+    }
+
+
+def summarize_runs(runs: dict[str, dict], settings: EvaluateConfig) -> dict[str, Any]:
+    """Contract-5 summary: t-interval over runs, or the bootstrap interval of a single run."""
+    first = next(iter(runs.values()))
+    test = {}
+    for name in first["metrics"]:
+        if len(runs) == 1:
+            single = first["bootstrap"].get(name)
+            test[name] = single or _interval_dict(Interval(first["metrics"][name], math.nan, math.nan, 1, 0), "none")
+        else:
+            interval = t_interval([r["metrics"][name] for r in runs.values()], settings.confidence)
+            test[name] = _interval_dict(interval, "t")
+    return {
+        "n_runs": len(runs),
+        "confidence": settings.confidence,
+        "test": test,
+        "num_queries": first["num_queries"],
+        "mode": first["mode"],
+    }
+
+
+def _write_outputs(evaluation_dir: Path, metrics_file: Path, key: str, runs: dict, summary: dict) -> None:
+    per_query = {f"{run}/{name}": v for run, info in runs.items() for name, v in info.pop("_values").items()}
+    with atomic_dir(evaluation_dir) as tmp:
+        write_json(tmp / "runs.json", {"combo": key, "runs": runs})
+        np.savez_compressed(tmp / "per_query.npz", **per_query)
+    write_json(metrics_file, summary)
+
+
+def _is_query_gallery(dataset: str) -> bool:
+    from dmlbench.data import DATASETS
+
+    return bool(getattr(DATASETS[dataset], "query_gallery", False))
 
 
 def evaluate_stage(params: Params, combo: Combo) -> dict[str, Any]:
     params.check_run(combo)
-    recall_ks = tuple(params.evaluate.recall_at)
+    settings = params.evaluate
+    query_gallery = _is_query_gallery(combo.dataset)
+    for seed in params.seeds:  # fail before any work if an input is missing
+        file = paths.embedding_dir(combo.with_seed(seed)) / EMBEDDINGS
+        if not file.exists():
+            raise DataError(f"{file}: missing (run the embed@{combo.with_seed(seed).key} stage first)")
     runs: dict[str, Any] = {}
-    per_query: dict[str, np.ndarray] = {}
     for seed in params.seeds:
-        run = combo.with_seed(seed)
-        directory = paths.embedding_dir(run)
-        if not (directory / EMBEDDINGS).exists():
-            raise DataError(f"{directory / EMBEDDINGS}: missing (run the embed@{run.key} stage first)")
-        meta = read_json(directory / META)
-        with np.load(directory / EMBEDDINGS) as arrays:
-            values = per_query_metrics(arrays["test_embeddings"], arrays["test_labels"], recall_ks=recall_ks)
-        metrics = {name: float(np.mean(v)) for name, v in values.items() if name != "r"}
-        runs[f"seed{seed}"] = {
-            "seed": seed,
-            "metrics": metrics,
-            "num_queries": int(len(values["r"])),
-            "mlflow_run_id": meta["mlflow_run_id"],
-            "embeddings": (directory / EMBEDDINGS).as_posix(),
-            "embeddings_md5": md5_file(directory / EMBEDDINGS),
-        }
-        per_query.update({f"seed{seed}/{name}": v for name, v in values.items()})
-
-    names = list(next(iter(runs.values()))["metrics"])
-    confidence = params.evaluate.confidence
-    summary = {
-        "n_runs": len(runs),
-        "confidence": confidence,
-        "test": {
-            name: {
-                key: value
-                for key, value in t_interval([r["metrics"][name] for r in runs.values()], confidence).as_dict().items()
-                if key in {"mean", "low", "high"}
-            }
-            for name in names
-        },
-    }
-    with atomic_dir(paths.evaluation_dir(combo)) as tmp:
-        write_json(tmp / "runs.json", {"combo": combo.key, "runs": runs})
-        np.savez_compressed(tmp / "per_query.npz", **per_query)
-    write_json(paths.metrics_file(combo), summary)
+        info = evaluate_run(paths.embedding_dir(combo.with_seed(seed)), combo.dataset, settings, query_gallery)
+        runs[f"seed{seed}"] = {"seed": seed, **info}
+    summary = summarize_runs(runs, settings)
+    _write_outputs(paths.evaluation_dir(combo), paths.metrics_file(combo), combo.key, runs, summary)
     _log_test_metrics(runs)
+    log_summary_run(
+        params,
+        combo.key,
+        {"dataset": combo.dataset, "backbone": combo.backbone, "loss": combo.loss, "dim": str(combo.dim)},
+        summary,
+        stage=f"evaluate@{combo.key}",
+    )
+    return summary
+
+
+def evaluate_pretrained_stage(params: Params, dataset: str, backbone: str) -> dict[str, Any]:
+    """The untrained-trunk baseline: one run, so its interval is the per-query bootstrap."""
+    if dataset not in params.datasets or backbone not in params.backbones:
+        raise ConfigError(f"{dataset}/{backbone}: not a dataset x backbone of params.yaml")
+    settings = params.evaluate
+    info = evaluate_run(
+        paths.pretrained_embedding_dir(dataset, backbone), dataset, settings, _is_query_gallery(dataset)
+    )
+    runs = {paths.PRETRAINED: {"seed": None, **info}}
+    summary = summarize_runs(runs, settings)
+    key = f"{paths.pretrained_key(dataset, backbone)}-{paths.PRETRAINED}"
+    _write_outputs(
+        paths.pretrained_evaluation_dir(dataset, backbone),
+        paths.pretrained_metrics_file(dataset, backbone),
+        key,
+        runs,
+        summary,
+    )
+    dim = read_json(paths.pretrained_embedding_dir(dataset, backbone) / META)["dim"]
+    log_summary_run(
+        params,
+        key,
+        {"dataset": dataset, "backbone": backbone, "loss": paths.PRETRAINED, "dim": str(dim)},
+        summary,
+        stage=f"evaluate_pretrained@{paths.pretrained_key(dataset, backbone)}",
+    )
     return summary
 
 
 def _log_test_metrics(runs: dict[str, Any]) -> None:
-    """Attach ``test/*`` metrics and the embeddings reference to each training run in MLflow."""
+    """Attach ``test/*`` metrics, bootstrap bounds and the embeddings reference to each training run."""
     from dmlbench.tracking import TrackedRun
 
     for info in runs.values():
@@ -138,5 +220,72 @@ def _log_test_metrics(runs: dict[str, Any]) -> None:
         except Exception:
             print(f"warning: MLflow run {info['mlflow_run_id']} not found; test metrics not logged", file=sys.stderr)
             continue
-        tracked.log_metrics({f"test/{name}": value for name, value in info["metrics"].items()})
+        metrics = {f"test/{name}": value for name, value in info["metrics"].items()}
+        for name, interval in info["bootstrap"].items():
+            metrics[f"test/{name}/ci_low"] = interval["low"]
+            metrics[f"test/{name}/ci_high"] = interval["high"]
+        metrics["test/num_queries"] = info["num_queries"]
+        tracked.log_metrics(metrics)
         tracked.log_file_reference("embeddings", info["embeddings"], info["embeddings_md5"])
+
+
+def log_summary_run(params: Params, key: str, cell: dict[str, str], summary: dict, stage: str) -> str:
+    """One MLflow run per grid cell, tagged ``kind=summary``, holding ``test/<metric>`` (seed mean),
+    ``test/<metric>/ci_low|ci_high`` and ``n_runs``.
+
+    Why a run of its own, in the training runs' experiment: the MLflow UI then lists, sorts and
+    charts grid cells side by side, filtered by ``tags.kind = 'summary'`` (training runs have
+    ``kind=train``), with no experiment to switch. Idempotent: a cell's summary run is found
+    again by ``tags.combo_key``; if its ``tags.summary_md5`` matches, nothing is logged, else a
+    new run replaces it (the old one is tagged ``superseded_by`` and moved to the trash, as
+    training runs are), so each cell has exactly one active summary run.
+    """
+    from mlflow.entities import Metric, RunTag, ViewType
+
+    from dmlbench.tracking.store import client as make_client
+    from dmlbench.tracking.store import ensure_experiment, git_state
+
+    digest = hashlib.md5(json.dumps(summary, sort_keys=True).encode()).hexdigest()
+    mlflow_client = make_client()
+    experiment_id = ensure_experiment(params.tracking.experiment, mlflow_client)
+    existing = mlflow_client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.kind = 'summary' and tags.combo_key = '{key}'",
+        run_view_type=ViewType.ACTIVE_ONLY,
+    )
+    for run in existing:
+        if run.data.tags.get("summary_md5") == digest:
+            return run.info.run_id
+    commit, dirty = git_state()
+    tags = {
+        "kind": "summary",
+        "combo_key": key,
+        **cell,
+        "n_runs": str(summary["n_runs"]),
+        "interval": f"{summary['confidence']:.0%} "
+        + ("t over seeds" if summary["n_runs"] > 1 else "per-query bootstrap"),
+        "summary_md5": digest,
+        "dvc_stage": stage,
+        "git_commit": commit,
+        "git_dirty": str(dirty).lower(),
+        "protocol": params.protocol_name,
+    }
+    created = mlflow_client.create_run(experiment_id, run_name=f"summary {key}", tags=tags)
+    run_id = created.info.run_id
+    timestamp = int(created.info.start_time)
+    metrics = [Metric("n_runs", float(summary["n_runs"]), timestamp, 0)]
+    for name, entry in summary["test"].items():
+        metrics.append(Metric(f"test/{name}", float(entry["mean"]), timestamp, 0))
+        for bound in ("low", "high"):
+            if entry[bound] is not None:
+                metrics.append(Metric(f"test/{name}/ci_{bound}", float(entry[bound]), timestamp, 0))
+    mlflow_client.log_batch(run_id, metrics=metrics, tags=[RunTag("interval_n", str(_interval_n(summary)))])
+    mlflow_client.set_terminated(run_id, status="FINISHED")
+    for old in existing:
+        mlflow_client.set_tag(old.info.run_id, "superseded_by", run_id)
+        mlflow_client.delete_run(old.info.run_id)
+    return run_id
+
+
+def _interval_n(summary: dict) -> int:
+    return int(next(iter(summary["test"].values()))["n"])

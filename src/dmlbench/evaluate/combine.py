@@ -1,0 +1,75 @@
+"""Cross-validation models evaluated two ways (Reality Check, section "cross validation").
+
+With a k-fold protocol every fold trains its own model; on the test set:
+
+* **separated**: each fold model's embedding is evaluated on its own and the metrics are
+  averaged over the folds (the "128-dim" columns of the Reality Check);
+* **concatenated**: each fold model's embedding is L2-normalised, the k embeddings of a test
+  image are concatenated (k x dim) and the result is L2-normalised again, then evaluated once
+  (the "512-dim" columns). Equal-weighted ensemble: cosine similarity of the concatenation =
+  mean of the fold models' cosine similarities.
+
+Works for self-retrieval (``reference_*`` omitted) and query/gallery datasets alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from dmlbench.evaluate.knn import normalize_rows
+from dmlbench.evaluate.metrics import _as_numpy, retrieval_metrics
+
+
+def concatenate_embeddings(fold_embeddings: Sequence[Any]) -> np.ndarray:
+    """``[n x d_1, ..., n x d_k]`` -> ``n x sum(d_i)``: normalise each, concatenate, normalise."""
+    if len(fold_embeddings) == 0:
+        raise ValueError("concatenate_embeddings needs at least one fold's embeddings")
+    arrays = [normalize_rows(_as_numpy(e)) for e in fold_embeddings]
+    rows = {len(a) for a in arrays}
+    if len(rows) != 1:
+        raise ValueError(f"fold embeddings must embed the same images; row counts differ: {sorted(rows)}")
+    return normalize_rows(np.concatenate(arrays, axis=1))
+
+
+def separated_metrics(
+    fold_embeddings: Sequence[Any],
+    labels: Any,
+    reference_fold_embeddings: Sequence[Any] | None = None,
+    reference_labels: Any = None,
+    recall_ks: Sequence[int] = (1, 2, 4, 8),
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """``{"mean": {metric: mean over folds}, "folds": [metrics of fold 0, ...]}``."""
+    if len(fold_embeddings) == 0:
+        raise ValueError("separated_metrics needs at least one fold's embeddings")
+    if reference_fold_embeddings is not None and len(reference_fold_embeddings) != len(fold_embeddings):
+        raise ValueError("give one reference embedding per fold model")
+    folds = [
+        retrieval_metrics(
+            embeddings,
+            labels,
+            None if reference_fold_embeddings is None else reference_fold_embeddings[i],
+            reference_labels,
+            recall_ks,
+            **kwargs,
+        )
+        for i, embeddings in enumerate(fold_embeddings)
+    ]
+    mean = {name: float(np.mean([fold[name] for fold in folds])) for name in folds[0]}
+    return {"mean": mean, "folds": folds}
+
+
+def concatenated_metrics(
+    fold_embeddings: Sequence[Any],
+    labels: Any,
+    reference_fold_embeddings: Sequence[Any] | None = None,
+    reference_labels: Any = None,
+    recall_ks: Sequence[int] = (1, 2, 4, 8),
+    **kwargs: Any,
+) -> dict[str, float]:
+    """Metrics of the concatenated, re-normalised embedding of all fold models."""
+    queries = concatenate_embeddings(fold_embeddings)
+    references = None if reference_fold_embeddings is None else concatenate_embeddings(reference_fold_embeddings)
+    return retrieval_metrics(queries, labels, references, reference_labels, recall_ks, **kwargs)

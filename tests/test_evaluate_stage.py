@@ -1,0 +1,217 @@
+"""The evaluate and pretrained-baseline stages: files of contract 5, MLflow runs, settings per dataset."""
+
+from __future__ import annotations
+
+import copy
+import math
+import shutil
+
+import numpy as np
+import pytest
+
+from dmlbench import paths
+from dmlbench.config import Combo, parse_params
+from dmlbench.errors import ConfigError, DataError
+from dmlbench.evaluate.embed import EMBEDDINGS, META, embed_pretrained_stage
+from dmlbench.evaluate.metrics import retrieval_metrics
+from dmlbench.evaluate.stage import evaluate_arrays, evaluate_pretrained_stage, evaluate_stage
+from dmlbench.io import read_json, write_json
+
+COMBO = Combo("glyphs", "tiny_cnn", "contrastive", 32)
+
+
+def _params(raw: dict, **evaluate):
+    raw = copy.deepcopy(raw)
+    raw["evaluate"] = {**raw.get("evaluate", {}), "bootstrap": {"resamples": 200}, **evaluate}
+    return parse_params(raw)
+
+
+def _fake_embeddings(seed: int, n: int = 120, classes: int = 12, dim: int = 32):
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(classes), n // classes)
+    centres = rng.normal(size=(classes, dim))
+    x = centres[labels] + rng.normal(scale=1.0 + 0.5 * seed, size=(n, dim))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32), labels
+
+
+def _write_run(params, seed: int, mlflow_run_id: str | None):
+    run = COMBO.with_seed(seed)
+    directory = paths.embedding_dir(run)
+    directory.mkdir(parents=True, exist_ok=True)
+    test, test_labels = _fake_embeddings(seed)
+    np.savez(directory / EMBEDDINGS, test_embeddings=test, test_labels=test_labels)
+    write_json(directory / META, {"run": run.key, "mlflow_run_id": mlflow_run_id, "dim": 32, "splits": {"test": 120}})
+    return test, test_labels
+
+
+def _training_runs(params):
+    from dmlbench.tracking import start_training_run
+
+    ids = {}
+    for seed in params.seeds:
+        run = COMBO.with_seed(seed)
+        tracked = start_training_run(run, params.resolved(run), f"hash{seed}", params.tracking.experiment)
+        tracked.finish()
+        ids[seed] = tracked.run_id
+    return ids
+
+
+def _active_runs(params, kind):
+    from mlflow.entities import ViewType
+
+    from dmlbench.tracking.store import client, ensure_experiment
+
+    experiment = ensure_experiment(params.tracking.experiment)
+    return client().search_runs([experiment], filter_string=f"tags.kind = '{kind}'", run_view_type=ViewType.ACTIVE_ONLY)
+
+
+def test_evaluate_stage_writes_contract_files_and_logs_mlflow(in_project, mlflow_store, small_raw_params):
+    params = _params(small_raw_params, clustering=True)
+    ids = _training_runs(params)
+    data = {seed: _write_run(params, seed, ids[seed]) for seed in params.seeds}
+
+    summary = evaluate_stage(params, COMBO)
+
+    runs = read_json(paths.evaluation_dir(COMBO) / "runs.json")
+    assert runs["combo"] == COMBO.key and set(runs["runs"]) == {f"seed{s}" for s in params.seeds}
+    for seed in params.seeds:
+        info = runs["runs"][f"seed{seed}"]
+        expected = retrieval_metrics(*data[seed])
+        assert {k: v for k, v in info["metrics"].items() if k not in {"nmi", "ami"}} == pytest.approx(expected)
+        assert 0 <= info["metrics"]["nmi"] <= 1
+        assert info["num_queries"] == 120 and info["mlflow_run_id"] == ids[seed] and info["mode"] == "test"
+        assert len(info["embeddings_md5"]) == 32 and info["recall_at"] == [1, 2, 4, 8]
+        boot = info["bootstrap"]["map_at_r"]
+        assert boot["low"] <= info["metrics"]["map_at_r"] <= boot["high"] and boot["n"] == 120
+    with np.load(paths.evaluation_dir(COMBO) / "per_query.npz") as per_query:
+        assert per_query["seed0/map_at_r"].mean() == pytest.approx(runs["runs"]["seed0"]["metrics"]["map_at_r"])
+
+    on_disk = read_json(paths.metrics_file(COMBO))
+    assert on_disk == summary and on_disk["n_runs"] == 3 and on_disk["confidence"] == 0.95
+    entry = on_disk["test"]["map_at_r"]
+    values = [runs["runs"][f"seed{s}"]["metrics"]["map_at_r"] for s in params.seeds]
+    assert entry["mean"] == pytest.approx(np.mean(values)) and entry["n"] == 3 and entry["interval"] == "t"
+    assert entry["low"] < entry["mean"] < entry["high"]
+    assert set(on_disk["test"]) == {"precision_at_1", "r_precision", "map_at_r", "nmi", "ami"} | {
+        f"recall_at_{k}" for k in (1, 2, 4, 8)
+    }
+
+    from dmlbench.tracking.store import client
+
+    trained = client().get_run(ids[0]).data.metrics
+    assert trained["test/map_at_r"] == pytest.approx(runs["runs"]["seed0"]["metrics"]["map_at_r"])
+    assert trained["test/map_at_r/ci_low"] <= trained["test/map_at_r"] <= trained["test/map_at_r/ci_high"]
+    (summary_run,) = _active_runs(params, "summary")
+    assert summary_run.data.tags["combo_key"] == COMBO.key and summary_run.data.tags["loss"] == "contrastive"
+    assert summary_run.data.metrics["test/map_at_r"] == pytest.approx(entry["mean"])
+    assert summary_run.data.metrics["test/map_at_r/ci_high"] == pytest.approx(entry["high"])
+    assert summary_run.data.metrics["n_runs"] == 3
+
+    # Re-running on the same embeddings changes nothing in MLflow; new embeddings replace the summary run.
+    evaluate_stage(params, COMBO)
+    assert [r.info.run_id for r in _active_runs(params, "summary")] == [summary_run.info.run_id]
+    _write_run(params, 0, ids[0])
+    np.savez(paths.embedding_dir(COMBO.with_seed(0)) / EMBEDDINGS, test_embeddings=data[1][0], test_labels=data[1][1])
+    evaluate_stage(params, COMBO)
+    (replacement,) = _active_runs(params, "summary")
+    assert replacement.info.run_id != summary_run.info.run_id
+    assert client().get_run(summary_run.info.run_id).data.tags["superseded_by"] == replacement.info.run_id
+    assert len(_active_runs(params, "train")) == 3
+
+
+def test_per_dataset_recall_at_and_clustering_switch(in_project, mlflow_store, small_raw_params):
+    params = _params(small_raw_params, per_dataset={"glyphs": {"recall_at": [10, 1, 3], "clustering": False}})
+    for seed in params.seeds:
+        _write_run(params, seed, None)  # no MLflow training run: warned about, not fatal
+    summary = evaluate_stage(params, COMBO)
+    assert set(summary["test"]) == {
+        "precision_at_1",
+        "r_precision",
+        "map_at_r",
+        "recall_at_1",
+        "recall_at_3",
+        "recall_at_10",
+    }
+
+
+def test_missing_embeddings_fail_before_any_work(in_project, mlflow_store, small_params):
+    with pytest.raises(DataError, match=r"embeddings\.npz: missing \(run the embed@glyphs-tiny_cnn-contrastive-32-0"):
+        evaluate_stage(small_params, COMBO)
+    assert not paths.metrics_file(COMBO).exists()
+
+
+def test_query_gallery_arrays_are_evaluated_query_against_gallery(small_params):
+    gallery, gallery_labels = _fake_embeddings(0)
+    queries, query_labels = _fake_embeddings(1, n=36)
+    arrays = {
+        "query_embeddings": queries,
+        "query_labels": query_labels,
+        "gallery_embeddings": gallery,
+        "gallery_labels": gallery_labels,
+    }
+    metrics, values, mode = evaluate_arrays(arrays, "glyphs", small_params.evaluate)
+    assert mode == "query->gallery" and len(values["r"]) == 36
+    assert set(values["r"]) == {10}  # all 10 gallery images of the class, nothing excluded
+    expected = retrieval_metrics(queries, query_labels, gallery, gallery_labels)
+    assert {k: metrics[k] for k in expected} == pytest.approx(expected)
+    with pytest.raises(DataError, match="no query and gallery splits"):
+        evaluate_arrays(
+            {"test_embeddings": gallery, "test_labels": gallery_labels}, "glyphs", small_params.evaluate, True
+        )
+
+
+def test_pretrained_baseline_embeds_untrained_trunk_and_reports_bootstrap(
+    in_project, mlflow_store, small_raw_params, prepared_glyphs
+):
+    root, prepared = prepared_glyphs
+    shutil.copytree(root / "prepared", paths.prepared_dir("glyphs"))
+    params = _params(small_raw_params)
+    meta = embed_pretrained_stage(params, "glyphs", "tiny_cnn", device="cpu")
+    directory = paths.pretrained_embedding_dir("glyphs", "tiny_cnn")
+    with np.load(directory / EMBEDDINGS) as arrays:
+        test = arrays["test_embeddings"]
+        assert test.shape == (len(prepared.split("test")), 128)  # tiny_cnn width 16 -> 128 pooled channels
+        assert np.allclose(np.linalg.norm(test, axis=1), 1.0, atol=1e-5)
+        assert np.array_equal(arrays["test_labels"], prepared.split("test").labels)
+        assert arrays["val_embeddings"].shape[0] == len(prepared.split("val"))
+    assert meta["dim"] == 128 and meta["mlflow_run_id"] is None and "random initialisation" in meta["weights"]
+    first = (directory / EMBEDDINGS).read_bytes()
+    embed_pretrained_stage(params, "glyphs", "tiny_cnn", device="cpu")
+    assert (directory / EMBEDDINGS).read_bytes() == first  # seeded initialisation: reproducible
+
+    summary = evaluate_pretrained_stage(params, "glyphs", "tiny_cnn")
+    assert summary["n_runs"] == 1 and summary["mode"] == "test"
+    entry = summary["test"]["map_at_r"]
+    assert entry["interval"] == "bootstrap-percentile" and entry["n"] == summary["num_queries"] > 100
+    assert entry["low"] < entry["mean"] < entry["high"]
+    assert summary["test"]["nmi"]["interval"] == "none" and summary["test"]["nmi"]["low"] is None
+    assert read_json(paths.pretrained_metrics_file("glyphs", "tiny_cnn")) == summary
+    runs = read_json(paths.pretrained_evaluation_dir("glyphs", "tiny_cnn") / "runs.json")
+    assert set(runs["runs"]) == {"pretrained"}
+    (summary_run,) = _active_runs(params, "summary")
+    assert summary_run.data.tags["loss"] == "pretrained" and summary_run.data.tags["dim"] == "128"
+    assert not math.isnan(summary_run.data.metrics["test/map_at_r/ci_low"])
+
+    with pytest.raises(ConfigError, match="backbones: 'resnet50' is not in params.yaml"):
+        embed_pretrained_stage(params, "glyphs", "resnet50")
+
+
+def test_evaluate_config_is_validated_per_dataset(small_raw_params):
+    params = _params(small_raw_params, recall_at=[8, 1, 2], per_dataset={"glyphs": {"recall_at": [1, 10]}})
+    assert params.evaluate.recall_at == [1, 2, 8]
+    assert params.evaluate.recall_ks("glyphs") == (1, 10) and params.evaluate.recall_ks("other") == (1, 2, 8)
+    assert params.evaluate.clustering_for("glyphs") is True
+    for evaluate, message in [
+        (
+            {"per_dataset": {"sopp": {"recall_at": [1]}}},
+            "evaluate.per_dataset.sopp: unknown dataset 'sopp'; valid: glyphs",
+        ),
+        ({"per_dataset": {"glyphs": {"recal_at": [1]}}}, "evaluate.per_dataset.glyphs.recal_at: unknown key"),
+        ({"recall_at": [1, 1]}, "evaluate.recall_at: recall_at has repeated values"),
+        ({"recall_at": [0]}, "evaluate.recall_at.0: Input should be greater than 0"),
+        ({"bootstrap": {"method": "bca"}}, "evaluate.bootstrap.method: Input should be 'percentile', 'basic' or 'BCa'"),
+    ]:
+        raw = copy.deepcopy(small_raw_params)
+        raw["evaluate"] = evaluate
+        with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+            parse_params(raw)

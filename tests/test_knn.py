@@ -1,0 +1,130 @@
+"""Exact neighbour ranking: faiss and torch agree (ties, k near n, chunking); GPU code paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dmlbench.evaluate import knn as knn_module
+from dmlbench.evaluate.knn import _positive_index_matrix, knn, normalize_rows, rank_neighbours, resolve_backend
+
+
+def _case(seed: int, n: int = 300, dim: int = 8, classes: int = 20, duplicates: bool = True):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, classes, size=n)
+    x = rng.normal(size=(n, dim)).astype(np.float32)
+    if duplicates:  # exact ties within and across classes
+        x[5:15] = x[5]
+        x[n - 3 :] = x[n - 2]
+    return normalize_rows(x), labels
+
+
+def _rank(x, labels, k, first_limit, backend, chunk=None, refs=None, ref_labels=None):
+    same = refs is None
+    return rank_neighbours(
+        x,
+        labels,
+        x if same else refs,
+        labels if same else ref_labels,
+        k=k,
+        first_limit=first_limit,
+        self_index=np.arange(len(x)) if same else None,
+        backend=backend,
+        device="cpu",
+        chunk_size=chunk,
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("chunk", [None, 7, 64])
+def test_backends_agree_with_ties_and_chunks(seed, chunk):
+    x, labels = _case(seed)
+    a = _rank(x, labels, 12, 50, "faiss", chunk)
+    b = _rank(x, labels, 12, 50, "torch", chunk)
+    assert np.array_equal(a.hits, b.hits)
+    assert np.array_equal(a.first_positive, b.first_positive)
+
+
+@pytest.mark.parametrize("backend", ["faiss", "torch"])
+def test_k_equal_to_all_references(backend):
+    x, labels = _case(3, n=40, classes=3)
+    ranking = _rank(x, labels, 39, 39, backend)  # every other row is in the list
+    assert ranking.hits.shape == (40, 39)
+    # Each row's list holds every same-class reference exactly once.
+    assert np.array_equal(ranking.hits.sum(axis=1), np.bincount(labels)[labels] - 1)
+    first = np.where(ranking.hits.any(axis=1), ranking.hits.argmax(axis=1), 39)
+    assert np.array_equal(ranking.first_positive, first)
+
+
+def test_first_positive_rank_counts_other_class_items_ahead():
+    # Query at angle 0; references at increasing angles; the first same-class one is the 4th.
+    angles = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
+    refs = np.stack([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
+    ref_labels = np.array([1, 1, 1, 0, 0])
+    query = np.array([[1.0, 0.0]], dtype=np.float32)
+    for backend in ("faiss", "torch"):
+        ranking = rank_neighbours(query, np.array([0]), refs, ref_labels, k=2, first_limit=5, backend=backend)
+        assert ranking.first_positive.tolist() == [3]
+        assert ranking.hits.tolist() == [[False, False]]
+        capped = rank_neighbours(query, np.array([0]), refs, ref_labels, k=2, first_limit=2, backend=backend)
+        assert capped.first_positive.tolist() == [2]  # "not within the limit"
+
+
+def test_positive_index_matrix_excludes_self_and_pads():
+    labels = np.array([2, 0, 2, 1, 2])
+    pos = _positive_index_matrix(labels, labels, np.arange(5), width=2)
+    assert pos.tolist() == [[2, 4], [-1, -1], [0, 4], [-1, -1], [0, 2]]
+
+
+def test_faiss_gpu_path_is_used_when_faiss_sees_gpus(monkeypatch):
+    import faiss
+
+    moved = []
+
+    def to_gpus(index):
+        moved.append(index)
+        return index  # stands in for the GPU copy: same API, same results
+
+    monkeypatch.setattr(knn_module, "faiss_gpus", lambda: 1)
+    monkeypatch.setattr(faiss, "index_cpu_to_all_gpus", to_gpus, raising=False)
+    assert resolve_backend("auto", "cpu") == ("faiss", "cpu")
+    x, labels = _case(4)
+    on_gpu = _rank(x, labels, 12, 50, "faiss")
+    assert len(moved) == 1
+    monkeypatch.setattr(knn_module, "faiss_gpus", lambda: 0)
+    assert np.array_equal(on_gpu.hits, _rank(x, labels, 12, 50, "faiss").hits)
+    # Beyond the GPU's k limit the CPU index is used, as PML does.
+    monkeypatch.setattr(knn_module, "faiss_gpus", lambda: 1)
+    big, big_labels = _case(5, n=2100, dim=4, classes=30, duplicates=False)
+    _rank(big, big_labels, 100, 2099, "faiss")
+    assert len(moved) == 1
+
+
+def test_auto_backend_choice(monkeypatch):
+    assert resolve_backend("auto", "cpu") == ("faiss", "cpu")  # faiss-cpu: faster here at SOP scale
+    assert resolve_backend("auto", "cuda") == ("torch", "cuda")  # a GPU but faiss-cpu: torch on CUDA
+    monkeypatch.setattr(knn_module, "faiss_available", lambda: False)
+    assert resolve_backend("auto", "cpu") == ("torch", "cpu")
+    with pytest.raises(ValueError, match="needs the faiss package"):
+        resolve_backend("faiss", "cpu")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        resolve_backend("annoy", "cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_matches_cpu():
+    x, labels = _case(6, n=3000, dim=64, classes=300)
+    cpu = _rank(x, labels, 12, 1000, "torch")
+    gpu = rank_neighbours(x, labels, x, labels, 12, 1000, np.arange(len(x)), backend="torch", device="cuda")
+    assert np.array_equal(cpu.hits, gpu.hits) and np.array_equal(cpu.first_positive, gpu.first_positive)
+
+
+@pytest.mark.parametrize("backend", ["faiss", "torch"])
+def test_plain_knn_excludes_self_even_among_duplicates(backend):
+    embeddings = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    neighbours = knn(embeddings, embeddings, 2, exclude_self=True, backend=backend)
+    for row, found in enumerate(neighbours):
+        assert row not in found and len(found) == 2
+    with pytest.raises(ValueError, match="k must be in"):
+        knn(embeddings, embeddings, 4, exclude_self=True, backend=backend)
