@@ -85,7 +85,9 @@ def test_prepared_cache(prepared_glyphs):
     assert (manifest.fold == "").all() and data.num_folds == 0
     # Glyph renders are square and max_aspect is 1: no padding, the canvas is the image.
     assert data.images.shape == (640, 36, 36, 3) and data.images.dtype == np.uint8
-    assert data.sizes.shape == (640, 2) and (data.sizes == 36).all()
+    stored = np.load(root / "prepared" / "sizes.npy")
+    assert stored.shape == (640, 2) and (stored == 36).all()
+    assert data.sizes is None  # every image fills its canvas: loaded as "no sizes" (square fast path)
     # Rows are grouped by split: train, then val, then test.
     order = manifest.split.map({"train": 0, "val": 1, "test": 2})
     assert order.is_monotonic_increasing
@@ -97,8 +99,7 @@ def test_prepared_cache(prepared_glyphs):
     )
     assert np.abs(first - data.images[5]).mean() < 6
     train = data.split("train")
-    assert len(train) == 240 and train.num_classes == 15
-    assert train.sizes.shape == (240, 2)
+    assert len(train) == 240 and train.num_classes == 15 and train.sizes is None
 
 
 def test_prepare_reports_unreadable_images(tmp_path, prepared_glyphs, small_params):

@@ -123,7 +123,7 @@ class _ScriptedScores:
     def install(self, monkeypatch):
         from dmlbench.train import loop
 
-        monkeypatch.setattr(loop._Scorer, "__call__", lambda scorer, model, split: self(model, split))
+        monkeypatch.setattr(loop._Scorer, "__call__", lambda scorer, model, split, gallery=None: self(model, split))
 
     def __call__(self, model, split):
         self.calls.append(split.name)

@@ -5,6 +5,7 @@ artifacts/prepared/<dataset>/                  prepare: image cache + manifest.c
 artifacts/models/<ds>/<bb>/<loss>/<dim>/seed<k>/   train: selected model, history, MLflow run id
 artifacts/checkpoints/<...>/seed<k>/           train: resumable per-epoch checkpoint (persist)
 artifacts/embeddings/<...>/seed<k>/            embed: test/val embeddings + labels
+    (with a cross-validation split, one ``fold<f>/`` sub-directory per fold model in each)
 artifacts/evaluation/<ds>/<bb>/<loss>/<dim>/   evaluate: per-run metrics and per-query values
 artifacts/metrics/<ds>/<bb>/<loss>/<dim>.json  evaluate: mean and 95% CI over seeds (dvc metrics)
 artifacts/{embeddings,evaluation}/<ds>/<bb>/pretrained/, artifacts/metrics/<ds>/<bb>/pretrained.json
@@ -38,16 +39,27 @@ def prepared_dir(dataset: str) -> Path:
     return ARTIFACTS / "prepared" / dataset
 
 
-def model_dir(run: RunSpec) -> Path:
-    return ARTIFACTS / "models" / run.relpath
+def _member(directory: Path, fold: int | None) -> Path:
+    return directory if fold is None else directory / f"fold{fold}"
 
 
-def checkpoint_dir(run: RunSpec) -> Path:
-    return ARTIFACTS / "checkpoints" / run.relpath
+def model_dir(run: RunSpec, fold: int | None = None) -> Path:
+    """A run's outputs; ``fold``: the sub-directory of one fold model (cross-validation)."""
+    return _member(ARTIFACTS / "models" / run.relpath, fold)
 
 
-def embedding_dir(run: RunSpec) -> Path:
-    return ARTIFACTS / "embeddings" / run.relpath
+def checkpoint_dir(run: RunSpec, fold: int | None = None) -> Path:
+    return _member(ARTIFACTS / "checkpoints" / run.relpath, fold)
+
+
+def embedding_dir(run: RunSpec, fold: int | None = None) -> Path:
+    return _member(ARTIFACTS / "embeddings" / run.relpath, fold)
+
+
+def folds_in(directory: Path) -> list[int | None]:
+    """The fold models stored under a run directory: ``[0, 1, ...]``, or ``[None]`` without folds."""
+    folds = sorted(int(p.name[4:]) for p in Path(directory).glob("fold*") if p.is_dir() and p.name[4:].isdigit())
+    return folds or [None]
 
 
 def evaluation_dir(combo: Combo) -> Path:

@@ -80,27 +80,30 @@ def collect_results(params: Params) -> Results:
             for metric, value in info["metrics"].items():
                 run_rows.append({**cell, "seed": info["seed"], "metric": metric, "value": value})
         for seed in params.seeds:
-            model_dir = paths.model_dir(combo.with_seed(seed))
-            for name in ("history.json", "run.json"):
-                if not (model_dir / name).exists():
-                    raise DataError(f"{model_dir / name}: missing (run train@{combo.with_seed(seed).key} first)")
-            for entry in read_json(model_dir / "history.json"):
-                history_rows.append({**cell, "seed": seed, **entry})
-            info = read_json(model_dir / "run.json")
-            feedback = info.get("test_feedback") or {}
-            selection_rows.append(
-                {
-                    **cell,
-                    "seed": seed,
-                    "selected_epoch": info["selection"]["epoch"],
-                    "selection_metric": info["selection"]["metric"],
-                    "tf_metric": feedback.get("metric"),
-                    "tf_best_epoch": feedback.get("best_epoch"),
-                    "tf_best_value": feedback.get("best_value"),
-                    "tf_selected_value": feedback.get("selected_value"),
-                    "device": info.get("device", "unknown device"),
-                }
-            )
+            run = combo.with_seed(seed)
+            for fold in paths.folds_in(paths.model_dir(run)):  # cross-validation: one entry per fold model
+                model_dir = paths.model_dir(run, fold)
+                for name in ("history.json", "run.json"):
+                    if not (model_dir / name).exists():
+                        raise DataError(f"{model_dir / name}: missing (run train@{run.key} first)")
+                for entry in read_json(model_dir / "history.json"):
+                    history_rows.append({**cell, "seed": seed, "fold": fold, **entry})
+                info = read_json(model_dir / "run.json")
+                feedback = info.get("test_feedback") or {}
+                selection_rows.append(
+                    {
+                        **cell,
+                        "seed": seed,
+                        "fold": fold,
+                        "selected_epoch": info["selection"]["epoch"],
+                        "selection_metric": info["selection"]["metric"],
+                        "tf_metric": feedback.get("metric"),
+                        "tf_best_epoch": feedback.get("best_epoch"),
+                        "tf_best_value": feedback.get("best_value"),
+                        "tf_selected_value": feedback.get("selected_value"),
+                        "device": info.get("device", "unknown device"),
+                    }
+                )
     datasets = {}
     for name in params.datasets:
         info_file = paths.prepared_dir(name) / "info.json"
@@ -206,6 +209,8 @@ def feedback_bias(results: Results) -> pd.DataFrame:
         mask = np.ones(len(history), dtype=bool)
         for key, value in cell.items():
             mask &= (history[key] == value).to_numpy()
+        if not pd.isna(sel.fold):  # one fold model of a cross-validation run
+            mask &= (history["fold"] == sel.fold).to_numpy()
         curve = history.loc[mask, ["epoch", column]].dropna()
         if curve.empty:
             continue
@@ -247,7 +252,7 @@ def run_costs(results: Results) -> pd.DataFrame:
             }
         )
     costs = pd.DataFrame(rows)
-    devices = results.selections[keys + ["device"]]
+    devices = results.selections[keys + ["device"]].drop_duplicates(subset=keys)  # folds share a device
     return costs.merge(devices, on=keys, how="left").fillna({"device": "unknown device"})
 
 
@@ -584,7 +589,8 @@ def _gallery(analysis: Analysis, path: Path) -> Figure:
     runs = []
     for loss in chosen:
         run = Combo(dataset, backbone, loss, analysis.dim).with_seed(seed)
-        npz = paths.embedding_dir(run) / "embeddings.npz"
+        fold = paths.folds_in(paths.embedding_dir(run))[0]  # cross-validation: the first fold model
+        npz = paths.embedding_dir(run, fold) / "embeddings.npz"
         if not npz.exists():
             return Figure(None, "", f"No retrieval gallery: {npz} is missing (run embed@{run.key}).")
         runs.append(GalleryRun(f"{analysis.names[loss]} (rank {ranked.index(loss) + 1})", npz))
@@ -711,6 +717,20 @@ def _figure(lines: list[str], figures: dict[str, Figure], name: str, counter: li
         "",
         f"*Figure {counter[0]}. {figure.caption}*",
         "",
+    ]
+
+
+def _cross_validation_note(results: Results) -> list[str]:
+    """Setup line for datasets prepared with a cross-validation split (Reality Check protocol)."""
+    cv = {name: info.get("num_folds", 0) for name, info in results.datasets.items() if info.get("num_folds", 0)}
+    if not cv:
+        return []
+    folds = ", ".join(f"`{name}` {k} folds" for name, k in cv.items())
+    return [
+        f"- Cross-validation ({folds}): each run trains one model per fold (its validation classes select "
+        "it); a run's scores are those of the **concatenated** embedding of its fold models (each L2-normalised, "
+        "concatenated, normalised again), as in the Reality Check; the fold-averaged (\"separated\") scores are in "
+        "`artifacts/metrics/*.json` under `test_separated`."
     ]
 
 
@@ -899,6 +919,7 @@ def _setup_section(analysis: Analysis) -> list[str]:
         f"{'ImageNet' if protocol.pretrained else 'random'} initialisation.",
         f"- Model selection: the epoch with the best validation `{protocol.selection_metric}` "
         "(validation classes only; never the test set). Without a validation split the last epoch is kept.",
+        *_cross_validation_note(results),
         "- Metrics (Reality Check definitions): every test image queries all other test images by cosine "
         "similarity; P@1 (= R@1), Recall@K = a same-class image among the K nearest, R-Precision and MAP@R with "
         "R = the number of other images of the query's class. Exact kNN with faiss.",

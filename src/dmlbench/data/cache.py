@@ -66,6 +66,8 @@ class PreparedDataset:
         manifest = pd.read_csv(directory / MANIFEST, keep_default_na=False, dtype={"fold": str, "class_name": str})
         images = np.load(directory / IMAGES, mmap_mode=None if in_memory else "r")
         sizes = np.load(directory / SIZES) if (directory / SIZES).exists() else None
+        if sizes is not None and len(sizes) and (sizes == images.shape[1:3]).all():
+            sizes = None  # every image fills its canvas: the same as no sizes (square fast path)
         info = read_json(directory / INFO)
         if len(images) != len(manifest) or (sizes is not None and len(sizes) != len(manifest)):
             raise DataError(f"{directory}: {len(images)} cached images but {len(manifest)} manifest rows")

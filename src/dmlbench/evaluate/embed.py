@@ -79,11 +79,14 @@ def _default_device(device: torch.device | str | None) -> torch.device:
     return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
-def load_trained_model(params: Params, run: RunSpec, device: torch.device) -> tuple[torch.nn.Module, dict]:
-    """The selected model of ``run``; refuses weights trained under a different config."""
+def load_trained_model(
+    params: Params, run: RunSpec, device: torch.device, fold: int | None = None
+) -> tuple[torch.nn.Module, dict]:
+    """The selected model of ``run`` (``fold``: one fold model); refuses weights trained under a
+    different config."""
     from dmlbench.models import build_model
 
-    model_path = paths.model_dir(run) / "model.pt"
+    model_path = paths.model_dir(run, fold) / "model.pt"
     if not model_path.exists():
         raise DataError(f"{model_path}: missing (run the train@{run.key} stage first)")
     saved = torch.load(model_path, map_location="cpu", weights_only=False)
@@ -98,9 +101,15 @@ def load_trained_model(params: Params, run: RunSpec, device: torch.device) -> tu
 
 
 def embed_splits(
-    params: Params, dataset: str, model: torch.nn.Module, device: torch.device, features: bool = False
+    params: Params,
+    dataset: str,
+    model: torch.nn.Module,
+    device: torch.device,
+    features: bool = False,
+    fold: int | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """Unit-norm embeddings and labels of every non-empty evaluation split of ``dataset``."""
+    """Unit-norm embeddings and labels of every non-empty evaluation split of ``dataset``
+    (``fold``: the validation split is that fold's validation classes)."""
     from dmlbench.data.cache import PreparedDataset
     from dmlbench.evaluate.knn import normalize_rows
 
@@ -109,7 +118,7 @@ def embed_splits(
     arrays: dict[str, np.ndarray] = {}
     counts: dict[str, int] = {}
     for name in EMBED_SPLITS:
-        split = data.split(name)
+        split = data.split(name, fold=fold if name == "val" else None)
         if len(split) == 0:
             continue
         embeddings = compute_embeddings(
@@ -140,22 +149,31 @@ def _write(directory, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> No
 
 
 def embed_stage(params: Params, run: RunSpec, device: torch.device | str | None = None) -> dict[str, Any]:
-    from dmlbench.io import md5_file, read_json
+    """Embed with the run's selected model, or with each of its fold models into ``fold<f>/``."""
+    from dmlbench.io import atomic_dir, md5_file, read_json, write_json
 
     params.check_run(run)
     device = _default_device(device)
-    model, _ = load_trained_model(params, run, device)
-    run_info = read_json(paths.model_dir(run) / "run.json")
-    arrays, counts = embed_splits(params, run.dataset, model, device)
-    meta = {
-        "run": run.key,
-        "mlflow_run_id": run_info["mlflow_run_id"],
-        "model_md5": md5_file(paths.model_dir(run) / "model.pt"),
-        "splits": counts,
-        "dim": run.dim,
-    }
-    _write(paths.embedding_dir(run), arrays, meta)
-    return meta
+    metas = []
+    with atomic_dir(paths.embedding_dir(run)) as tmp:
+        for fold in paths.folds_in(paths.model_dir(run)):
+            model, _ = load_trained_model(params, run, device, fold)
+            run_info = read_json(paths.model_dir(run, fold) / "run.json")
+            arrays, counts = embed_splits(params, run.dataset, model, device, fold=fold)
+            meta = {
+                "run": run.key,
+                "fold": fold,
+                "mlflow_run_id": run_info["mlflow_run_id"],
+                "model_md5": md5_file(paths.model_dir(run, fold) / "model.pt"),
+                "splits": counts,
+                "dim": run.dim,
+            }
+            target = tmp if fold is None else tmp / f"fold{fold}"
+            target.mkdir(parents=True, exist_ok=True)
+            np.savez(target / EMBEDDINGS, **arrays)
+            write_json(target / META, meta)
+            metas.append(meta)
+    return metas[0] if len(metas) == 1 else {"run": run.key, "folds": metas}
 
 
 def _state_md5(model: torch.nn.Module) -> str:

@@ -35,6 +35,7 @@ from dmlbench import paths
 from dmlbench.config import Combo, EvaluateConfig, Params
 from dmlbench.errors import ConfigError, DataError
 from dmlbench.evaluate.clustering import clustering_metrics
+from dmlbench.evaluate.combine import concatenate_embeddings
 from dmlbench.evaluate.embed import EMBEDDINGS, META
 from dmlbench.evaluate.intervals import Interval, bootstrap_interval, t_interval
 from dmlbench.evaluate.metrics import means, per_query_metrics
@@ -121,8 +122,46 @@ def evaluate_run(directory: Path, dataset: str, settings: EvaluateConfig, query_
     }
 
 
+def evaluate_cv_run(directory: Path, dataset: str, settings: EvaluateConfig, query_gallery: bool | None) -> dict:
+    """Evaluate the fold models of one cross-validation run (``directory/fold<f>/``), as the
+    Reality Check does: the headline ``metrics`` are those of the **concatenated** embedding
+    (each fold model's embedding L2-normalised, concatenated, normalised again);
+    ``metrics_separated`` is the mean of the fold models' own metrics (``folds``)."""
+    folds = [f for f in paths.folds_in(directory) if f is not None]
+    fold_runs = {f"fold{f}": evaluate_run(directory / f"fold{f}", dataset, settings, query_gallery) for f in folds}
+    loaded = [np.load(directory / f"fold{f}" / EMBEDDINGS) for f in folds]
+    try:
+        splits = {key[: -len("_embeddings")] for key in loaded[0].files if key.endswith("_embeddings")}
+        arrays: dict[str, np.ndarray] = {}
+        for split in splits:
+            arrays[f"{split}_embeddings"] = concatenate_embeddings([fold[f"{split}_embeddings"] for fold in loaded])
+            arrays[f"{split}_labels"] = loaded[0][f"{split}_labels"]
+    finally:
+        for fold in loaded:
+            fold.close()
+    metrics, values, mode = evaluate_arrays(arrays, dataset, settings, query_gallery)
+    separated = {name: float(np.mean([r["metrics"][name] for r in fold_runs.values()])) for name in metrics}
+    return {
+        "metrics": metrics,
+        "metrics_separated": separated,
+        "folds": {key: info["metrics"] for key, info in fold_runs.items()},
+        "num_folds": len(folds),
+        "num_queries": int(len(values["r"])),
+        "mlflow_run_id": None,
+        "mlflow_run_ids": {key: info["mlflow_run_id"] for key, info in fold_runs.items()},
+        "embeddings": directory.as_posix(),
+        "embeddings_md5": {key: info["embeddings_md5"] for key, info in fold_runs.items()},
+        "mode": mode,
+        "recall_at": list(settings.recall_ks(dataset)),
+        "bootstrap": bootstrap_intervals(values, settings),
+        "_values": values,
+        "_fold_runs": fold_runs,
+    }
+
+
 def summarize_runs(runs: dict[str, dict], settings: EvaluateConfig) -> dict[str, Any]:
-    """Contract-5 summary: t-interval over runs, or the bootstrap interval of a single run."""
+    """Contract-5 summary: t-interval over runs, or the bootstrap interval of a single run.
+    Cross-validation runs add ``test_separated`` (t-interval of the fold-averaged metrics)."""
     first = next(iter(runs.values()))
     test = {}
     for name in first["metrics"]:
@@ -132,17 +171,33 @@ def summarize_runs(runs: dict[str, dict], settings: EvaluateConfig) -> dict[str,
         else:
             interval = t_interval([r["metrics"][name] for r in runs.values()], settings.confidence)
             test[name] = _interval_dict(interval, "t")
-    return {
+    summary = {
         "n_runs": len(runs),
         "confidence": settings.confidence,
         "test": test,
         "num_queries": first["num_queries"],
         "mode": first["mode"],
     }
+    if "metrics_separated" in first:
+        summary["cross_validation"] = {
+            "folds": first["num_folds"],
+            "test": "concatenated",
+            "test_separated": "mean over folds",
+        }
+        summary["test_separated"] = {
+            name: _interval_dict(
+                t_interval([r["metrics_separated"][name] for r in runs.values()], settings.confidence),
+                "t" if len(runs) > 1 else "none",
+            )
+            for name in first["metrics_separated"]
+        }
+    return summary
 
 
 def _write_outputs(evaluation_dir: Path, metrics_file: Path, key: str, runs: dict, summary: dict) -> None:
     per_query = {f"{run}/{name}": v for run, info in runs.items() for name, v in info.pop("_values").items()}
+    for info in runs.values():
+        info.pop("_fold_runs", None)
     with atomic_dir(evaluation_dir) as tmp:
         write_json(tmp / "runs.json", {"combo": key, "runs": runs})
         np.savez_compressed(tmp / "per_query.npz", **per_query)
@@ -160,16 +215,25 @@ def evaluate_stage(params: Params, combo: Combo) -> dict[str, Any]:
     settings = params.evaluate
     query_gallery = _is_query_gallery(combo.dataset)
     for seed in params.seeds:  # fail before any work if an input is missing
-        file = paths.embedding_dir(combo.with_seed(seed)) / EMBEDDINGS
-        if not file.exists():
-            raise DataError(f"{file}: missing (run the embed@{combo.with_seed(seed).key} stage first)")
+        directory = paths.embedding_dir(combo.with_seed(seed))
+        for fold in paths.folds_in(directory):
+            file = paths.embedding_dir(combo.with_seed(seed), fold) / EMBEDDINGS
+            if not file.exists():
+                raise DataError(f"{file}: missing (run the embed@{combo.with_seed(seed).key} stage first)")
     runs: dict[str, Any] = {}
+    trained: dict[str, Any] = {}  # what gets test metrics in MLflow: each training run / fold model
     for seed in params.seeds:
-        info = evaluate_run(paths.embedding_dir(combo.with_seed(seed)), combo.dataset, settings, query_gallery)
+        directory = paths.embedding_dir(combo.with_seed(seed))
+        if paths.folds_in(directory) == [None]:
+            info = evaluate_run(directory, combo.dataset, settings, query_gallery)
+            trained[f"seed{seed}"] = info
+        else:
+            info = evaluate_cv_run(directory, combo.dataset, settings, query_gallery)
+            trained.update({f"seed{seed}/{fold}": fold_info for fold, fold_info in info["_fold_runs"].items()})
         runs[f"seed{seed}"] = {"seed": seed, **info}
     summary = summarize_runs(runs, settings)
+    _log_test_metrics(trained)
     _write_outputs(paths.evaluation_dir(combo), paths.metrics_file(combo), combo.key, runs, summary)
-    _log_test_metrics(runs)
     log_summary_run(
         params,
         combo.key,

@@ -76,9 +76,9 @@ class TrackedRun:
         return self.client.get_run(self.run_id).info.status
 
 
-def run_tags(run: RunSpec, config_hash: str, protocol: str) -> dict[str, str]:
+def run_tags(run: RunSpec, config_hash: str, protocol: str, fold: int | None = None) -> dict[str, str]:
     commit, dirty = git_state()
-    return {
+    tags = {
         "kind": "train",
         "dataset": run.dataset,
         "backbone": run.backbone,
@@ -93,6 +93,9 @@ def run_tags(run: RunSpec, config_hash: str, protocol: str) -> dict[str, str]:
         "mlflow.source.git.commit": commit,
         "dvc_stage": os.environ.get("DVC_STAGE", f"train@{run.key}"),
     }
+    if fold is not None:
+        tags.update(fold=str(fold), grid_key=f"{run.grid_key}/fold{fold}")
+    return tags
 
 
 def start_training_run(
@@ -101,8 +104,13 @@ def start_training_run(
     config_hash: str,
     experiment: str,
     resume_run_id: str | None = None,
+    fold: int | None = None,
 ) -> TrackedRun:
-    """Resume ``resume_run_id`` if it is still active, else create the run and log its params."""
+    """Resume ``resume_run_id`` if it is still active, else create the run and log its params.
+
+    ``fold``: one fold model of a cross-validation run (each fold model is a training of its own:
+    grid key ``.../seed0/fold1``, tag ``fold``, run name ``<key>-fold1``).
+    """
     from mlflow.entities import Param, ViewType
 
     mlflow_client = make_client()
@@ -118,14 +126,14 @@ def start_training_run(
             tracked.set_tags({"resumed": "true", "dvc_stage": os.environ.get("DVC_STAGE", f"train@{run.key}")})
             return tracked
 
+    tags = run_tags(run, config_hash, resolved["protocol"]["name"], fold)
     previous = mlflow_client.search_runs(
         [experiment_id],
-        filter_string=f"tags.grid_key = '{run.grid_key}' and tags.config_hash = '{config_hash}'",
+        filter_string=f"tags.grid_key = '{tags['grid_key']}' and tags.config_hash = '{config_hash}'",
         run_view_type=ViewType.ACTIVE_ONLY,
     )
-    created = mlflow_client.create_run(
-        experiment_id, run_name=run.key, tags=run_tags(run, config_hash, resolved["protocol"]["name"])
-    )
+    run_name = run.key if fold is None else f"{run.key}-fold{fold}"
+    created = mlflow_client.create_run(experiment_id, run_name=run_name, tags=tags)
     run_id = created.info.run_id
     params = [Param(key, str(value)) for key, value in flatten(resolved).items()]
     mlflow_client.log_batch(run_id, params=params)

@@ -115,18 +115,30 @@ def set_warmup(model: EmbeddingModel, warm: bool) -> None:
 
 
 class _Scorer:
-    """Embeds a split with the eval transform (autocast on GPU) and scores it."""
+    """Embeds splits with the eval transform (autocast on GPU) and scores them: a split against
+    itself, or a query split against a gallery split (In-Shop)."""
 
     def __init__(self, protocol: Protocol, recall_ks: tuple[int, ...], fast: FastPath):
         self.protocol, self.recall_ks, self.fast = protocol, recall_ks, fast
 
-    def __call__(self, model: torch.nn.Module, split: SplitData) -> dict[str, float]:
+    def _embed(self, model: torch.nn.Module, split: SplitData) -> np.ndarray:
         aug = self.protocol.augment
         with self.fast.autocast():
-            embeddings = compute_embeddings(
-                model, split.images, aug.eval_resize, aug.crop_size, self.protocol.eval_batch_size, self.fast.device
+            return compute_embeddings(
+                model,
+                split.images,
+                aug.eval_resize,
+                aug.crop_size,
+                self.protocol.eval_batch_size,
+                self.fast.device,
+                sizes=split.sizes,
             )
-        return retrieval_metrics(embeddings, split.labels, recall_ks=self.recall_ks)
+
+    def __call__(self, model: torch.nn.Module, split: SplitData, gallery: SplitData | None = None) -> dict[str, float]:
+        queries = self._embed(model, split)
+        if gallery is None:
+            return retrieval_metrics(queries, split.labels, recall_ks=self.recall_ks)
+        return retrieval_metrics(queries, split.labels, self._embed(model, gallery), gallery.labels, self.recall_ks)
 
 
 def train(
@@ -139,8 +151,12 @@ def train(
     device: torch.device | None = None,
     extra_state: dict[str, Any] | None = None,
     fast_path: bool | None = None,
+    fold: int | None = None,
 ) -> TrainOutcome:
     """Train one run, continuing from ``resume`` (a checkpoint of this config) if given.
+
+    ``fold``: on a cross-validation split, train on the training classes outside fold ``fold``
+    and select on its validation classes (one fold model of the run).
 
     A checkpoint is written to ``checkpoint_dir`` after every epoch, carrying ``extra_state``
     (e.g. the MLflow run id); ``on_epoch(epoch, metrics)`` is called after each epoch, after
@@ -155,11 +171,15 @@ def train(
     loss_spec, loss_params = LOSSES[run.loss], params.losses[run.loss]
     augment = protocol.augment
     hflip = augment.hflip and DATASETS[run.dataset].hflip_invariant
-    score = _Scorer(protocol, tuple(params.evaluate.recall_at), fast)
+    score = _Scorer(protocol, params.evaluate.recall_ks(run.dataset), fast)
     per_class = protocol.sampling_for(loss_spec.sampler)
     early = protocol.early_stopping
 
-    train_split, val_split, test_split = data.split("train"), data.split("val"), data.split("test")
+    train_split, val_split = data.split("train", fold=fold), data.split("val", fold=fold)
+    # Test-set feedback (analysis only): the test split against itself, or queries vs gallery.
+    test_split, gallery_split = data.split("test"), None
+    if len(test_split) == 0 and len(data.split("query")) > 0:
+        test_split, gallery_split = data.split("query"), data.split("gallery")
     classes = np.unique(train_split.labels)
     train_labels = np.searchsorted(classes, train_split.labels)
     num_classes = len(classes)
@@ -202,7 +222,7 @@ def train(
         start_epoch, elapsed = resume["epoch"], resume["elapsed"]
         restore_rng_state(resume["rng"], generator)
 
-    images = ImageSource(train_split.images, device)
+    images = ImageSource(train_split.images, device, train_split.sizes)
     targets = torch.from_numpy(train_labels).to(device)
     check_every = 1 if device.type == "cpu" else 25  # a finiteness check syncs the GPU
     stopped_early = bool(history) and history[-1].get("stopped_early", False)
@@ -221,7 +241,13 @@ def train(
         desc = f"{run.key} epoch {epoch}/{protocol.epochs}"
         for index, batch in enumerate(tqdm(batches, desc=desc, unit="batch", mininterval=2.0, leave=False), 1):
             inputs = train_transform(
-                images.batch(batch), augment.crop_size, augment.crop_scale, augment.crop_ratio, hflip, generator
+                images.batch(batch),
+                augment.crop_size,
+                augment.crop_scale,
+                augment.crop_ratio,
+                hflip,
+                generator,
+                sizes=images.sizes_of(batch),
             )
             losses.append(step(inputs, targets[torch.from_numpy(batch).to(device)]))
             if index % check_every == 0 or index == len(batches):
@@ -253,7 +279,7 @@ def train(
             if early.patience is not None and best["since"] >= early.patience and epoch < protocol.epochs:
                 stopped_early = True
         if validate and test_feedback:
-            test_metrics = score(model, test_split)
+            test_metrics = score(model, test_split, gallery_split)
             metrics.update({f"{TEST_FEEDBACK}/{name}": value for name, value in test_metrics.items()})
         history.append({"epoch": epoch, **metrics, **({"stopped_early": True} if stopped_early else {})})
         if checkpoint_dir is not None:

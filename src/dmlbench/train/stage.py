@@ -3,13 +3,18 @@
 Writes ``artifacts/models/<run>/`` (``model.pt`` = weights of the epoch selected on the
 validation split, ``history.json``, ``config.yaml``, ``run.json``) and keeps a resumable
 checkpoint in ``artifacts/checkpoints/<run>/`` (a ``persist: true`` DVC output) until the run
-is complete. A re-run after a crash or a kill resumes from the last checkpoint into the same
+is complete. On a cross-validation split (``rc_cv``, ``kfold``) the run is one model per fold,
+each trained on the other folds' classes and selected on its own validation classes, each its
+own MLflow run (tag ``fold``), stored in ``fold<f>/`` sub-directories; together they are one
+reproduction of the whole cross-validation (the Reality Check's unit of repetition). A re-run after a crash or a kill resumes from the last checkpoint into the same
 MLflow run; every epoch is logged exactly once (epochs checkpointed but not yet logged when the
 process died are logged on resume, none twice). A diverged run is marked FAILED in MLflow.
 """
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,7 +23,7 @@ import yaml
 from dmlbench import paths
 from dmlbench.config import Params, RunSpec, config_hash
 from dmlbench.data.cache import PreparedDataset
-from dmlbench.io import atomic_dir, md5_file, write_json
+from dmlbench.io import atomic_dir, md5_file, read_json, write_json
 from dmlbench.tracking import TrackedRun, start_training_run
 from dmlbench.train.checkpoint import clear_checkpoint, code_fingerprint, load_checkpoint
 from dmlbench.train.loop import default_device, train
@@ -42,23 +47,72 @@ def _log_missing_epochs(tracked: TrackedRun, history: list[dict[str, Any]]) -> i
     return len(missing)
 
 
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def _staged(run: RunSpec, fold: int | None) -> Path:
+    """Where a finished member's outputs wait (in the persistent checkpoint dir) until the run
+    is assembled: a killed cross-validation stage keeps its finished folds."""
+    return paths.checkpoint_dir(run, fold) / "final"
+
+
+def _finished(staged: Path, chash: str) -> dict[str, Any] | None:
+    """The staged member's run.json if it was trained with this config and code, else None."""
+    if not (staged / RUN_INFO).exists():
+        return None
+    info = read_json(staged / RUN_INFO)
+    return info if info.get("config_hash") == chash and info.get("code") == code_fingerprint() else None
+
+
 def train_stage(params: Params, run: RunSpec, device: torch.device | None = None) -> dict[str, Any]:
+    """Train the run (one model, or one model per fold of a cross-validation split), then write
+    ``artifacts/models/<run>/`` (``fold<f>/`` sub-directories for fold models) in one step."""
     params.check_run(run)
     resolved = params.resolved(run)
     chash = config_hash(resolved)
     device = device or default_device()
     data = PreparedDataset.load(paths.prepared_dir(run.dataset))
-    checkpoints = paths.checkpoint_dir(run)
+    folds: list[int | None] = list(range(data.num_folds)) or [None]
+    infos = [train_member(params, run, data, resolved, chash, fold, device) for fold in folds]
+    with atomic_dir(paths.model_dir(run)) as tmp:
+        for fold in folds:
+            shutil.copytree(_staged(run, fold), tmp if fold is None else tmp / f"fold{fold}", dirs_exist_ok=True)
+    for fold in folds:
+        shutil.rmtree(_staged(run, fold))
+    return infos[0] if len(infos) == 1 else {"run": run.key, "folds": infos}
+
+
+def train_member(
+    params: Params,
+    run: RunSpec,
+    data: PreparedDataset,
+    resolved: dict[str, Any],
+    chash: str,
+    fold: int | None,
+    device: torch.device,
+) -> dict[str, Any]:
+    """Train one model of the run (``fold``: one fold model) into its staging directory, with
+    its own MLflow run; resume it from its checkpoint, or skip it if it already finished."""
+    name = run.key if fold is None else f"{run.key} fold {fold}"
+    checkpoints = paths.checkpoint_dir(run, fold)
     checkpoints.mkdir(parents=True, exist_ok=True)
+    staged = _staged(run, fold)
+    done = _finished(staged, chash)
+    if done is not None:
+        print(f"{name}: already trained (kept from an interrupted stage)")
+        return done
     resume = load_checkpoint(checkpoints, chash)
     resume_run_id = resume["extra"].get("mlflow_run_id") if resume else None
     if resume:
-        print(f"{run.key}: resuming after epoch {resume['epoch']} from {checkpoints}")
+        print(f"{name}: resuming after epoch {resume['epoch']} from {checkpoints}")
 
-    tracked = start_training_run(run, resolved, chash, params.tracking.experiment, resume_run_id=resume_run_id)
+    tracked = start_training_run(
+        run, resolved, chash, params.tracking.experiment, resume_run_id=resume_run_id, fold=fold
+    )
     if resume:  # the same run (or, if it was deleted meanwhile, a new one) gets every epoch once
         _log_missing_epochs(tracked, resume["history"])
-    tracked.set_tags({"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"})
+    tracked.set_tags({"device": _device_name(device)})
     write_json(checkpoints / CHECKPOINT_STATUS, {"state": "running", "mlflow_run_id": tracked.run_id})
     monitor = tracked.start_system_metrics()
     try:
@@ -71,6 +125,7 @@ def train_stage(params: Params, run: RunSpec, device: torch.device | None = None
             on_epoch=lambda epoch, metrics: tracked.log_metrics(metrics, step=epoch),
             device=device,
             extra_state={"mlflow_run_id": tracked.run_id},
+            fold=fold,
         )
     except KeyboardInterrupt:
         monitor.finish()
@@ -84,11 +139,13 @@ def train_stage(params: Params, run: RunSpec, device: torch.device | None = None
 
     info = {
         "run": run.key,
-        "grid_key": run.grid_key,
+        "grid_key": run.grid_key if fold is None else f"{run.grid_key}/fold{fold}",
+        "fold": fold,
         "config_hash": chash,
         "code": code_fingerprint(),
         "mlflow_run_id": tracked.run_id,
         "experiment": params.tracking.experiment,
+        "device": _device_name(device),
         "selection": outcome.selection,
         "test_feedback": outcome.test_feedback,
         "epochs_trained": outcome.history[-1]["epoch"],
@@ -96,14 +153,14 @@ def train_stage(params: Params, run: RunSpec, device: torch.device | None = None
         "num_train_classes": outcome.num_classes,
         "resumed_from_epoch": outcome.resumed_from_epoch,
     }
-    out = paths.model_dir(run)
-    with atomic_dir(out) as tmp:
+    with atomic_dir(staged) as tmp:
         torch.save(
             {
                 "state_dict": outcome.model_state,
                 "resolved": resolved,
                 "config_hash": chash,
                 "selection": outcome.selection,
+                "fold": fold,
             },
             tmp / MODEL,
         )
@@ -111,7 +168,8 @@ def train_stage(params: Params, run: RunSpec, device: torch.device | None = None
         write_json(tmp / RUN_INFO, info)
         (tmp / CONFIG).write_text(yaml.safe_dump(resolved, sort_keys=False))
 
-    tracked.log_file_reference("model", out / MODEL, md5_file(out / MODEL))
+    # The model's final place (the stage copies the staged files there) and its md5.
+    tracked.log_file_reference("model", paths.model_dir(run, fold) / MODEL, md5_file(staged / MODEL))
     summary: dict[str, float] = {"selected_epoch": outcome.selected_epoch}
     if outcome.selection["value"] is not None:
         summary[f"selected/val_{outcome.selection['metric']}"] = outcome.selection["value"]
@@ -128,8 +186,8 @@ def train_stage(params: Params, run: RunSpec, device: torch.device | None = None
             "stopped_early": str(outcome.stopped_early).lower(),
         }
     )
-    tracked.log_artifact(out / CONFIG)
-    tracked.log_artifact(out / HISTORY)
+    tracked.log_artifact(staged / CONFIG)
+    tracked.log_artifact(staged / HISTORY)
     monitor.finish()
     tracked.finish("FINISHED")
     clear_checkpoint(checkpoints)

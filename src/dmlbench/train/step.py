@@ -51,10 +51,12 @@ class FastPath:
 
 @dataclass
 class ImageSource:
-    """The training images (uint8 N x H x W x 3), on the device when they fit, else on the host."""
+    """The training images (uint8 N x H x W x 3), on the device when they fit, else on the host,
+    with each image's valid ``(height, width)`` in its canvas (``sizes``; None = whole canvas)."""
 
     images: np.ndarray
     device: torch.device
+    sizes: np.ndarray | None = None
     on_device: torch.Tensor | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -68,6 +70,11 @@ class ImageSource:
     @property
     def placement(self) -> str:
         return f"{self.device.type} memory" if self.on_device is not None else "host, pinned copies per batch"
+
+    def sizes_of(self, index: np.ndarray) -> np.ndarray | None:
+        """Valid sizes of the images at ``index`` (host memory: the transforms plan crops on the
+        CPU), or None for whole canvases."""
+        return None if self.sizes is None else self.sizes[index]
 
     def batch(self, index: np.ndarray) -> torch.Tensor:
         if self.on_device is not None:
