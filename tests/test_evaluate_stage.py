@@ -11,6 +11,7 @@ import pytest
 
 from dmlbench import paths
 from dmlbench.config import Combo, parse_params
+from dmlbench.data import DATASETS
 from dmlbench.errors import ConfigError, DataError
 from dmlbench.evaluate.embed import EMBEDDINGS, META, embed_pretrained_stage
 from dmlbench.evaluate.metrics import retrieval_metrics
@@ -204,7 +205,7 @@ def test_evaluate_config_is_validated_per_dataset(small_raw_params):
     for evaluate, message in [
         (
             {"per_dataset": {"sopp": {"recall_at": [1]}}},
-            "evaluate.per_dataset.sopp: unknown dataset 'sopp'; valid: glyphs",
+            f"evaluate.per_dataset.sopp: unknown dataset 'sopp'; valid: {', '.join(sorted(DATASETS))}",
         ),
         ({"per_dataset": {"glyphs": {"recal_at": [1]}}}, "evaluate.per_dataset.glyphs.recal_at: unknown key"),
         ({"recall_at": [1, 1]}, "evaluate.recall_at: recall_at has repeated values"),

@@ -68,3 +68,19 @@ def test_rerun_supersedes_and_resume_reuses(mlflow_store):
     # Other hyperparameters are another training: both runs stay.
     other = start_training_run(RUN, {**RESOLVED, "seed": 1}, "hash2", "exp")
     assert {r.info.run_id for r in client().search_runs([experiment])} == {second.run_id, other.run_id}
+
+
+def test_system_metrics_are_logged_to_the_training_run(mlflow_store, monkeypatch):
+    """MLflow's SystemMetricsMonitor samples CPU/memory into the run while it trains."""
+    import time
+
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLES_BEFORE_LOGGING", "1")
+    tracked = start_training_run(RUN, RESOLVED, "hash1", "exp")
+    monitor = tracked.start_system_metrics()
+    time.sleep(1.5)  # several sampling intervals
+    monitor.finish()
+    tracked.finish()
+    metrics = client().get_run(tracked.run_id).data.metrics
+    assert any(k.startswith("system/cpu_utilization") for k in metrics)
+    assert any(k.startswith("system/system_memory_usage") for k in metrics)
