@@ -14,8 +14,8 @@ from dmlbench.evaluate.combine import concatenated_metrics, separated_metrics
 from dmlbench.evaluate.embed import embed_stage
 from dmlbench.evaluate.stage import evaluate_stage
 from dmlbench.io import read_json
-from dmlbench.train.stage import train_member, train_stage
 from dmlbench.tracking.store import client
+from dmlbench.train.stage import train_member, train_stage
 
 
 @pytest.fixture
@@ -29,16 +29,19 @@ def cv_params(small_raw_params):
     return parse_params(raw)
 
 
-def test_cross_validation_runs_train_each_fold_and_report_concatenated_and_separated(in_project, mlflow_store, cv_params):
+def test_cross_validation_runs_train_each_fold_and_report_concatenated_and_separated(
+    in_project, mlflow_store, cv_params
+):
     download_stage(cv_params, "glyphs")
     prepare_stage(cv_params, "glyphs")
     combo = Combo("glyphs", "tiny_cnn", "contrastive", 32)
     first, second = combo.with_seed(0), combo.with_seed(1)
 
     # An interrupted stage keeps its finished folds: fold 0 of seed 1 was trained before a kill.
-    from dmlbench.data.cache import PreparedDataset
-    from dmlbench.config import config_hash
     import torch
+
+    from dmlbench.config import config_hash
+    from dmlbench.data.cache import PreparedDataset
 
     data = PreparedDataset.load(paths.prepared_dir("glyphs"))
     resolved = cv_params.resolved(second)

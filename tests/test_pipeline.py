@@ -66,9 +66,7 @@ def _mlflow_runs(env, kind: str | None = "train"):
     import mlflow
 
     mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
-    return mlflow.search_runs(
-        search_all_experiments=True, filter_string=f"tags.kind = '{kind}'" if kind else ""
-    )
+    return mlflow.search_runs(search_all_experiments=True, filter_string=f"tags.kind = '{kind}'" if kind else "")
 
 
 def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(project):

@@ -12,7 +12,7 @@ from dmlbench import paths
 from dmlbench.analysis.report import format_interval, format_signed_interval, report_stage
 from dmlbench.analysis.report_run import log_report
 from dmlbench.errors import DataError
-from dmlbench.io import write_json
+from dmlbench.io import read_json, write_json
 
 METRICS = ["precision_at_1", "recall_at_1", "recall_at_2", "recall_at_4", "recall_at_8", "r_precision", "map_at_r"]
 QUALITY = {"contrastive": 0.5, "triplet": 0.3, "multi_similarity": 0.7, "proxy_anchor": 0.6}
@@ -184,6 +184,30 @@ def test_report_without_test_feedback_omits_that_figure_with_a_note(
     assert "Not measured for this grid" in feedback and "![" not in feedback
     assert not (in_project / "reports" / "figures" / "test_feedback.png").exists()
     assert "Test-set feedback was not recorded" in text
+
+
+def test_report_shows_the_untrained_baseline_with_its_bootstrap_interval(
+    in_project, small_params, prepared_glyphs, mlflow_store
+):
+    from dmlbench.evaluate.embed import embed_pretrained_stage
+    from dmlbench.evaluate.stage import evaluate_pretrained_stage
+
+    _fake_outputs(small_params, prepared_glyphs)
+    text = report_stage(small_params, log_to_mlflow=False).read_text()
+    assert "*Pretrained*" not in text  # no baseline evaluated: no row, no note
+    embed_pretrained_stage(small_params, "glyphs", "tiny_cnn", device="cpu")
+    summary = evaluate_pretrained_stage(small_params, "glyphs", "tiny_cnn")
+    text = report_stage(small_params, log_to_mlflow=False).read_text()
+    table = _section(text, "## Results on the test classes").split("![")[0]
+    row = next(line for line in table.splitlines() if line.startswith("| *Pretrained*"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[0] == "*Pretrained* (random initialisation (torch seed 0), no training)"
+    assert int(cells[1]) == read_json(paths.pretrained_embedding_dir("glyphs", "tiny_cnn") / "meta.json")["dim"]
+    p1 = summary["test"]["precision_at_1"]
+    assert cells[2] == (f"{100 * p1['mean']:.1f} [{100 * p1['low']:.1f}, {100 * p1['high']:.1f}] (n={p1['n']} queries)")
+    assert p1["n"] == len(prepared_glyphs[1].split("test")) and p1["low"] <= p1["mean"] <= p1["high"]
+    assert all(re.fullmatch(r"\d+\.\d \[\d+\.\d, \d+\.\d\] \(n=\d+ queries\)", c) for c in cells[2:]), cells
+    assert "per-query bootstrap interval with n = test queries" in table
 
 
 def test_format_interval():

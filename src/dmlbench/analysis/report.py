@@ -12,7 +12,7 @@ report content (:mod:`dmlbench.analysis.report_run`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -66,6 +66,8 @@ class Results:
     history: pd.DataFrame  # dataset, backbone, loss, dim, seed, epoch, train/*, val/*, test_feedback/*
     selections: pd.DataFrame  # dataset, backbone, loss, dim, seed, selected_epoch, selection_metric, tf_*, device
     datasets: dict[str, dict[str, Any]]
+    # the untrained trunk ("Pretrained" row): dataset, backbone, weights, dim, metric, mean, low, high, n (queries)
+    baselines: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def collect_results(params: Params) -> Results:
@@ -110,7 +112,44 @@ def collect_results(params: Params) -> Results:
         if not info_file.exists():
             raise DataError(f"{info_file}: missing (run prepare@{name} first)")
         datasets[name] = read_json(info_file)
-    return Results(pd.DataFrame(run_rows), pd.DataFrame(history_rows), pd.DataFrame(selection_rows), datasets)
+    return Results(
+        pd.DataFrame(run_rows),
+        pd.DataFrame(history_rows),
+        pd.DataFrame(selection_rows),
+        datasets,
+        collect_baselines(params),
+    )
+
+
+def collect_baselines(params: Params) -> pd.DataFrame:
+    """The ``evaluate_pretrained`` results of every dataset x backbone: one evaluation each, with the
+    per-query bootstrap interval (n = test queries); a missing one is left out of the report."""
+    rows = []
+    for dataset in params.datasets:
+        for backbone in params.backbones:
+            runs_file = paths.pretrained_evaluation_dir(dataset, backbone) / "runs.json"
+            meta_file = paths.pretrained_embedding_dir(dataset, backbone) / "meta.json"
+            if not runs_file.exists() or not meta_file.exists():
+                continue
+            meta = read_json(meta_file)
+            for info in read_json(runs_file)["runs"].values():
+                for metric, value in info["metrics"].items():
+                    bounds = info.get("bootstrap", {}).get(metric) or {}
+                    low, high = bounds.get("low"), bounds.get("high")
+                    rows.append(
+                        {
+                            "dataset": dataset,
+                            "backbone": backbone,
+                            "weights": meta.get("weights", ""),
+                            "dim": meta["dim"],
+                            "metric": metric,
+                            "mean": value,
+                            "low": math.nan if low is None else low,
+                            "high": math.nan if high is None else high,
+                            "n": int(bounds.get("n", info.get("num_queries", 1))),
+                        }
+                    )
+    return pd.DataFrame(rows)
 
 
 # --------------------------------------------------------------------------- numbers
@@ -138,6 +177,13 @@ def format_interval(mean: float, low: float, high: float, n: int, scale: float =
     if n < 2 or math.isnan(low):
         return f"{scale * mean:.{digits}f} (n={n}, no interval)"
     return f"{scale * mean:.{digits}f} ± {scale * (high - low) / 2:.{digits}f} (n={n})"
+
+
+def format_bounds(mean: float, low: float, high: float, n: int, scale: float = 100, digits: int = 1) -> str:
+    """``2.6 [1.9, 3.3] (n=2000 queries)``: an interval that need not be symmetric (bootstrap)."""
+    if math.isnan(low):
+        return f"{scale * mean:.{digits}f} (n={n} queries, no interval)"
+    return f"{scale * mean:.{digits}f} [{scale * low:.{digits}f}, {scale * high:.{digits}f}] (n={n} queries)"
 
 
 def format_signed_interval(estimate: float, low: float, high: float, n: str) -> str:
@@ -729,7 +775,7 @@ def _cross_validation_note(results: Results) -> list[str]:
     return [
         f"- Cross-validation ({folds}): each run trains one model per fold (its validation classes select "
         "it); a run's scores are those of the **concatenated** embedding of its fold models (each L2-normalised, "
-        "concatenated, normalised again), as in the Reality Check; the fold-averaged (\"separated\") scores are in "
+        'concatenated, normalised again), as in the Reality Check; the fold-averaged ("separated") scores are in '
         "`artifacts/metrics/*.json` under `test_separated`."
     ]
 
@@ -786,7 +832,26 @@ def render(analysis: Analysis, figures: dict[str, Figure]) -> str:
                     for m in metrics
                 ]
             )
+        baseline = _baseline_block(results.baselines, dataset, backbone)
+        if baseline is not None:
+            by_metric = baseline.set_index("metric")
+            rows.append(
+                [f"*Pretrained* ({baseline['weights'].iloc[0]}, no training)", int(baseline["dim"].iloc[0])]
+                + [
+                    format_bounds(*by_metric.loc[m, ["mean", "low", "high"]], int(by_metric.loc[m, "n"]))
+                    if m in by_metric.index
+                    else "-"
+                    for m in metrics
+                ]
+            )
         lines += [markdown_table(["loss", "dim", *headers], rows), ""]
+        if baseline is not None:
+            lines += [
+                f"*Pretrained*: the trunk's pooled features before any training (the thesis's \"Pretrained\" row), "
+                f"evaluated once, so its interval is a {int(confidence * 100)}% per-query bootstrap interval "
+                "with n = test queries, not a t-interval over seeds.",
+                "",
+            ]
     _figure(lines, figures, "metric_by_loss", counter)
     _figure(lines, figures, "recall_by_loss", counter)
     lines += _tournament_section(analysis)
@@ -821,6 +886,13 @@ def render(analysis: Analysis, figures: dict[str, Figure]) -> str:
     _figure(lines, figures, "gallery", counter)
     lines += _limitations_section(analysis, figures)
     return "\n".join(lines)
+
+
+def _baseline_block(baselines: pd.DataFrame, dataset: str, backbone: str) -> pd.DataFrame | None:
+    if baselines.empty:
+        return None
+    block = baselines[(baselines["dataset"] == dataset) & (baselines["backbone"] == backbone)]
+    return None if block.empty else block
 
 
 def _bounds(values: pd.Series, confidence: float) -> tuple[float, float]:
