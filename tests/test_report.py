@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dmlbench import paths
-from dmlbench.analysis.report import format_interval, format_signed_interval, report_stage
+from dmlbench.analysis.report import format_interval, format_signed_interval, report_stage, table_metrics
 from dmlbench.analysis.report_run import log_report
 from dmlbench.errors import DataError
 from dmlbench.io import read_json, write_json
@@ -208,6 +208,37 @@ def test_report_shows_the_untrained_baseline_with_its_bootstrap_interval(
     assert p1["n"] == len(prepared_glyphs[1].split("test")) and p1["low"] <= p1["mean"] <= p1["high"]
     assert all(re.fullmatch(r"\d+\.\d \[\d+\.\d, \d+\.\d\] \(n=\d+ queries\)", c) for c in cells[2:]), cells
     assert "per-query bootstrap interval with n = test queries" in table
+
+
+def test_results_columns_follow_the_metrics_of_each_dataset():
+    sop = [
+        "map_at_r",
+        "recall_at_1000",
+        "recall_at_10",
+        "precision_at_1",
+        "recall_at_1",
+        "recall_at_100",
+        "r_precision",
+    ]
+    assert table_metrics(sop) == [
+        "precision_at_1",
+        "recall_at_10",
+        "recall_at_100",
+        "recall_at_1000",
+        "r_precision",
+        "map_at_r",
+    ]
+    cub = ["ami", "nmi", "recall_at_8", "recall_at_2", "map_at_r", "recall_at_4", "r_precision", "precision_at_1"]
+    assert table_metrics(cub) == [
+        "precision_at_1",
+        "recall_at_2",
+        "recall_at_4",
+        "recall_at_8",
+        "r_precision",
+        "map_at_r",
+        "nmi",
+        "ami",
+    ]
 
 
 def test_format_interval():

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -35,13 +35,27 @@ REPORT = "report.md"
 FIGURES = "figures"
 BASELINES = ("contrastive", "triplet")
 TOP1 = "precision_at_1"  # = Recall@1, what papers report
-METRIC_ORDER = ("precision_at_1", "recall_at_2", "recall_at_4", "recall_at_8", "r_precision", "map_at_r")
 METRIC_HEADERS = {
     "precision_at_1": "P@1 = R@1",
     "recall_at_1": "R@1",
     "r_precision": "R-Prec",
     "map_at_r": "MAP@R",
+    "nmi": "NMI",
+    "ami": "AMI",
 }
+
+
+def table_metrics(present: Iterable[str]) -> list[str]:
+    """Columns of a results table, from the metrics a cell has: P@1 (= R@1), Recall@K by K
+    (R@2/4/8 for CUB/Cars, R@10/100/1000 for SOP, ...), R-Precision, MAP@R, then NMI and AMI."""
+    present = set(present)
+    recalls = sorted(
+        (m for m in present if m.startswith("recall_at_") and m != "recall_at_1"), key=lambda m: int(m[10:])
+    )
+    head = ["precision_at_1"] if "precision_at_1" in present else []
+    return head + recalls + [m for m in ("r_precision", "map_at_r", "nmi", "ami") if m in present]
+
+
 PACKAGES = (
     "torch",
     "torchvision",
@@ -182,7 +196,7 @@ def format_interval(mean: float, low: float, high: float, n: int, scale: float =
 def format_bounds(mean: float, low: float, high: float, n: int, scale: float = 100, digits: int = 1) -> str:
     """``2.6 [1.9, 3.3] (n=2000 queries)``: an interval that need not be symmetric (bootstrap)."""
     if math.isnan(low):
-        return f"{scale * mean:.{digits}f} (n={n} queries, no interval)"
+        return f"{scale * mean:.{digits}f} (n=1 run, no interval)"
     return f"{scale * mean:.{digits}f} [{scale * low:.{digits}f}, {scale * high:.{digits}f}] (n={n} queries)"
 
 
@@ -813,10 +827,10 @@ def render(analysis: Analysis, figures: dict[str, Figure]) -> str:
     lines += _setup_section(analysis)
     lines += ["## Results on the test classes", ""]
     summary = analysis.summary
-    metrics = [m for m in METRIC_ORDER if m in set(summary["metric"])]
-    headers = [METRIC_HEADERS.get(m, m.replace("recall_at_", "R@")) for m in metrics]
     chronological = {name: i for i, name in enumerate(analysis.order)}
     for (dataset, backbone), block in summary.groupby(["dataset", "backbone"], sort=False):
+        metrics = table_metrics(block["metric"])
+        headers = [METRIC_HEADERS.get(m, m.replace("recall_at_", "R@")) for m in metrics]
         lines += [f"### `{dataset}` / `{backbone}`", ""]
         rows = []
         cells = sorted(
