@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,41 @@ ROOT = Path(__file__).resolve().parents[1]
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+
+
+def run_checked(args: list[str], cwd: Path, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
+    """Run a command; with ``check``, fail the test with the tail of its output when it fails."""
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+def dvc_project(root: Path, raw_params: dict, mlflow_db: Path) -> dict[str, str]:
+    """A committed git + DVC copy of the repository's pipeline at ``root`` with ``raw_params`` as
+    params.yaml; returns the environment to run ``dvc``/``dmlbench.pipeline`` in it (own MLflow store)."""
+    root.mkdir(parents=True)
+    for name in ("dvc.yaml", ".dvcignore"):
+        shutil.copy(ROOT / name, root / name)
+    for name in ("stages", "src"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    (root / "params.yaml").write_text(yaml.safe_dump(raw_params, sort_keys=False))
+    env = dict(os.environ)
+    env.update(
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+        MLFLOW_TRACKING_URI=f"sqlite:///{mlflow_db}",
+        DVC_NO_ANALYTICS="1",
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@example.com",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@example.com",
+    )
+    env.pop("DVC_ROOT", None)
+    run_checked(["git", "init", "-q"], root, env)
+    run_checked([sys.executable, "-m", "dvc", "init", "-q"], root, env)
+    run_checked(["git", "add", "-A"], root, env)
+    run_checked(["git", "commit", "-q", "-m", "test project"], root, env)
+    return env
 
 
 @pytest.fixture(scope="session")

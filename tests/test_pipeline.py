@@ -3,39 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, small_params_dict
+from conftest import dvc_project, run_checked, small_params_dict
 
 pytestmark = pytest.mark.slow
-
-
-def _env(tmp: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
-        MLFLOW_TRACKING_URI=f"sqlite:///{tmp / 'store' / 'mlflow.db'}",
-        DVC_NO_ANALYTICS="1",
-        GIT_AUTHOR_NAME="t",
-        GIT_AUTHOR_EMAIL="t@example.com",
-        GIT_COMMITTER_NAME="t",
-        GIT_COMMITTER_EMAIL="t@example.com",
-    )
-    env.pop("DVC_ROOT", None)
-    return env
-
-
-def _run(args: list[str], cwd: Path, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
-    if check and result.returncode != 0:
-        raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -43,21 +18,11 @@ def project(tmp_path_factory, default_raw_params):
     """A copy of the repository with a reduced grid, after one parallel `make repro`-style run."""
     tmp = tmp_path_factory.mktemp("pipeline")
     root = tmp / "repo"
-    root.mkdir()
-    for name in ("dvc.yaml", ".dvcignore"):
-        shutil.copy(ROOT / name, root / name)
-    for name in ("stages", "src"):
-        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     raw = small_params_dict(default_raw_params)
     raw["losses"] = {"contrastive": raw["losses"]["contrastive"], "proxy_anchor": raw["losses"]["proxy_anchor"]}
     raw["dims"], raw["seeds"] = [32], [0, 1]
-    (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    env = _env(tmp)
-    _run(["git", "init", "-q"], root, env)
-    _run([sys.executable, "-m", "dvc", "init", "-q"], root, env)
-    _run(["git", "add", "-A"], root, env)
-    _run(["git", "commit", "-q", "-m", "reduced grid"], root, env)
-    first = _run([sys.executable, "-m", "dmlbench.pipeline", "--jobs", "2"], root, env)
+    env = dvc_project(root, raw, mlflow_db=tmp / "store" / "mlflow.db")
+    first = run_checked([sys.executable, "-m", "dmlbench.pipeline", "--jobs", "2"], root, env)
     return root, env, first
 
 
@@ -76,7 +41,7 @@ def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(projec
     assert "## Tournament of losses" in report and "(n=2)" in report
     assert (root / "reports" / "figures" / "metric_by_loss.png").stat().st_size > 10_000
 
-    shown = json.loads(_run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], root, env).stdout)
+    shown = json.loads(run_checked([sys.executable, "-m", "dvc", "metrics", "show", "--json"], root, env).stdout)
     files = next(iter(shown.values()))["data"]
     combos = {Path(k).with_suffix("").as_posix(): v["data"] for k, v in files.items()}
     assert set(combos) == {
@@ -113,7 +78,7 @@ def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(projec
 
 def test_second_repro_is_a_no_op(project):
     root, env, _ = project
-    again = _run([sys.executable, "-m", "dvc", "repro"], root, env)
+    again = run_checked([sys.executable, "-m", "dvc", "repro"], root, env)
     assert "Running stage" not in again.stdout
     assert "Data and pipelines are up to date" in again.stdout
     # no new run of any kind: 4 training runs, 3 summaries (2 grid cells + the pretrained baseline), 1 report
@@ -128,7 +93,7 @@ def test_one_loss_hyperparameter_reruns_only_that_loss(project):
     original = (root / "params.yaml").read_text()
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     try:
-        status = json.loads(_run([sys.executable, "-m", "dvc", "status", "--json"], root, env).stdout)
+        status = json.loads(run_checked([sys.executable, "-m", "dvc", "status", "--json"], root, env).stdout)
     finally:
         (root / "params.yaml").write_text(original)
     stale = {name for name in status if name.startswith(("train@", "embed@", "evaluate@"))}
@@ -143,8 +108,8 @@ def test_bad_params_fail_the_first_stage_in_one_line(project):
     original = (root / "params.yaml").read_text()
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     try:
-        runner = _run([sys.executable, "-m", "dmlbench.pipeline", "--jobs", "2"], root, env, check=False)
-        plain = _run([sys.executable, "-m", "dvc", "repro"], root, env, check=False)
+        runner = run_checked([sys.executable, "-m", "dmlbench.pipeline", "--jobs", "2"], root, env, check=False)
+        plain = run_checked([sys.executable, "-m", "dvc", "repro"], root, env, check=False)
     finally:
         (root / "params.yaml").write_text(original)
     assert runner.returncode == 2

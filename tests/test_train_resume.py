@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,8 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
-from conftest import ROOT, small_params_dict
+from conftest import dvc_project, run_checked, small_params_dict
 
 pytestmark = pytest.mark.slow
 
@@ -24,45 +22,14 @@ STAGE = "train@glyphs-tiny_cnn-proxy_anchor-32-0"
 RUN_DIR = Path("glyphs/tiny_cnn/proxy_anchor/32/seed0")
 
 
-def _env(tmp: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
-        MLFLOW_TRACKING_URI=f"sqlite:///{tmp / 'mlflow.db'}",
-        DVC_NO_ANALYTICS="1",
-        GIT_AUTHOR_NAME="t",
-        GIT_AUTHOR_EMAIL="t@example.com",
-        GIT_COMMITTER_NAME="t",
-        GIT_COMMITTER_EMAIL="t@example.com",
-    )
-    env.pop("DVC_ROOT", None)
-    return env
-
-
-def _run(args, cwd, env):
-    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
-    assert result.returncode == 0, f"{args}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result
-
-
 def test_killed_dvc_repro_resumes_to_the_same_result(tmp_path, default_raw_params):
     root = tmp_path / "repo"
-    root.mkdir()
-    for name in ("dvc.yaml", ".dvcignore"):
-        shutil.copy(ROOT / name, root / name)
-    for name in ("stages", "src"):
-        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     raw = small_params_dict(default_raw_params)
     raw["losses"] = {"proxy_anchor": raw["losses"]["proxy_anchor"]}  # a second optimiser, a sampler
     raw["dims"], raw["seeds"] = [32], [0]
     raw["protocols"][raw["protocol"]].update(epochs=6)
-    (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    env = _env(tmp_path)
-    _run(["git", "init", "-q"], root, env)
-    _run([sys.executable, "-m", "dvc", "init", "-q"], root, env)
-    _run(["git", "add", "-A"], root, env)
-    _run(["git", "commit", "-q", "-m", "resume test"], root, env)
-    _run([sys.executable, "-m", "dvc", "repro", "-q", "prepare@glyphs"], root, env)
+    env = dvc_project(root, raw, mlflow_db=tmp_path / "mlflow.db")
+    run_checked([sys.executable, "-m", "dvc", "repro", "-q", "prepare@glyphs"], root, env)
 
     checkpoint = root / "artifacts" / "checkpoints" / RUN_DIR / "last.pt"
     repro = subprocess.Popen(
@@ -83,7 +50,7 @@ def test_killed_dvc_repro_resumes_to_the_same_result(tmp_path, default_raw_param
     assert 1 <= killed_at < 6, "the kill must land mid-training"
     assert not (root / "artifacts" / "models" / RUN_DIR / "model.pt").exists()
 
-    again = _run([sys.executable, "-m", "dvc", "repro", STAGE], root, env)
+    again = run_checked([sys.executable, "-m", "dvc", "repro", STAGE], root, env)
     assert f"resuming after epoch {killed_at}" in again.stdout + again.stderr
     info = json.loads((root / "artifacts" / "models" / RUN_DIR / "run.json").read_text())
     assert info["resumed_from_epoch"] >= killed_at
