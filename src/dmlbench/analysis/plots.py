@@ -102,14 +102,23 @@ def _panel_label(frame: pd.DataFrame) -> pd.Series:
 # --------------------------------------------------------------------------- results
 
 
+def _metric_panels(runs: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
+    """Rows of ``metrics`` with display labels, values in percent and a dataset/backbone panel."""
+    return runs[runs["metric"].isin(metrics)].assign(
+        metric=lambda d: d["metric"].map(metric_label), value=lambda d: 100 * d["value"], panel=_panel_label
+    )
+
+
+def _panel_titles(grid: sns.FacetGrid, data: pd.DataFrame) -> None:
+    grid.set_titles("{col_name}" if data["panel"].nunique() == 1 else "{row_name}: {col_name}")
+
+
 def metric_by_loss(
     runs: pd.DataFrame, metrics: list[str], path: Path, order: Sequence[str], confidence: float = 0.95
 ) -> Path:
     """Test metrics per loss (x, chronological) and embedding size (hue); panels: metric x dataset/backbone."""
     _theme()
-    data = runs[runs["metric"].isin(metrics)].assign(
-        metric=lambda d: d["metric"].map(metric_label), value=lambda d: 100 * d["value"], panel=_panel_label
-    )
+    data = _metric_panels(runs, metrics)
     grid = sns.catplot(
         data=data,
         x="loss",
@@ -130,7 +139,7 @@ def metric_by_loss(
         palette="crest",
     )
     grid.set_axis_labels("", "test score (%)")
-    grid.set_titles("{col_name}" if data["panel"].nunique() == 1 else "{row_name}: {col_name}")
+    _panel_titles(grid, data)
     for ax in grid.axes.flat:
         ax.tick_params(axis="x", rotation=30)
     grid.figure.suptitle(
@@ -145,9 +154,7 @@ def recall_by_loss(runs: pd.DataFrame, path: Path, order: Sequence[str], confide
     recalls = sorted(
         {m for m in runs["metric"] if m.startswith("recall_at_")}, key=lambda m: int(m.removeprefix("recall_at_"))
     )
-    data = runs[runs["metric"].isin(recalls)].assign(
-        metric=lambda d: d["metric"].map(metric_label), value=lambda d: 100 * d["value"], panel=_panel_label
-    )
+    data = _metric_panels(runs, recalls)
     grid = sns.catplot(
         data=data,
         x="loss",
@@ -167,7 +174,7 @@ def recall_by_loss(runs: pd.DataFrame, path: Path, order: Sequence[str], confide
         palette="crest",
     )
     grid.set_axis_labels("", "test Recall@K (%)")
-    grid.set_titles("{col_name}" if data["panel"].nunique() == 1 else "{row_name}: {col_name}")
+    _panel_titles(grid, data)
     for ax in grid.axes.flat:
         ax.tick_params(axis="x", rotation=35)
     grid.figure.suptitle("Recall@K by loss and embedding size (thesis Fig. 27/28 style)", y=1.03)
@@ -179,9 +186,7 @@ def embedding_size(
 ) -> Path:
     """Test score against embedding size (log2 axis), one line per loss."""
     _theme()
-    data = runs[runs["metric"].isin(metrics)].assign(
-        metric=lambda d: d["metric"].map(metric_label), value=lambda d: 100 * d["value"], panel=_panel_label
-    )
+    data = _metric_panels(runs, metrics)
     losses = [o for o in order if o in set(data["loss"])]
     grid = sns.relplot(
         data=data,
@@ -208,7 +213,7 @@ def embedding_size(
         ax.set_xticks(dims, [str(d) for d in dims])
         ax.minorticks_off()
     grid.set_axis_labels("embedding size", "test score (%)")
-    grid.set_titles("{col_name}" if data["panel"].nunique() == 1 else "{row_name}: {col_name}")
+    _panel_titles(grid, data)
     grid.figure.suptitle("Effect of the embedding size", y=1.03)
     return _save(grid.figure, path)
 

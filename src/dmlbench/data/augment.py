@@ -195,6 +195,13 @@ def crop_resize(
     return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
 
+def _random_flip(n: int, hflip: bool, generator: torch.Generator) -> torch.Tensor:
+    """Per-image x-scale: -1 (mirrored) with probability 0.5 if ``hflip``, else 1; draws only if ``hflip``."""
+    if not hflip:
+        return torch.ones(n)
+    return torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0)
+
+
 def train_transform(
     batch: torch.Tensor,
     crop_size: int,
@@ -221,9 +228,7 @@ def train_transform(
     # Crop centre uniformly such that the crop lies inside the image; coordinates in [-1, 1].
     cx = (torch.rand(n, generator=generator) * 2 - 1) * (1 - width)
     cy = (torch.rand(n, generator=generator) * 2 - 1) * (1 - height)
-    flip = torch.ones(n)
-    if hflip:
-        flip = torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0)
+    flip = _random_flip(n, hflip, generator)
     theta = torch.zeros(n, 2, 3)
     theta[:, 0, 0] = width * flip
     theta[:, 0, 2] = cx
@@ -246,9 +251,7 @@ def _train_transform_sized(
     images = to_float(batch)
     n = images.shape[0]
     top, left, height, width = sample_crop_boxes_px(sizes, scale, ratio, generator)
-    flip = torch.ones(n)
-    if hflip:
-        flip = torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0)
+    flip = _random_flip(n, hflip, generator)
     boxes = torch.stack((top, left, top + height, left + width), dim=1).double()
     if images.shape[-1] > 2 * crop_size:  # antialias big downscales before bilinear sampling
         images, scaled = _rescale_valid(images, sizes, 2 * crop_size)
