@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=60502)
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--recall-at", type=int, nargs="+", default=[1, 10, 100, 1000])
-    parser.add_argument("--backend", choices=["auto", "faiss", "torch"], default="auto")
+    parser.add_argument("--backend", choices=["auto", "faiss", "torch", "screened"], default="auto")
     parser.add_argument("--device", default="cpu", help="torch device for the torch backend and k-means (cpu, cuda)")
     parser.add_argument("--threads", type=int, default=None, help="torch/faiss threads (default: all cores)")
     parser.add_argument("--no-clustering", action="store_true", help="skip NMI/AMI (k-means)")
@@ -91,7 +91,7 @@ def main() -> None:
     import torch
 
     from dmlbench.evaluate.clustering import clustering_metrics
-    from dmlbench.evaluate.intervals import bootstrap_interval
+    from dmlbench.evaluate.intervals import bootstrap_intervals
     from dmlbench.evaluate.knn import faiss_available, faiss_gpus, resolve_backend
     from dmlbench.evaluate.metrics import means, per_query_metrics
 
@@ -131,11 +131,8 @@ def main() -> None:
         with Phase("nmi/ami (k-means)", rows):
             metrics.update(clustering_metrics(embeddings, labels, device=device, backend="auto"))
     with Phase("bootstrap intervals", rows):
-        intervals = {
-            name: bootstrap_interval(v, n_resamples=args.resamples, seed=0)
-            for name, v in values.items()
-            if name not in {"r", "query_index"}
-        }
+        per_query = {name: v for name, v in values.items() if name not in {"r", "query_index"}}
+        intervals = bootstrap_intervals(per_query, n_resamples=args.resamples, seed=0)
     total = {
         "phase": "total",
         "wall_s": round(time.perf_counter() - total_wall, 2),

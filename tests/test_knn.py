@@ -41,12 +41,13 @@ def _rank(x, labels, k, first_limit, backend, chunk=None, refs=None, ref_labels=
 def test_backends_agree_with_ties_and_chunks(seed, chunk):
     x, labels = _case(seed)
     a = _rank(x, labels, 12, 50, "faiss", chunk)
-    b = _rank(x, labels, 12, 50, "torch", chunk)
-    assert np.array_equal(a.hits, b.hits)
-    assert np.array_equal(a.first_positive, b.first_positive)
+    for backend in ("torch", "screened"):
+        b = _rank(x, labels, 12, 50, backend, chunk)
+        assert np.array_equal(a.hits, b.hits), backend
+        assert np.array_equal(a.first_positive, b.first_positive), backend
 
 
-@pytest.mark.parametrize("backend", ["faiss", "torch"])
+@pytest.mark.parametrize("backend", ["faiss", "torch", "screened"])
 def test_k_equal_to_all_references(backend):
     x, labels = _case(3, n=40, classes=3)
     ranking = _rank(x, labels, 39, 39, backend)  # every other row is in the list
@@ -63,7 +64,7 @@ def test_first_positive_rank_counts_other_class_items_ahead():
     refs = np.stack([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
     ref_labels = np.array([1, 1, 1, 0, 0])
     query = np.array([[1.0, 0.0]], dtype=np.float32)
-    for backend in ("faiss", "torch"):
+    for backend in ("faiss", "torch", "screened"):
         ranking = rank_neighbours(query, np.array([0]), refs, ref_labels, k=2, first_limit=5, backend=backend)
         assert ranking.first_positive.tolist() == [3]
         assert ranking.hits.tolist() == [[False, False]]
@@ -102,7 +103,11 @@ def test_faiss_gpu_path_is_used_when_faiss_sees_gpus(monkeypatch):
 
 
 def test_auto_backend_choice(monkeypatch):
-    assert resolve_backend("auto", "cpu") == ("faiss", "cpu")  # faiss-cpu: faster here at SOP scale
+    monkeypatch.setattr(knn_module, "fast_bf16_matmul", lambda: True)
+    assert resolve_backend("auto", "cpu") == ("screened", "cpu")  # native bf16: the bf16 screen
+    assert resolve_backend("screened", "cuda") == ("torch", "cuda")
+    monkeypatch.setattr(knn_module, "fast_bf16_matmul", lambda: False)
+    assert resolve_backend("auto", "cpu") == ("faiss", "cpu")  # faiss-cpu: faster than fp32 torch at SOP scale
     assert resolve_backend("auto", "cuda") == ("torch", "cuda")  # a GPU but faiss-cpu: torch on CUDA
     monkeypatch.setattr(knn_module, "faiss_available", lambda: False)
     assert resolve_backend("auto", "cpu") == ("torch", "cpu")

@@ -10,7 +10,7 @@ from dmlbench.evaluate.clustering import clustering_metrics
 from dmlbench.evaluate.knn import normalize_rows
 from dmlbench.evaluate.metrics import per_query_metrics, query_gallery_metrics, retrieval_metrics
 
-BACKENDS = ["faiss", "torch"]
+BACKENDS = ["faiss", "torch", "screened"]
 
 
 def _ranked_case(correct_ranks: list[int]):

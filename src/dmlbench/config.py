@@ -265,7 +265,8 @@ class EvaluateConfig(StrictModel):
     ``clustering``) for one dataset, e.g. ``sop: {recall_at: [1, 10, 100, 1000]}``.
     ``clustering``: also NMI/AMI from k-means (``kmeans_niter`` iterations, k = classes).
     ``confidence``: of the t-interval over seeds and of the per-query bootstrap interval.
-    ``backend``: neighbour search (``auto``: faiss on GPUs, torch on CUDA, else faiss on the CPU).
+    ``backend``: neighbour search (``auto``: faiss on GPUs, torch on CUDA, the certified bf16
+    ``screened`` search on CPUs with native bf16, else faiss on the CPU); all give the same results.
     """
 
     recall_at: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4, 8], min_length=1)
@@ -274,7 +275,7 @@ class EvaluateConfig(StrictModel):
     kmeans_niter: PositiveInt = 20
     confidence: float = Field(0.95, gt=0, lt=1)
     bootstrap: BootstrapConfig = BootstrapConfig()
-    backend: Literal["auto", "faiss", "torch"] = "auto"
+    backend: Literal["auto", "faiss", "torch", "screened"] = "auto"
 
     @field_validator("recall_at")
     @classmethod

@@ -4,12 +4,20 @@ As PML's ``AccuracyCalculator`` computes them: k-means with k = number of classe
 L2-normalised embeddings, ``faiss.Kmeans(d, k, niter=20, seed=1234)`` (on the GPU when faiss
 has one), each point assigned to its nearest centroid, then scikit-learn's
 ``normalized_mutual_info_score`` and ``adjusted_mutual_info_score`` (arithmetic
-normalisation). Without faiss, a torch Lloyd k-means with the same k, iterations and a seeded
-random initialisation stands in (same algorithm, different initial centroids).
+normalisation). Backends for the k-means:
 
-Cost: ``niter x n x k x dim`` multiply-adds, k = number of classes: at SOP scale (60k x 11k
-classes x 512) about 20x the neighbour search, so ``evaluate.clustering`` can be switched off
-per dataset.
+* ``faiss``: ``faiss.Kmeans`` itself.
+* ``screened`` (CPUs with native bf16, the default there): faiss's Lloyd iterations re-done
+  step for step (the same initial centroids from ``faiss.rand_perm``, the same centroid update
+  and empty-cluster split), so the same clusters, but (a) each assignment step is a bf16
+  product with a certificate, recomputed in fp32 where the certificate fails
+  (:mod:`dmlbench.evaluate.screen`), and (b) the iterations stop at a fixed point: once an
+  assignment repeats (and no cluster was split), every later iteration would repeat it.
+* ``torch``: without faiss, a plain Lloyd k-means with the same k and iterations and a seeded
+  random initialisation (same algorithm, different initial centroids).
+
+Cost: ``iterations x n x k x dim`` multiply-adds, k = number of classes: at SOP scale (60k x
+11k classes x 512) one iteration costs a fifth of the neighbour search.
 """
 
 from __future__ import annotations
@@ -19,6 +27,9 @@ from typing import Any
 import numpy as np
 
 from dmlbench.evaluate.knn import _full_fp32_matmul, faiss_available, faiss_gpus, normalize_rows
+from dmlbench.evaluate.screen import fast_bf16_matmul, nearest_centroids
+
+SPLIT_EPS = 1 / 1024  # faiss's perturbation when an empty cluster takes half of another
 
 FAISS_KMEANS_SEED = 1234  # faiss.Kmeans's default, which PML uses
 
@@ -31,7 +42,10 @@ def kmeans_assign(
     if not 1 <= k <= len(x):
         raise ValueError(f"k-means needs 1 <= k <= n points; got k={k}, n={len(x)}")
     if backend == "auto":
-        backend = "faiss" if faiss_available() else "torch"
+        on_cpu = not str(device).startswith("cuda") and faiss_gpus() == 0
+        backend = "torch" if not faiss_available() else "screened" if on_cpu and fast_bf16_matmul() else "faiss"
+    if backend == "screened":
+        return _kmeans_screened(x, k, niter, seed)
     if backend == "faiss":
         import faiss
 
@@ -43,7 +57,71 @@ def kmeans_assign(
         return assignment[:, 0].astype(np.int64)
     if backend == "torch":
         return _kmeans_torch(x, k, niter, seed, device)
-    raise ValueError(f"k-means backend must be auto, faiss or torch; got {backend!r}")
+    raise ValueError(f"k-means backend must be auto, faiss, screened or torch; got {backend!r}")
+
+
+def _kmeans_screened(x: np.ndarray, k: int, niter: int, seed: int) -> np.ndarray:
+    """faiss ``Clustering::train`` (random init, no sub-sampling as n <= 256 k here) with a
+    certified bf16 assignment step and a stop at a fixed point (module docstring)."""
+    import faiss
+    import torch
+
+    n = len(x)
+    if n > 256 * k:
+        return kmeans_assign(x, k, niter, seed, backend="faiss")  # faiss sub-samples: use it as is
+    points = torch.from_numpy(x)
+    points16 = points.to(torch.bfloat16)
+    if n == k:  # faiss: the points are the centroids
+        return nearest_centroids(points, points16, x)
+    perm = np.empty(n, dtype=np.int32)
+    faiss.rand_perm(faiss.swig_ptr(perm), n, seed + 1)
+    centroids = x[perm[:k]].copy()
+    previous, split = None, True
+    for _ in range(niter):
+        assignment = nearest_centroids(points, points16, centroids)
+        if previous is not None and not split and np.array_equal(assignment, previous):
+            return assignment  # fixed point: the remaining iterations change nothing
+        centroids, counts = _centroids(points, assignment, k)
+        split = _split_empty_clusters(centroids, counts, n) > 0
+        previous = assignment
+    return nearest_centroids(points, points16, centroids)
+
+
+def _centroids(points, assignment: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of each cluster's points (``sum * (1 / count)`` in float32, as faiss); empty: 0."""
+    import torch
+
+    index = torch.from_numpy(assignment)
+    sums = torch.zeros(k, points.shape[1], dtype=torch.float32).index_add_(0, index, points)
+    counts = np.bincount(assignment, minlength=k).astype(np.float32)
+    scale = np.divide(np.float32(1), counts, out=np.zeros_like(counts), where=counts > 0)
+    return sums.numpy() * scale[:, None], counts
+
+
+def _split_empty_clusters(centroids: np.ndarray, counts: np.ndarray, n: int) -> int:
+    """faiss ``split_clusters``: each empty cluster copies a cluster drawn with probability
+    (size - 1) / (n - k) and both move apart by +-1/1024 in alternate coordinates."""
+    import faiss
+
+    k = len(counts)
+    empty = np.flatnonzero(counts == 0)
+    if len(empty) == 0:
+        return 0
+    rng = faiss.RandomGenerator(1234)
+    sign = np.where(np.arange(centroids.shape[1]) % 2 == 0, SPLIT_EPS, -SPLIT_EPS)
+    for ci in empty:
+        cj = 0
+        while True:
+            p = np.float32((float(counts[cj]) - 1.0) / float(np.float32(n - k)))
+            if np.float32(rng.rand_float()) < p:
+                break
+            cj = (cj + 1) % k
+        source = centroids[cj].copy()
+        centroids[ci] = source * (1 + sign).astype(np.float32)
+        centroids[cj] = source * (1 - sign).astype(np.float32)
+        counts[ci] = np.float32(counts[cj] / 2)
+        counts[cj] -= counts[ci]
+    return len(empty)
 
 
 def _kmeans_torch(x: np.ndarray, k: int, niter: int, seed: int, device: str) -> np.ndarray:
@@ -82,7 +160,7 @@ def clustering_metrics(
 ) -> dict[str, float]:
     """``{"nmi": ..., "ami": ...}`` of k-means (k = number of distinct labels) on the
     L2-normalised ``embeddings``; plain floats (NMI in [0, 1], AMI <= 1, ~0 for chance)."""
-    from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score
+    from sklearn.metrics import normalized_mutual_info_score
 
     if hasattr(embeddings, "detach"):
         embeddings = embeddings.detach().cpu().numpy()
@@ -96,5 +174,67 @@ def clustering_metrics(
     clusters = kmeans_assign(x, k, niter=niter, seed=seed, backend=backend, device=device)
     return {
         "nmi": float(normalized_mutual_info_score(labels, clusters)),
-        "ami": float(adjusted_mutual_info_score(labels, clusters)),
+        "ami": adjusted_mutual_info(labels, clusters),
     }
+
+
+def adjusted_mutual_info(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
+    """scikit-learn's ``adjusted_mutual_info_score`` (arithmetic normalisation, same special
+    cases): (MI - E[MI]) / (mean(H_true, H_pred) - E[MI]), with E[MI] from
+    :func:`expected_mutual_information` (scikit-learn's own takes ~20 s at SOP scale)."""
+    from sklearn.metrics import mutual_info_score
+
+    _, true_codes = np.unique(labels_true, return_inverse=True)
+    _, pred_codes = np.unique(labels_pred, return_inverse=True)
+    class_sizes, cluster_sizes = np.bincount(true_codes.ravel()), np.bincount(pred_codes.ravel())
+    if len(class_sizes) == len(cluster_sizes) == 1 or len(labels_true) == 0:
+        return 1.0  # both labellings have zero entropy: a perfect match
+    mi = mutual_info_score(true_codes.ravel(), pred_codes.ravel())
+    emi = expected_mutual_information(class_sizes, cluster_sizes)
+    normalizer = (_entropy(class_sizes) + _entropy(cluster_sizes)) / 2
+    denominator = normalizer - emi
+    eps = np.finfo("float64").eps
+    denominator = min(denominator, -eps) if denominator < 0 else max(denominator, eps)
+    return float((mi - emi) / denominator)
+
+
+def _entropy(sizes: np.ndarray) -> float:
+    p = sizes[sizes > 0].astype(np.float64)
+    total = p.sum()
+    return float(-np.sum((p / total) * (np.log(p) - np.log(total))))
+
+
+def expected_mutual_information(class_sizes: np.ndarray, cluster_sizes: np.ndarray) -> float:
+    """E[MI] of two labellings under the hypergeometric model (Vinh et al., 2010), from the
+    class sizes a_i and cluster sizes b_j (N = sum a = sum b):
+
+        sum_i sum_j sum_{n=max(1, a_i+b_j-N)}^{min(a_i, b_j)} (n/N) log(N n / (a_i b_j))
+            a_i! b_j! (N-a_i)! (N-b_j)! / (N! n! (a_i-n)! (b_j-n)! (N-a_i-b_j+n)!)
+
+    The term depends on (a_i, b_j) only, so it is summed once per pair of distinct sizes,
+    weighted by how often each size occurs: the same sum as scikit-learn's
+    ``expected_mutual_information``, in O(distinct sizes^2 x largest size) instead of
+    O(classes x clusters x size).
+    """
+    from scipy.special import gammaln
+
+    class_sizes = np.asarray(class_sizes, dtype=np.int64)
+    cluster_sizes = np.asarray(cluster_sizes, dtype=np.int64)
+    class_sizes, cluster_sizes = class_sizes[class_sizes > 0], cluster_sizes[cluster_sizes > 0]
+    if len(class_sizes) == 1 or len(cluster_sizes) == 1:
+        return 0.0  # a labelling with zero entropy
+    n = float(class_sizes.sum())
+    a_values, a_counts = np.unique(class_sizes, return_counts=True)
+    b_values, b_counts = np.unique(cluster_sizes, return_counts=True)
+    a, b = a_values[:, None].astype(np.float64), b_values[None, :].astype(np.float64)
+    weight = a_counts[:, None].astype(np.float64) * b_counts[None, :]
+    fixed = gammaln(a + 1) + gammaln(b + 1) + gammaln(n - a + 1) + gammaln(n - b + 1) - gammaln(n + 1)
+    emi = 0.0
+    for nij in range(1, int(min(a_values.max(), b_values.max())) + 1):
+        valid = (nij >= a + b - n) & (nij <= np.minimum(a, b))
+        rest = np.where(valid, n - a - b + nij, 1.0)
+        log_p = fixed - gammaln(nij + 1) - gammaln(np.where(valid, a - nij, 0) + 1)
+        log_p = log_p - gammaln(np.where(valid, b - nij, 0) + 1) - gammaln(rest + 1)
+        term = (nij / n) * (np.log(n) + np.log(nij) - np.log(a) - np.log(b)) * np.exp(np.where(valid, log_p, -np.inf))
+        emi += float(np.sum(weight * term))
+    return emi

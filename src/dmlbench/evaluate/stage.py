@@ -37,7 +37,8 @@ from dmlbench.errors import ConfigError, DataError
 from dmlbench.evaluate.clustering import clustering_metrics
 from dmlbench.evaluate.combine import concatenate_embeddings
 from dmlbench.evaluate.embed import EMBEDDINGS, META
-from dmlbench.evaluate.intervals import Interval, bootstrap_interval, t_interval
+from dmlbench.evaluate import intervals as interval_stats
+from dmlbench.evaluate.intervals import Interval, t_interval
 from dmlbench.evaluate.metrics import means, per_query_metrics
 from dmlbench.io import atomic_dir, md5_file, read_json, write_json
 
@@ -74,16 +75,12 @@ def evaluate_arrays(
 
 
 def bootstrap_intervals(values: dict[str, np.ndarray], settings: EvaluateConfig) -> dict[str, dict[str, Any]]:
-    """Per-query bootstrap interval of every per-query metric of one run."""
+    """Per-query bootstrap interval of every per-query metric of one run (one set of resamples
+    for all metrics: a paired bootstrap)."""
     boot = settings.bootstrap
-    return {
-        name: _interval_dict(
-            bootstrap_interval(v, settings.confidence, boot.resamples, boot.method, boot.seed),
-            f"bootstrap-{boot.method}",
-        )
-        for name, v in values.items()
-        if name not in NOT_METRICS
-    }
+    metrics = {name: v for name, v in values.items() if name not in NOT_METRICS}
+    found = interval_stats.bootstrap_intervals(metrics, settings.confidence, boot.resamples, boot.method, boot.seed)
+    return {name: _interval_dict(interval, f"bootstrap-{boot.method}") for name, interval in found.items()}
 
 
 def _finite_or_none(x: float) -> float | None:

@@ -1,0 +1,130 @@
+"""bf16 screening with fp32 certificates: the bound holds, and the results equal the exact fp32 ones
+(ranking, first-positive ranks, nearest centroids, k-means), including where certificates fail."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dmlbench.evaluate import screen
+from dmlbench.evaluate.clustering import adjusted_mutual_info, expected_mutual_information, kmeans_assign
+from dmlbench.evaluate.knn import normalize_rows, rank_neighbours
+from dmlbench.evaluate.screen import ScreenError, bf16_screen_error, nearest_centroids
+
+
+def _clustered(seed: int, n: int, dim: int, classes: int, noise: float):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, classes, size=n)
+    centres = rng.normal(size=(classes, dim)).astype(np.float32)
+    return normalize_rows(centres[labels] + noise * rng.normal(size=(n, dim)).astype(np.float32)), labels
+
+
+def _adversarial(seed: int, n: int, dim: int) -> np.ndarray:
+    """Rows whose coordinates sit near bf16 rounding midpoints (worst input rounding), plus
+    spiky rows (one dominant coordinate) and exact duplicates."""
+    rng = np.random.default_rng(seed)
+    mantissa = 1 + (rng.integers(0, 128, size=(n, dim)) + 0.4999) / 128  # just below a midpoint
+    x = (mantissa * 2.0 ** rng.integers(-8, -3, size=(n, dim)) * rng.choice([-1, 1], size=(n, dim))).astype(np.float32)
+    x[: n // 8, 0] = 40.0
+    x[n // 8 : n // 4] = x[n // 8]
+    return normalize_rows(x)
+
+
+@pytest.mark.parametrize("dim", [8, 64, 512])
+def test_bf16_error_stays_within_the_bound(dim):
+    x = torch.from_numpy(_adversarial(dim, 600, dim))
+    y = torch.from_numpy(_adversarial(dim + 1, 700, dim))
+    x16, y16 = x.to(torch.bfloat16), y.to(torch.bfloat16)
+    approx = (x16 @ y16.T).float().double().numpy()
+    exact = (x.double() @ y.double().T).numpy()
+    error = np.abs(approx - exact)
+    per_query = ScreenError(y, y16).base(x, x16)[:, None] + screen.RESULT_ROUNDING * np.abs(approx)
+    assert (error <= per_query).all()
+    assert (per_query <= bf16_screen_error(dim)).all()  # the per-query bound is the tighter one
+    assert error.max() > 0.05 * bf16_screen_error(dim)  # and the data really does stress it
+
+
+def _assert_same_ranking(x, labels, k, first_limit, chunk=None):
+    args = (x, labels, x, labels, k, first_limit, np.arange(len(x)))
+    exact = rank_neighbours(*args, backend="torch", chunk_size=chunk)
+    screened = rank_neighbours(*args, backend="screened", chunk_size=chunk)
+    assert np.array_equal(exact.hits, screened.hits)
+    assert np.array_equal(exact.first_positive, screened.first_positive)
+    return exact
+
+
+@pytest.mark.parametrize("margin", [0, 4, screen.SCREEN_MARGIN])
+def test_screened_ranking_equals_fp32_with_and_without_certificates(monkeypatch, margin):
+    # margin 0: the L-th candidate is the k-th, so most certificates fail and the fp32 path runs.
+    monkeypatch.setattr(screen, "SCREEN_MARGIN", margin)
+    x, labels = _clustered(0, 1500, 64, 150, noise=1.5)
+    ranking = _assert_same_ranking(x, labels, 12, 500, chunk=256)
+    assert 0 < ranking.first_positive.mean() < 500  # the first-positive counting really ran
+
+
+def test_screened_ranking_on_adversarial_rows_and_a_query_gallery_split():
+    x = _adversarial(3, 900, 96)
+    labels = np.random.default_rng(3).integers(0, 60, size=900)
+    _assert_same_ranking(x, labels, 20, 899)
+    queries, gallery = x[:200], x[200:]
+    q_labels, g_labels = labels[:200], labels[200:]
+    a = rank_neighbours(queries, q_labels, gallery, g_labels, 30, 700, backend="torch")
+    b = rank_neighbours(queries, q_labels, gallery, g_labels, 30, 700, backend="screened")
+    assert np.array_equal(a.hits, b.hits) and np.array_equal(a.first_positive, b.first_positive)
+
+
+def test_first_positive_behind_everything_uses_the_exact_path_for_negative_thresholds():
+    # Each query's only same-class reference points away from it (similarity < 0), so the
+    # count threshold is negative: the raw-bits shortcut does not apply.
+    rng = np.random.default_rng(4)
+    base = normalize_rows(rng.normal(size=(100, 16)).astype(np.float32))
+    x = np.concatenate([base, -base + 0.01 * rng.normal(size=base.shape).astype(np.float32)])
+    x = normalize_rows(x)
+    labels = np.concatenate([np.arange(100), np.arange(100)])
+    ranking = _assert_same_ranking(x, labels, 1, 199)
+    assert (ranking.first_positive > 150).all()
+
+
+def test_nearest_centroids_equal_the_fp32_argmin():
+    x, _ = _clustered(5, 3000, 48, 40, noise=2.0)
+    rng = np.random.default_rng(5)
+    centroids = np.concatenate([x[rng.choice(3000, 200, replace=False)], np.zeros((1, 48), np.float32)])
+    centroids[10] = centroids[11]  # a duplicate: ties go to the lower index
+    points = torch.from_numpy(x)
+    found = nearest_centroids(points, points.to(torch.bfloat16), centroids, chunk=512)
+    distances = ((x[:, None, :].astype(np.float64) - centroids[None].astype(np.float64)) ** 2).sum(-1)
+    expected = distances.argmin(axis=1)
+    assert np.mean(found == expected) == 1.0
+    assert 11 not in found
+
+
+@pytest.mark.parametrize(("n", "dim", "k"), [(2000, 16, 100), (3000, 32, 600), (500, 8, 250), (300, 4, 299)])
+def test_screened_kmeans_reproduces_faiss_kmeans(n, dim, k):
+    # Same initial centroids, updates and empty-cluster splits as faiss (k close to n forces splits).
+    x = normalize_rows(np.random.default_rng(n + k).normal(size=(n, dim)).astype(np.float32))
+    ours = kmeans_assign(x, k, niter=20, backend="screened")
+    theirs = kmeans_assign(x, k, niter=20, backend="faiss")
+    assert np.array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize(("n", "classes", "clusters"), [(50, 3, 4), (300, 40, 35), (2000, 300, 280), (2000, 2, 1)])
+def test_adjusted_mutual_info_equals_scikit_learn(n, classes, clusters):
+    from sklearn.metrics import adjusted_mutual_info_score
+    from sklearn.metrics.cluster import contingency_matrix
+    from sklearn.metrics.cluster._expected_mutual_info_fast import expected_mutual_information as sklearn_emi
+
+    rng = np.random.default_rng(n + classes)
+    truth = rng.integers(0, classes, n)
+    noisy = np.where(rng.random(n) < 0.5, truth, rng.integers(0, clusters, n))
+    for predicted in (rng.integers(0, clusters, n), noisy, truth):
+        assert adjusted_mutual_info(truth, predicted) == pytest.approx(
+            adjusted_mutual_info_score(truth, predicted), abs=1e-10
+        )
+        sizes = np.bincount(np.unique(truth, return_inverse=True)[1])
+        cluster_sizes = np.bincount(np.unique(predicted, return_inverse=True)[1])
+        contingency = contingency_matrix(truth, predicted, sparse=True)
+        assert expected_mutual_information(sizes, cluster_sizes) == pytest.approx(
+            sklearn_emi(contingency, n), rel=1e-9, abs=1e-12
+        )
+    assert adjusted_mutual_info(np.zeros(10), np.zeros(10)) == 1.0
