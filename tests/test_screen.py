@@ -10,7 +10,7 @@ import torch
 from dmlbench.evaluate import screen
 from dmlbench.evaluate.clustering import adjusted_mutual_info, expected_mutual_information, kmeans_assign
 from dmlbench.evaluate.knn import normalize_rows, rank_neighbours
-from dmlbench.evaluate.screen import ScreenError, bf16_screen_error, nearest_centroids
+from dmlbench.evaluate.screen import NearestCentroids, ScreenError, bf16_screen_error, nearest_centroids
 
 
 def _clustered(seed: int, n: int, dim: int, classes: int, noise: float):
@@ -93,10 +93,44 @@ def test_nearest_centroids_equal_the_fp32_argmin():
     centroids[10] = centroids[11]  # a duplicate: ties go to the lower index
     points = torch.from_numpy(x)
     found = nearest_centroids(points, points.to(torch.bfloat16), centroids, chunk=512)
-    distances = ((x[:, None, :].astype(np.float64) - centroids[None].astype(np.float64)) ** 2).sum(-1)
-    expected = distances.argmin(axis=1)
-    assert np.mean(found == expected) == 1.0
+    assert np.array_equal(found, _nearest_fp64(x, centroids))
     assert 11 not in found
+
+
+def _nearest_fp64(x, centroids):
+    distances = ((x[:, None, :].astype(np.float64) - centroids[None].astype(np.float64)) ** 2).sum(-1)
+    return distances.argmin(axis=1)  # first minimum: the lowest index among equals
+
+
+def test_assignment_after_a_few_centroids_move_equals_a_full_one(monkeypatch):
+    x, _ = _clustered(6, 2500, 32, 30, noise=1.0)
+    rng = np.random.default_rng(6)
+    points = torch.from_numpy(x)
+    assign = NearestCentroids(points, points.to(torch.bfloat16), block=300)
+    old = x[rng.choice(len(x), 120, replace=False)].copy()
+    previous = assign(old)
+    assert np.array_equal(previous, _nearest_fp64(x, old))
+    assert np.array_equal(assign(old, np.arange(100, 900)), previous[100:900])  # a subset of the points
+    new = old.copy()
+    new[3] = x[:40].mean(axis=0)  # moves next to many points: takes them over
+    new[7] = 5.0  # moves far away: its points must find another centroid
+    new[50] = new[20]  # moves onto an unmoved centroid with a lower index: that one keeps the ties
+    new[9] = new[90]  # moves onto an unmoved centroid with a higher index: it takes the ties
+    new[60] = old[60] * np.float32(1 + 2**-20)  # a tiny move still counts as a move
+    calls = []
+    full_call = NearestCentroids.__call__
+    monkeypatch.setattr(
+        NearestCentroids, "__call__", lambda self, c, rows=None: calls.append(rows) or full_call(self, c, rows)
+    )
+    updated = assign.update(previous, old, new)
+    assert all(rows is not None for rows in calls)  # no full assignment was needed
+    assert sum(len(rows) for rows in calls) < 1.5 * len(x)
+    expected = _nearest_fp64(x, new)
+    assert np.array_equal(updated, expected)
+    assert (updated != previous).sum() > 40 and (updated == 3).sum() >= 40 and not (updated == 7).any()
+    assert (previous == 90).any() and not (updated == 90).any()  # equal scores: the lower index wins
+    assert (previous == 20).any() and not (updated == 50).any()
+    assert np.array_equal(assign.update(updated, new, new.copy()), updated)  # nothing moved
 
 
 @pytest.mark.parametrize(("n", "dim", "k"), [(2000, 16, 100), (3000, 32, 600), (500, 8, 250), (300, 4, 299)])

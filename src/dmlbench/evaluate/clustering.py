@@ -11,8 +11,10 @@ normalisation). Backends for the k-means:
   step for step (the same initial centroids from ``faiss.rand_perm``, the same centroid update
   and empty-cluster split), so the same clusters, but (a) each assignment step is a bf16
   product with a certificate, recomputed in fp32 where the certificate fails
-  (:mod:`dmlbench.evaluate.screen`), and (b) the iterations stop at a fixed point: once an
-  assignment repeats (and no cluster was split), every later iteration would repeat it.
+  (:mod:`dmlbench.evaluate.screen`), (b) once few centroids move, an assignment step only
+  compares each point with the moved centroids (``NearestCentroids.update``), and (c) the
+  iterations stop at a fixed point: once an assignment repeats (and no cluster was split),
+  every later iteration would repeat it.
 * ``torch``: without faiss, a plain Lloyd k-means with the same k and iterations and a seeded
   random initialisation (same algorithm, different initial centroids).
 
@@ -27,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from dmlbench.evaluate.knn import _full_fp32_matmul, faiss_available, faiss_gpus, normalize_rows
-from dmlbench.evaluate.screen import fast_bf16_matmul, nearest_centroids
+from dmlbench.evaluate.screen import NearestCentroids, fast_bf16_matmul
 
 SPLIT_EPS = 1 / 1024  # faiss's perturbation when an empty cluster takes half of another
 
@@ -70,21 +72,26 @@ def _kmeans_screened(x: np.ndarray, k: int, niter: int, seed: int) -> np.ndarray
     if n > 256 * k:
         return kmeans_assign(x, k, niter, seed, backend="faiss")  # faiss sub-samples: use it as is
     points = torch.from_numpy(x)
-    points16 = points.to(torch.bfloat16)
+    nearest_centroids = NearestCentroids(points, points.to(torch.bfloat16))
     if n == k:  # faiss: the points are the centroids
-        return nearest_centroids(points, points16, x)
+        return nearest_centroids(x)
     perm = np.empty(n, dtype=np.int32)
     faiss.rand_perm(faiss.swig_ptr(perm), n, seed + 1)
     centroids = x[perm[:k]].copy()
-    previous, split = None, True
-    for _ in range(niter):
-        assignment = nearest_centroids(points, points16, centroids)
-        if previous is not None and not split and np.array_equal(assignment, previous):
-            return assignment  # fixed point: the remaining iterations change nothing
+    previous, previous_centroids, split = None, None, True
+    for iteration in range(niter + 1):  # niter updates, each after an assignment, then the final one
+        if previous is None:
+            assignment = nearest_centroids(centroids)
+        else:  # only moved centroids can take points: cheap once few clusters change
+            assignment = nearest_centroids.update(previous, previous_centroids, centroids)
+            if not split and np.array_equal(assignment, previous):
+                return assignment  # fixed point: the remaining iterations change nothing
+        if iteration == niter:
+            return assignment
+        previous, previous_centroids = assignment, centroids
         centroids, counts = _centroids(points, assignment, k)
         split = _split_empty_clusters(centroids, counts, n) > 0
-        previous = assignment
-    return nearest_centroids(points, points16, centroids)
+    return assignment
 
 
 def _centroids(points, assignment: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

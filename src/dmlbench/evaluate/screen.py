@@ -1,7 +1,7 @@
 """Exact ranking at bf16 speed: a bf16 product screens the candidates, fp32 decides.
 
 On CPUs with native bf16 dot products (AVX512-BF16, AMX) a bf16 matrix product runs several
-times faster than fp32 (measured on 2 Zen 5 cores: ~500 GFLOP/s vs 100-200 for fp32 BLAS). Its
+times faster than fp32 (measured on 2 Zen 5 cores: ~800 GFLOP/s vs 100-200 for fp32 BLAS). Its
 error is bounded: for rows of L2 norm <= 1 in d dimensions, with u = 2^-8 (bf16 unit roundoff)
 and g = 2d 2^-24 / (1 - 2d 2^-24) (fp32 accumulation),
 
@@ -20,7 +20,9 @@ rounding mode is covered): 0.0158 for d = 512. Hence, per query:
    of it, those more than eps below do not, and the few in between are recomputed in fp32.
 
 So the result is the exact fp32 ranking (tested against the fp32 backends), at the cost of the
-bf16 product plus a little fp32 work.
+bf16 product plus a little fp32 work. Speed notes (measured on 2 Zen 5 cores): the products
+write into reused buffers of 256 (ranking) or 1024 (k-means) rows: a fresh n-wide output per
+block costs more in page faults than the product itself (~800 vs ~300 GFLOP/s).
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from typing import Callable
 import numpy as np
 
 SCREEN_MARGIN = 24  # candidates kept beyond the list length k
+SCREEN_BLOCK = 256  # queries per bf16 product: its n-wide output stays in cache (measured fastest)
 DOT_BLOCK = 64  # queries per gather-and-dot block (the gathered rows stay in cache)
+CENTROID_BLOCK = 1024  # points per bf16 product in the k-means assignment (measured fastest)
 CENTROID_CANDIDATES = 16  # second look at a k-means assignment the top-2 screen did not settle
 BAND_PAIRS = 1 << 18  # (query, reference) pairs recomputed in fp32 at a time
 UNIT_ROUNDOFF = 2.0**-8  # bf16: 8 significant bits, round to nearest
@@ -61,11 +65,15 @@ class ScreenError:
 
     def __init__(self, references, references16):
         self.dim = references.shape[1]
-        err, norm16, _ = _norms(references, references16)
+        self.reference_norms = _norms(references, references16)
+        err, norm16, _ = self.reference_norms
         self.ref_error, self.ref_norm16 = float(err.max()), float(norm16.max())
 
     def base(self, queries, queries16) -> np.ndarray:
-        err, norm16, norm = _norms(queries, queries16)
+        return self.base_from_norms(*_norms(queries, queries16))
+
+    def base_from_norms(self, err: np.ndarray, norm16: np.ndarray, norm: np.ndarray) -> np.ndarray:
+        """:meth:`base` from the queries' |x~ - x|, |x~| and |x| (:func:`_norms`)."""
         g = accumulation_error(self.dim)
         base = err * self.ref_norm16 + norm * self.ref_error + g * norm16 * self.ref_norm16
         return base * (1 + 1e-6) + 1e-30  # slack for the float64 norms and flushed denormals
@@ -88,9 +96,18 @@ class ScreenError:
         return np.where(v >= 0, v / (1 + RESULT_ROUNDING), v / (1 - RESULT_ROUNDING))
 
 
-def _norms(x, x16):
-    x64 = x.double()
-    return (x16.double() - x64).norm(dim=1).numpy(), x16.double().norm(dim=1).numpy(), x64.norm(dim=1).numpy()
+def _norms(x, x16, block: int = 4096):
+    """|x~ - x|, |x~| and |x| of each row, summed in float64 (x~ - x is exact in float32)."""
+    import torch
+
+    out = np.empty((3, len(x)))
+    difference = torch.empty(min(block, len(x)), x.shape[1], dtype=torch.float32)
+    for s in range(0, len(x), block):
+        rows, rows16 = x[s : s + block], x16[s : s + block]
+        diff = difference[: len(rows)].copy_(rows16).sub_(rows)
+        for i, v in enumerate((diff, rows16, rows)):
+            out[i, s : s + block] = torch.linalg.vector_norm(v, dim=1, dtype=torch.float64).numpy()
+    return out[0], out[1], out[2]
 
 
 def fast_bf16_matmul() -> bool:
@@ -117,12 +134,12 @@ def rank_screened(
     """Same contract and result as :func:`dmlbench.evaluate.knn.rank_neighbours` (CPU)."""
     import torch
 
-    from dmlbench.evaluate.knn import CHUNK_BYTES, Ranking, _positive_index_matrix, _rank_torch
+    from dmlbench.evaluate.knn import Ranking, _positive_index_matrix, _rank_torch
 
     m, n = len(queries), len(references)
     available = n - (1 if self_index is not None else 0)
     length = min(k + SCREEN_MARGIN, available)
-    chunk = chunk or max(1, min(1 << 16, CHUNK_BYTES // (2 * n)))
+    block = min(chunk or SCREEN_BLOCK, m)
     r_max = int(np.bincount(np.unique(reference_labels, return_inverse=True)[1]).max())
     positives = _positive_index_matrix(query_labels, reference_labels, self_index, r_max)
     hits_out = np.empty((m, k), dtype=bool)
@@ -132,15 +149,25 @@ def rank_screened(
         ref = torch.from_numpy(references)
         ref16 = ref.to(torch.bfloat16)
         bound = ScreenError(ref, ref16)
-        for start in range(0, m, chunk):
-            stop = min(start + chunk, m)
-            q = torch.from_numpy(queries[start:stop])
-            q16 = q.to(torch.bfloat16)
-            base = bound.base(q, q16)
-            screen = q16 @ ref16.T
+        query_rows = torch.from_numpy(queries)
+        if self_index is not None:  # the queries are reference rows: reuse their bf16 copy and norms
+            queries16 = ref16[torch.from_numpy(self_index)]
+            bases = bound.base_from_norms(*(v[self_index] for v in bound.reference_norms))
+        else:
+            queries16 = query_rows.to(torch.bfloat16)
+            bases = bound.base(query_rows, queries16)
+        # reused outputs: a fresh n-wide block per product costs page faults, not just the product
+        screen_buffer = torch.empty(block, n, dtype=torch.bfloat16)
+        approx_buffer = torch.empty(block, length, dtype=torch.bfloat16)
+        candidate_buffer = torch.empty(block, length, dtype=torch.int64)
+        for start in range(0, m, block):
+            stop = min(start + block, m)
+            rows = stop - start
+            q, base = query_rows[start:stop], bases[start:stop]
+            screen = torch.matmul(queries16[start:stop], ref16.T, out=screen_buffer[:rows])
             if self_index is not None:
-                screen[torch.arange(stop - start), torch.from_numpy(self_index[start:stop])] = -torch.inf
-            approx, candidates = torch.topk(screen, length, dim=1)
+                screen[torch.arange(rows), torch.from_numpy(self_index[start:stop])] = -torch.inf
+            approx, candidates = torch.topk(screen, length, dim=1, out=(approx_buffer[:rows], candidate_buffer[:rows]))
             exact = _dots(q, ref, candidates).numpy()
             candidates = candidates.numpy()
             hits = reference_labels[candidates] == query_labels[start:stop, None]
@@ -156,14 +183,13 @@ def rank_screened(
             first = np.where(found, hits.argmax(axis=1), k)
             need = np.flatnonzero(certain & ~found) if first_limit > k else np.empty(0, dtype=np.int64)
             if len(need):
-                rows = torch.from_numpy(need)
                 first[need] = _first_positive_ranks(
-                    screen[rows], q[rows], ref, positives[start:stop][need], base[need], first_limit
+                    screen, need, q[torch.from_numpy(need)], ref, positives[start:stop][need], base[need], first_limit
                 )
             hits_out[start:stop] = hits
             first_out[start:stop] = np.minimum(first, first_limit)
             if progress:
-                progress(stop - start)
+                progress(rows)
     redo = np.concatenate(uncertain)
     if len(redo):  # no certificate: the exact fp32 ranking for these queries
         exact_ranking = _rank_torch(
@@ -175,17 +201,20 @@ def rank_screened(
     return Ranking(hits_out, first_out, first_limit)
 
 
-def _first_positive_ranks(screen, q, ref, positives: np.ndarray, base: np.ndarray, limit: int) -> np.ndarray:
+def _first_positive_ranks(
+    screen, screen_rows: np.ndarray, q, ref, positives: np.ndarray, base: np.ndarray, limit: int
+) -> np.ndarray:
     """Number of other-class references with fp32 similarity >= the best positive's (the 0-based
-    rank of the first positive, pessimistic ties), capped at ``limit``; ``screen``: bf16
-    similarities of these queries (self already -inf), ``positives``: -1-padded indices."""
+    rank of the first positive, pessimistic ties), capped at ``limit``, for the queries ``q``;
+    their bf16 similarities are the rows ``screen_rows`` of ``screen`` (self already -inf; the
+    positives are set to -inf here); ``positives``: -1-padded indices."""
     import torch
 
     pos = torch.from_numpy(positives)
     valid = pos >= 0
     best = _dots(q, ref, pos.clamp(min=0)).masked_fill_(~valid, -torch.inf).max(dim=1).values
     rows, cols = torch.nonzero(valid, as_tuple=True)
-    screen[rows, pos[rows, cols]] = -torch.inf  # only other-class references are counted
+    screen[torch.from_numpy(screen_rows)[rows], pos[rows, cols]] = -torch.inf  # count other classes only
     best64 = best.numpy().astype(np.float64)
     high = ScreenError.approx_at_least(best64, base)  # at or above: surely ahead
     low = ScreenError.approx_below(best64, base)  # below: surely not ahead
@@ -195,18 +224,19 @@ def _first_positive_ranks(screen, q, ref, positives: np.ndarray, base: np.ndarra
     if fast.any():
         rows_fast = np.flatnonzero(fast)
         bits = screen.view(torch.int16).numpy()
-        if len(rows_fast) < len(bits):
-            bits = bits[rows_fast]
-        high16 = _bf16_bits_at_least(high[fast])[:, None]
-        low16 = _bf16_bits_at_least(low[fast])[:, None]
-        ahead[rows_fast] = np.count_nonzero(bits >= high16, axis=1)
-        # low16 <= b < high16, as one unsigned comparison of b - low16
-        in_band = (bits - low16).view(np.uint16) < (high16 - low16).view(np.uint16)
-        flat = np.flatnonzero(in_band)
-        band_rows.append(rows_fast[flat // bits.shape[1]])
-        band_cols.append(flat % bits.shape[1])
+        high16, low16 = _bf16_bits_at_least(high[fast]), _bf16_bits_at_least(low[fast])
+        widths = (high16 - low16).view(np.uint16)
+        for j, row in enumerate(rows_fast):  # row by row: 1-D counts are the fast ones in numpy
+            line = bits[screen_rows[row]]
+            ahead[row] = np.count_nonzero(line >= high16[j])
+            if ahead[row] >= limit:
+                continue  # already past the limit: the band cannot matter
+            # low16 <= b < high16, as one unsigned comparison of b - low16
+            band = np.flatnonzero((line - low16[j]).view(np.uint16) < widths[j])
+            band_rows.append(np.full(len(band), row))
+            band_cols.append(band)
     for row in np.flatnonzero(~fast):  # rare: thresholds at or below 0
-        sims = screen[row].float().numpy()
+        sims = screen[screen_rows[row]].float().numpy()
         ahead[row] = np.count_nonzero(sims >= high[row])
         c = np.flatnonzero((sims >= low[row]) & (sims < high[row]))
         band_rows.append(np.full(len(c), row))
@@ -235,72 +265,127 @@ def _bf16_bits_at_least(values: np.ndarray) -> np.ndarray:
 def _dots(q, ref, index):
     """fp32 similarity of each query row with the references ``index[row]``, in blocks of
     ``DOT_BLOCK`` queries (one summation order for every pair, so identical references get
-    identical similarities)."""
+    identical similarities); the gathered rows go to one reused buffer."""
     import torch
 
     out = torch.empty(index.shape, dtype=torch.float32)
+    if out.numel() == 0:
+        return out
+    width = index.shape[1]
+    gathered = torch.empty(min(DOT_BLOCK, len(index)) * width, ref.shape[1], dtype=torch.float32)
     for s in range(0, len(index), DOT_BLOCK):
-        out[s : s + DOT_BLOCK] = (ref[index[s : s + DOT_BLOCK]] * q[s : s + DOT_BLOCK, None, :]).sum(dim=-1)
+        e = min(s + DOT_BLOCK, len(index))
+        rows = torch.index_select(ref, 0, index[s:e].reshape(-1), out=gathered[: (e - s) * width])
+        rows = rows.view(e - s, width, -1).mul_(q[s:e, None, :])
+        torch.sum(rows, dim=-1, out=out[s:e])
     return out
 
 
 def nearest_centroids(points, points16, centroids: np.ndarray, chunk: int | None = None) -> np.ndarray:
-    """Index of the nearest centroid (L2) of each point, exact: argmax_j x.c_j - |c_j|^2 / 2
-    (lowest j among equals), screened by one bf16 product of [x, 1] and [c_j, -|c_j|^2 / 2].
+    """Index of the nearest centroid (L2) of each point: :class:`NearestCentroids` for one call."""
+    return NearestCentroids(points, points16, chunk)(centroids)
+
+
+class NearestCentroids:
+    """Exact nearest centroid (L2) of fixed points, for any number of centroid sets (k-means):
+    argmax_j x.c_j - |c_j|^2 / 2 (lowest j among equals), screened by one bf16 product of
+    [x, 1] and [c_j, -|c_j|^2 / 2].
 
     With h_j = |c_j|^2 / 2 <= H, the bf16 score of (x, j) is within base_x + u H + g H (1 + u)
     + c |score| of the fp32 score (:class:`ScreenError`, plus the rounding of -h_j to bf16 and
     its share of the accumulation), so the top bf16 candidate is the answer when its fp32 score
     beats the runner-up's bf16 score plus that bound; otherwise the best of the top
     ``CENTROID_CANDIDATES`` in fp32 when it beats the last one's bound, else the fp32 argmax.
-    ``points``: float32 tensor (n x d, norms <= 1), ``points16``: the same in bf16.
+    ``points``: float32 tensor (n x d, norms <= 1), ``points16``: the same in bf16. The points'
+    [x, 1] rows and rounding norms are made once, at construction.
     """
-    import torch
 
-    from dmlbench.evaluate.knn import CHUNK_BYTES
+    def __init__(self, points, points16, block: int | None = None):
+        import torch
 
-    cents = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32))
-    half_norms = 0.5 * (cents * cents).sum(dim=1)
-    cents16 = cents.to(torch.bfloat16)
-    scored16 = torch.cat([cents16, (-half_norms).to(torch.bfloat16)[:, None]], dim=1)
-    bound = ScreenError(cents, cents16)
-    h_max = float(half_norms.max())
-    extra = UNIT_ROUNDOFF * h_max + accumulation_error(points.shape[1] + 1) * h_max * (1 + UNIT_ROUNDOFF)
-    n, k = len(points), len(cents)
-    chunk = chunk or max(1, min(1 << 16, CHUNK_BYTES // (2 * k)))
-    out = np.empty(n, dtype=np.int64)
-    if k == 1:
-        return np.zeros(n, dtype=np.int64)
-    uncertain = [np.empty(0, dtype=np.int64)]
-    ones = torch.ones(min(chunk, n), 1, dtype=torch.bfloat16)
-    with torch.no_grad():
-        for start in range(0, n, chunk):
-            stop = min(start + chunk, n)
-            x, x16 = points[start:stop], points16[start:stop]
-            screen = torch.cat([x16, ones[: stop - start]], dim=1) @ scored16.T
-            approx, top = torch.topk(screen, 2, dim=1)
-            best = top[:, 0]
-            exact = _dots(x, cents, best[:, None])[:, 0] - half_norms[best]
-            base = bound.base(x, x16) + extra
-            certain = exact.numpy() > ScreenError.upper(approx[:, 1].float().numpy().astype(np.float64), base)
-            out[start:stop] = best.numpy()
-            doubtful = np.flatnonzero(~certain) if k > 2 else np.empty(0, dtype=np.int64)
-            if len(doubtful):  # second look: the best of more candidates, same certificate
-                rows = torch.from_numpy(doubtful)
-                approx_more, more = torch.topk(screen[rows], min(CENTROID_CANDIDATES, k), dim=1)
-                scores = _dots(x[rows], cents, more) - half_norms[more]
-                pick = scores.argmax(dim=1)
-                upper = ScreenError.upper(approx_more[:, -1].float().numpy().astype(np.float64), base[doubtful])
-                winner = scores.gather(1, pick[:, None])[:, 0].numpy()
-                # the winner must beat every candidate left out and every other candidate exactly
-                others = scores.clone().scatter_(1, pick[:, None], -torch.inf).max(dim=1).values.numpy()
-                ok = (winner > upper) & (winner > others)
-                out[start + doubtful[ok]] = more.gather(1, pick[:, None])[:, 0].numpy()[ok]
-                certain[doubtful[ok]] = True
-            uncertain.append(start + np.flatnonzero(~certain))
-        redo = np.concatenate(uncertain)
-        for s in range(0, len(redo), chunk):
-            rows = torch.from_numpy(redo[s : s + chunk])
-            scores = points[rows] @ cents.T - half_norms
-            out[redo[s : s + chunk]] = scores.argmax(dim=1).numpy()  # first maximum: lowest index
-    return out
+        self.points = points
+        self.scored16 = torch.cat([points16, torch.ones(len(points), 1, dtype=torch.bfloat16)], dim=1)
+        self.norms = _norms(points, points16)
+        self.block = block or CENTROID_BLOCK
+
+    def __call__(self, centroids: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Nearest centroid of every point, or of the points ``rows`` only."""
+        import torch
+
+        points, points_scored16, point_norms = self.points, self.scored16, self.norms
+        if rows is not None:
+            index = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+            points, points_scored16 = points[index], points_scored16[index]
+            point_norms = tuple(v[rows] for v in point_norms)
+        n = len(points)
+        cents = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32))
+        half_norms = 0.5 * (cents * cents).sum(dim=1)
+        cents16 = cents.to(torch.bfloat16)
+        scored16 = torch.cat([cents16, (-half_norms).to(torch.bfloat16)[:, None]], dim=1)
+        h_max = float(half_norms.max())
+        extra = UNIT_ROUNDOFF * h_max + accumulation_error(points.shape[1] + 1) * h_max * (1 + UNIT_ROUNDOFF)
+        bases = ScreenError(cents, cents16).base_from_norms(*point_norms) + extra
+        k = len(cents)
+        out = np.empty(n, dtype=np.int64)
+        if k == 1 or n == 0:
+            return np.zeros(n, dtype=np.int64)
+        block = min(self.block, n)
+        uncertain = [np.empty(0, dtype=np.int64)]
+        screen_buffer = torch.empty(block, k, dtype=torch.bfloat16)  # reused: no page faults per block
+        with torch.no_grad():
+            for start in range(0, n, block):
+                stop = min(start + block, n)
+                x, base = points[start:stop], bases[start:stop]
+                screen = torch.matmul(points_scored16[start:stop], scored16.T, out=screen_buffer[: stop - start])
+                approx, top = torch.topk(screen, 2, dim=1)
+                best = top[:, 0]
+                exact = _dots(x, cents, best[:, None])[:, 0] - half_norms[best]
+                certain = exact.numpy() > ScreenError.upper(approx[:, 1].float().numpy().astype(np.float64), base)
+                out[start:stop] = best.numpy()
+                doubtful = np.flatnonzero(~certain) if k > 2 else np.empty(0, dtype=np.int64)
+                if len(doubtful):  # second look: the best of more candidates, same certificate
+                    rows = torch.from_numpy(doubtful)
+                    approx_more, more = torch.topk(screen[rows], min(CENTROID_CANDIDATES, k), dim=1)
+                    scores = _dots(x[rows], cents, more) - half_norms[more]
+                    pick = scores.argmax(dim=1)
+                    upper = ScreenError.upper(approx_more[:, -1].float().numpy().astype(np.float64), base[doubtful])
+                    winner = scores.gather(1, pick[:, None])[:, 0].numpy()
+                    # the winner must beat every candidate left out and every other candidate exactly
+                    others = scores.clone().scatter_(1, pick[:, None], -torch.inf).max(dim=1).values.numpy()
+                    ok = (winner > upper) & (winner > others)
+                    out[start + doubtful[ok]] = more.gather(1, pick[:, None])[:, 0].numpy()[ok]
+                    certain[doubtful[ok]] = True
+                uncertain.append(start + np.flatnonzero(~certain))
+            redo = np.concatenate(uncertain)
+            for s in range(0, len(redo), block):
+                rows = torch.from_numpy(redo[s : s + block])
+                scores = points[rows] @ cents.T - half_norms
+                out[redo[s : s + block]] = scores.argmax(dim=1).numpy()  # first maximum: lowest index
+        return out
+
+    def update(self, assignment: np.ndarray, old_centroids: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+        """``self(centroids)`` from ``assignment = self(old_centroids)``, looking only at what moved:
+        a point whose centroid kept its exact coordinates keeps it unless a moved centroid
+        scores higher (the unmoved ones score as before, and it beat them all); a point whose
+        centroid moved is assigned again from scratch. Same result, at the cost of
+        points x moved centroids (late k-means iterations move few)."""
+        import torch
+
+        moved = np.flatnonzero((centroids != old_centroids).any(axis=1))
+        if 4 * len(moved) > len(centroids):
+            return self(centroids)
+        out = assignment.copy()
+        orphaned = np.isin(assignment, moved)
+        orphans, stay = np.flatnonzero(orphaned), np.flatnonzero(~orphaned)
+        out[orphans] = self(centroids, orphans)
+        if len(moved) == 0 or len(stay) == 0:
+            return out
+        incumbent = assignment[stay]
+        challenger = moved[self(centroids[moved], stay)]
+        cents = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32))
+        half_norms = 0.5 * (cents * cents).sum(dim=1)
+        pair = torch.from_numpy(np.stack([incumbent, challenger], axis=1))
+        scores = (_dots(self.points[torch.from_numpy(stay)], cents, pair) - half_norms[pair]).numpy()
+        take = (scores[:, 1] > scores[:, 0]) | ((scores[:, 1] == scores[:, 0]) & (challenger < incumbent))
+        out[stay[take]] = challenger[take]
+        return out
