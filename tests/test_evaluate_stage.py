@@ -216,3 +216,39 @@ def test_evaluate_config_is_validated_per_dataset(small_raw_params):
         raw["evaluate"] = evaluate
         with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
             parse_params(raw)
+
+
+def _evaluate_modules_imported_by(module: str) -> set[str]:
+    """Files of ``dmlbench.evaluate`` that ``module`` imports, directly or through each other
+    (function-level imports included), from the source."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "src" / "dmlbench" / "evaluate"
+    found, todo = set(), [module]
+    while todo:
+        tree = ast.parse((package / f"{todo.pop()}.py").read_text())
+        for node in ast.walk(tree):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                if name.startswith("dmlbench.evaluate."):
+                    child = name.split(".")[2]
+                    if child not in found and (package / f"{child}.py").exists():
+                        found.add(child)
+                        todo.append(child)
+    return {f"src/dmlbench/evaluate/{name}.py" for name in found}
+
+
+@pytest.mark.parametrize("stage", ["evaluate", "evaluate_pretrained"])
+def test_evaluation_stages_depend_on_every_module_that_computes_their_numbers(stage):
+    # A module missing here (screen.py once was) lets `dvc repro` keep results from old code.
+    from pathlib import Path
+
+    import yaml
+
+    dvc = yaml.safe_load((Path(__file__).resolve().parents[1] / "dvc.yaml").read_text())
+    deps = set(dvc["stages"][stage]["deps"])
+    computing = set().union(*(_evaluate_modules_imported_by(m) for m in ("metrics", "clustering", "intervals")))
+    assert {"src/dmlbench/evaluate/knn.py", "src/dmlbench/evaluate/screen.py"} <= computing
+    assert computing - deps == set()
