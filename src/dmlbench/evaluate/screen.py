@@ -139,7 +139,7 @@ def rank_screened(
     m, n = len(queries), len(references)
     available = n - (1 if self_index is not None else 0)
     length = min(k + SCREEN_MARGIN, available)
-    block = min(chunk or SCREEN_BLOCK, m)
+    block = min(chunk or _rows_within_budget(SCREEN_BLOCK, n), m)
     r_max = int(np.bincount(np.unique(reference_labels, return_inverse=True)[1]).max())
     positives = _positive_index_matrix(query_labels, reference_labels, self_index, r_max)
     hits_out = np.empty((m, k), dtype=bool)
@@ -199,6 +199,13 @@ def rank_screened(
         hits_out[redo] = exact_ranking.hits
         first_out[redo] = exact_ranking.first_positive
     return Ranking(hits_out, first_out, first_limit)
+
+
+def _rows_within_budget(rows: int, width: int) -> int:
+    """``rows``, fewer when a bf16 block of ``rows`` x ``width`` would pass ``CHUNK_BYTES``."""
+    from dmlbench.evaluate.knn import CHUNK_BYTES
+
+    return max(1, min(rows, CHUNK_BYTES // (2 * width)))
 
 
 def _first_positive_ranks(
@@ -306,7 +313,7 @@ class NearestCentroids:
         self.points = points
         self.scored16 = torch.cat([points16, torch.ones(len(points), 1, dtype=torch.bfloat16)], dim=1)
         self.norms = _norms(points, points16)
-        self.block = block or CENTROID_BLOCK
+        self.block = block
 
     def __call__(self, centroids: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """Nearest centroid of every point, or of the points ``rows`` only."""
@@ -329,7 +336,7 @@ class NearestCentroids:
         out = np.empty(n, dtype=np.int64)
         if k == 1 or n == 0:
             return np.zeros(n, dtype=np.int64)
-        block = min(self.block, n)
+        block = min(self.block or _rows_within_budget(CENTROID_BLOCK, k), n)
         uncertain = [np.empty(0, dtype=np.int64)]
         screen_buffer = torch.empty(block, k, dtype=torch.bfloat16)  # reused: no page faults per block
         with torch.no_grad():
