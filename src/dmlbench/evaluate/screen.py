@@ -325,8 +325,7 @@ class NearestCentroids:
             points, points_scored16 = points[index], points_scored16[index]
             point_norms = tuple(v[rows] for v in point_norms)
         n = len(points)
-        cents = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32))
-        half_norms = 0.5 * (cents * cents).sum(dim=1)
+        cents, half_norms = _centroid_rows(centroids)
         cents16 = cents.to(torch.bfloat16)
         scored16 = torch.cat([cents16, (-half_norms).to(torch.bfloat16)[:, None]], dim=1)
         h_max = float(half_norms.max())
@@ -346,14 +345,14 @@ class NearestCentroids:
                 screen = torch.matmul(points_scored16[start:stop], scored16.T, out=screen_buffer[: stop - start])
                 approx, top = torch.topk(screen, 2, dim=1)
                 best = top[:, 0]
-                exact = _dots(x, cents, best[:, None])[:, 0] - half_norms[best]
+                exact = _centroid_scores(x, cents, half_norms, best[:, None])[:, 0]
                 certain = exact.numpy() > ScreenError.upper(approx[:, 1].float().numpy().astype(np.float64), base)
                 out[start:stop] = best.numpy()
                 doubtful = np.flatnonzero(~certain) if k > 2 else np.empty(0, dtype=np.int64)
                 if len(doubtful):  # second look: the best of more candidates, same certificate
                     rows = torch.from_numpy(doubtful)
                     approx_more, more = torch.topk(screen[rows], min(CENTROID_CANDIDATES, k), dim=1)
-                    scores = _dots(x[rows], cents, more) - half_norms[more]
+                    scores = _centroid_scores(x[rows], cents, half_norms, more)
                     pick = scores.argmax(dim=1)
                     upper = ScreenError.upper(approx_more[:, -1].float().numpy().astype(np.float64), base[doubtful])
                     winner = scores.gather(1, pick[:, None])[:, 0].numpy()
@@ -389,10 +388,23 @@ class NearestCentroids:
             return out
         incumbent = assignment[stay]
         challenger = moved[self(centroids[moved], stay)]
-        cents = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32))
-        half_norms = 0.5 * (cents * cents).sum(dim=1)
+        cents, half_norms = _centroid_rows(centroids)
         pair = torch.from_numpy(np.stack([incumbent, challenger], axis=1))
-        scores = (_dots(self.points[torch.from_numpy(stay)], cents, pair) - half_norms[pair]).numpy()
+        scores = _centroid_scores(self.points[torch.from_numpy(stay)], cents, half_norms, pair).numpy()
         take = (scores[:, 1] > scores[:, 0]) | ((scores[:, 1] == scores[:, 0]) & (challenger < incumbent))
         out[stay[take]] = challenger[take]
         return out
+
+
+def _centroid_rows(centroids: np.ndarray):
+    """Centroids as a float32 tensor and their |c_j|^2 / 2."""
+    import torch
+
+    cents = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32))
+    return cents, 0.5 * (cents * cents).sum(dim=1)
+
+
+def _centroid_scores(x, cents, half_norms, index):
+    """fp32 scores x.c_j - |c_j|^2 / 2 of each point with the centroids ``index[row]``: the one
+    formula every certified comparison uses (full and incremental assignments alike)."""
+    return _dots(x, cents, index) - half_norms[index]
