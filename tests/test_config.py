@@ -136,3 +136,116 @@ def test_protocol_override_names_a_registered_dataset(default_raw_params):
     raw["protocols"]["demo"]["overrides"] = [{"datasets": ["cub2011"], "set": {"epochs": 3}}]
     message = _error(raw)
     assert "protocols.demo: unknown dataset 'cub2011'; valid:" in message and "cub200" in message
+
+
+RC_METHODS = [
+    "contrastive",
+    "triplet",
+    "ntxent",
+    "proxy_nca",
+    "margin",
+    "margin_per_class",
+    "normalized_softmax",
+    "cosface",
+    "arcface",
+    "fastap",
+    "snr",
+    "multi_similarity_without_miner",
+    "multi_similarity",
+    "soft_triple",
+]
+
+
+def _protocol_grid(raw: dict, protocol: str, datasets: list[str], backbone: str, dim: int, losses) -> dict:
+    raw = copy.deepcopy(raw)
+    raw.update(protocol=protocol, backbones={backbone: {}}, dims=[dim])
+    raw["datasets"] = {name: {"source": {}} for name in datasets}
+    raw["losses"] = {name: {} for name in losses}
+    return raw
+
+
+def test_reality_check_protocol_carries_rcs_tuned_losses_per_dataset(default_raw_params):
+    """protocols.reality_check.losses / overrides hold RC's published optimum per dataset
+    (powerful-benchmarker docs/papers/mlrc.md); losses RC did not run keep their defaults."""
+    raw = _protocol_grid(default_raw_params, "reality_check", ["cub200", "cars196"], "bn_inception", 128, RC_METHODS)
+    raw["losses"]["lifted_structure"] = {}
+    params = parse_params(raw)
+
+    def loss(dataset, name):
+        return params.loss_params(Combo(dataset, "bn_inception", name, 128))
+
+    assert (loss("cub200", "contrastive").pos_margin, loss("cub200", "contrastive").neg_margin) == (-0.2, 0.3841)
+    assert (loss("cars196", "contrastive").pos_margin, loss("cars196", "contrastive").neg_margin) == (0.2652, 0.5409)
+    assert loss("cub200", "proxy_nca").param_lr == 6.04e-3 and loss("cars196", "arcface").param_lr == 7.39e-6
+    assert not loss("cub200", "triplet").miner and not loss("cub200", "margin").miner
+    assert loss("cub200", "multi_similarity").miner_epsilon == 0.39
+    assert LOSSES["multi_similarity_without_miner"].miner(loss("cub200", "multi_similarity_without_miner")) is None
+    assert loss("cub200", "lifted_structure") == LOSSES["lifted_structure"].params()
+    combo = Combo("cub200", "bn_inception", "lifted_structure", 128)
+    assert params.loss_source(combo) == "defaults"
+    assert params.loss_source(Combo("cub200", "bn_inception", "snr", 128)) == "protocol"
+    # what a run trains with is what it logs and hashes
+    run = RunSpec("cars196", "bn_inception", "soft_triple", 128, 0)
+    assert params.resolved(run)["loss"] == {"name": "soft_triple", **loss("cars196", "soft_triple").model_dump()}
+    other = RunSpec("cub200", "bn_inception", "soft_triple", 128, 0)
+    assert config_hash(params.resolved(run)) != config_hash(params.resolved(other))
+
+
+def test_thesis_protocol_trains_the_thesis_codes_lifted_structure(default_raw_params):
+    raw = _protocol_grid(default_raw_params, "thesis", ["cub200"], "resnet50", 512, ["lifted_structure", "triplet"])
+    params = parse_params(raw)
+    assert params.loss_params(Combo("cub200", "resnet50", "lifted_structure", 512)).formulation == "thesis_code"
+    assert params.loss_params(Combo("cub200", "resnet50", "triplet", 512)) == LOSSES["triplet"].params()
+    demo = parse_params(default_raw_params)
+    assert demo.loss_params(Combo("glyphs", "tiny_cnn", "proxy_anchor", 32)).param_lr_multiplier == 10.0
+
+
+def test_loss_values_merge_defaults_then_protocol_then_params(default_raw_params):
+    raw = copy.deepcopy(default_raw_params)
+    raw["losses"]["proxy_anchor"] = {"alpha": 16.0}  # a key the demo protocol does not set
+    params = parse_params(raw)
+    combo = Combo("glyphs", "tiny_cnn", "proxy_anchor", 32)
+    values = params.loss_params(combo)
+    assert (values.alpha, values.param_lr_multiplier, values.margin) == (16.0, 10.0, 0.1)
+    assert (
+        params.loss_source(combo) == "protocol"
+        and params.loss_source(Combo("glyphs", "tiny_cnn", "triplet", 32)) == "defaults"
+    )
+
+
+def test_a_key_the_protocol_sets_cannot_be_silently_replaced(default_raw_params):
+    raw = copy.deepcopy(default_raw_params)
+    raw["losses"]["proxy_anchor"] = {"param_lr_multiplier": 100.0}
+    message = _error(raw)
+    assert message == (
+        "params.yaml: losses.proxy_anchor.param_lr_multiplier: protocol 'demo' sets it to 10.0 for glyphs/tiny_cnn; "
+        "remove it here, or edit protocols.demo to deviate from the protocol knowingly"
+    )
+
+
+def test_protocol_loss_tables_are_validated_against_the_registry(default_raw_params):
+    raw = copy.deepcopy(default_raw_params)
+    raw["protocols"]["demo"]["losses"]["tripplet"] = {"margin": 0.2}
+    message = _error(raw)
+    assert "protocols.demo.losses.tripplet: unknown loss 'tripplet'; valid:" in message and "triplet" in message
+
+    raw = copy.deepcopy(default_raw_params)
+    raw["protocols"]["reality_check"]["overrides"][1]["set"]["losses"]["cosface"]["scale"] = -3
+    message = _error(raw)
+    assert message.startswith("params.yaml: protocols.reality_check.overrides[1].set.losses.cosface.scale:")
+    assert "greater than 0" in message and "(got -3)" in message
+
+    raw = copy.deepcopy(default_raw_params)
+    raw["protocols"]["thesis"]["losses"]["lifted_structure"]["alpha"] = 30.0  # belongs to thesis_code: fine
+    parse_params(raw)
+    raw["protocols"]["thesis"]["losses"]["lifted_structure"]["formulation"] = "pml"
+    message = _error(raw)
+    assert "protocols.thesis.losses.lifted_structure: alpha is not a parameter of formulation 'pml'" in message
+
+    raw = copy.deepcopy(default_raw_params)
+    raw["protocols"]["demo"]["losses"]["proxy_anchor"] = {"param_lr": 0.01, "param_lr_multiplier": 10.0}
+    assert "set param_lr (absolute) or param_lr_multiplier (x the protocol lr), not both" in _error(raw)
+
+    raw = copy.deepcopy(default_raw_params)
+    raw["losses"]["contrastive"] = {"pos_margin": 0.6}
+    assert "losses.contrastive: pos_margin (0.6) must be < neg_margin (0.5)" in _error(raw)

@@ -38,6 +38,7 @@ def test_the_losses_of_both_studies_are_registered():
     thesis |= {"multi_similarity", "soft_triple", "proxy_anchor", "thesis_proxy"}
     reality_check = {"contrastive", "triplet", "ntxent", "proxy_nca", "margin", "normalized_softmax", "cosface"}
     reality_check |= {"arcface", "fastap", "snr", "multi_similarity", "soft_triple"}
+    reality_check |= {"multi_similarity_without_miner", "margin_per_class"}
     assert thesis | reality_check | {"circle"} <= set(LOSSES)
 
 
@@ -73,6 +74,7 @@ def test_losses_declare_table_4_defaults_and_what_they_need():
         {
             "proxy_nca": 1e-5,
             "margin": 5e-5,
+            "margin_per_class": 5e-5,
             "arcface": 1e-4,
             "cosface": 1e-4,
             "soft_triple": 1e-4,
@@ -82,12 +84,81 @@ def test_losses_declare_table_4_defaults_and_what_they_need():
         }
     )
     pair_losses = {"contrastive", "triplet", "lifted_structure", "npair", "margin", "multi_similarity"}
-    pair_losses |= {"circle", "ntxent", "fastap", "snr"}
+    pair_losses |= {"circle", "ntxent", "fastap", "snr", "margin_per_class", "multi_similarity_without_miner"}
     assert {name for name, spec in LOSSES.items() if spec.sampler == "m_per_class"} == pair_losses
     margin = LOSSES["margin"].build(defaults["margin"], 5, 8)
     assert margin.learn_beta and isinstance(margin.beta, torch.nn.Parameter) and margin.beta.numel() == 1
-    per_class = LOSSES["margin"].build(defaults["margin"].model_copy(update={"beta_per_class": True}), 5, 8)
-    assert per_class.beta.numel() == 5
+    per_class = LOSSES["margin_per_class"].build(defaults["margin_per_class"], 5, 8)
+    assert per_class.learn_beta and per_class.beta.numel() == 5
+
+
+def test_the_reality_checks_miner_free_variants():
+    """RC's "MS" (no miner) beside "MS+Miner", Margin / class, and Triplet / Margin with
+    ``miner: false``: the same loss module, every pair or triplet of the batch."""
+    from pytorch_metric_learning import losses, miners
+
+    def built(name, **values):
+        spec = LOSSES[name]
+        params = spec.params(**values)
+        return spec.build(params, 5, 8), spec.miner(params)
+
+    ms, ms_miner = built("multi_similarity_without_miner")
+    assert isinstance(ms, losses.MultiSimilarityLoss) and ms_miner is None
+    assert isinstance(built("multi_similarity")[1], miners.MultiSimilarityMiner)
+    for name in ("triplet", "margin"):
+        assert built(name)[1] is not None and built(name, miner=False)[1] is None
+    assert built("margin_per_class")[1] is None
+    assert isinstance(built("margin_per_class", miner=True)[1], miners.DistanceWeightedMiner)
+    # MS without miner = MS loss on all pairs: equal to the mined loss when the miner keeps every pair
+    torch.manual_seed(0)
+    x = torch.nn.functional.normalize(torch.randn(12, 8, dtype=torch.float64), dim=1)
+    y = torch.arange(3).repeat_interleave(4)
+    wide = LOSSES["multi_similarity"].params(miner_epsilon=10.0)
+    mined = LOSSES["multi_similarity"].build(wide, 3, 8)(x, y, LOSSES["multi_similarity"].miner(wide)(x, y))
+    torch.testing.assert_close(ms(x, y), mined)
+
+
+def _thesis_code_lifted(x, labels, alpha=40.0, beta=2.0, eps=0.1):
+    """The thesis code's loop (billpsomas/deep_metric_learning_benchmark, losses.py), re-written:
+    per anchor, sorted positives/negatives, hard mining with eps, skipped anchors count in n."""
+    import math
+
+    n, total = len(x), 0.0
+    sim = [[sum(a * b for a, b in zip(x[i], x[j], strict=True)) for j in range(n)] for i in range(n)]
+    for i in range(n):
+        pos = sorted(sim[i][j] for j in range(n) if labels[j] == labels[i] and j != i)
+        neg = sorted(sim[i][j] for j in range(n) if labels[j] != labels[i])
+        neg_kept = [s for s in neg if s + eps > pos[0]]
+        pos_kept = [s for s in pos if s - eps < neg[-1]]
+        if not neg_kept or not pos_kept:
+            continue
+        total += 2 / beta * math.log(sum(math.exp(-beta * s) for s in pos_kept))
+        total += 2 / alpha * math.log(sum(math.exp(alpha * s) for s in neg_kept))
+    return total / n
+
+
+def test_lifted_structure_thesis_code_formulation_matches_the_thesis_loop():
+    from pytorch_metric_learning import losses
+
+    from dmlbench.losses.lifted_structure import ThesisLiftedStructureLoss
+
+    spec = LOSSES["lifted_structure"]
+    assert isinstance(spec.build(spec.params(), 4, 8), losses.LiftedStructureLoss)  # every other protocol
+    params = spec.params(formulation="thesis_code")
+    loss, miner = spec.build(params, 4, 8), spec.miner(params)
+    assert isinstance(loss, ThesisLiftedStructureLoss) and isinstance(miner, type(spec.miner(spec.params())))
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x = torch.nn.functional.normalize(torch.randn(16, 8, dtype=torch.float64), dim=1)
+        y = torch.arange(4).repeat_interleave(4)[torch.randperm(16)]
+        expected = _thesis_code_lifted(x.tolist(), y.tolist())
+        assert loss(x, y, miner(x, y)).item() == pytest.approx(expected, rel=1e-12)
+    # an anchor whose mined sets are empty adds 0 but counts in the mean: two far-apart classes
+    x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [-1.0, 0.0], [-1.0, 0.0]], dtype=torch.float64)
+    y = torch.tensor([0, 0, 1, 1])
+    assert loss(x, y, miner(x, y)).item() == 0.0
+    with pytest.raises(ValueError, match="alpha is not a parameter of formulation 'pml'"):
+        spec.params(alpha=30.0)
 
 
 def _thesis_loss_by_hand(x, labels, proxies, alpha, margin, variant):

@@ -118,3 +118,42 @@ def test_an_override_changes_only_matching_runs_config_hash():
     assert config_hash(base.resolved(run)) == config_hash(changed.resolved(run))
     raw["protocols"]["demo"]["overrides"] = [{"datasets": ["glyphs"], "set": {"epochs": 3}}]
     assert parse_params(raw).resolved(run)["protocol"]["epochs"] == 3
+
+
+def test_the_loss_parameters_optimiser_follows_param_lr_then_the_protocol():
+    """RC publishes absolute "proxy lr"s with no weight decay on Margin's beta; Proxy-Anchor's
+    recipe multiplies the protocol lr; the thesis's Table 4 lrs are multipliers of its lr."""
+    import torch
+
+    from dmlbench.config import Combo
+    from dmlbench.losses import LOSSES
+    from dmlbench.train.optim import make_loss_optimizer
+
+    raw = _raw()
+    raw.update(protocol="reality_check", backbones={"bn_inception": {}}, dims=[128])
+    raw["datasets"] = {"cub200": {"source": {}}}
+    raw["losses"] = {"proxy_nca": {}, "margin": {}, "soft_triple": {}}
+    params = parse_params(raw)
+
+    def optimiser(name):
+        combo = Combo("cub200", "bn_inception", name, 128)
+        loss_params = params.loss_params(combo)
+        loss = LOSSES[name].build(loss_params, 4, 8)
+        return make_loss_optimizer(params.protocol_for(combo), loss_params, loss.parameters())
+
+    proxy_nca, margin = optimiser("proxy_nca"), optimiser("margin")
+    assert isinstance(proxy_nca, torch.optim.RMSprop)
+    group = proxy_nca.param_groups[0]
+    assert (group["lr"], group["weight_decay"], group["momentum"]) == (6.04e-3, 1e-4, 0.9)
+    group = margin.param_groups[0]
+    assert (group["lr"], group["weight_decay"], group["momentum"]) == (1.31e-3, 0.0, 0.9)
+    # Proxy-Anchor recipe: 100 x 1e-4; thesis: ProxyNCA's Table 4 multiplier 0.1 x 1e-4
+    pa = _with("proxy_anchor", {"bn_inception": {}}, [512])
+    combo = Combo("glyphs", "bn_inception", "contrastive", 512)
+    proxies = LOSSES["proxy_nca"].build(LOSSES["proxy_nca"].params(), 4, 8).parameters()
+    lr = make_loss_optimizer(pa.protocol_for(combo), LOSSES["proxy_nca"].params(), proxies).param_groups[0]["lr"]
+    assert lr == pytest.approx(1e-2)
+    thesis = _with("thesis", {"bn_inception": {}}, [512])
+    proxies = LOSSES["proxy_nca"].build(LOSSES["proxy_nca"].params(), 4, 8).parameters()
+    lr = make_loss_optimizer(thesis.protocol_for(combo), LOSSES["proxy_nca"].params(), proxies).param_groups[0]["lr"]
+    assert lr == pytest.approx(1e-5)

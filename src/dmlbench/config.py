@@ -8,7 +8,9 @@ Layout of ``params.yaml`` (the DVC ``matrix`` iterates over the keys of the firs
 
 * ``datasets.<name>``  - every dataset listed is downloaded, prepared and trained on;
 * ``backbones.<name>`` - every backbone listed is trained;
-* ``losses.<name>``    - every loss listed is trained, with these hyperparameters;
+* ``losses.<name>``    - every loss listed is trained; values given here deviate from the
+  protocol's (``protocols.<p>.losses.<name>``, per dataset/backbone through its overrides),
+  which deviate from the loss module's defaults;
 * ``dims``, ``seeds``  - embedding sizes and seeds of the grid;
 * ``protocol``         - the key of ``protocols`` used for training (optimiser, batch, ...);
 * ``evaluate``, ``report``, ``tracking`` - evaluation, report and MLflow settings.
@@ -16,6 +18,7 @@ Layout of ``params.yaml`` (the DVC ``matrix`` iterates over the keys of the firs
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -117,6 +120,7 @@ OVERRIDABLE_KEYS = (
     "frozen_bn",
     "grad_clip",
     "early_stopping",
+    "losses",
 )
 
 
@@ -151,6 +155,9 @@ class Protocol(StrictModel):
     per class, or uniformly random batches (``random``), or the same as the others (unset).
     An epoch is ``iterations_per_epoch`` batches, or one pass over the training images.
     ``warmup_epochs``: only the embedding head and the loss's own parameters train (Proxy-Anchor).
+    ``losses.<name>``: the hyperparameters this protocol publishes for a loss (e.g. the Reality
+    Check's tuned values; per dataset through ``overrides``), validated against the loss's own
+    parameter model in :func:`parse_params`; a loss the protocol does not list keeps its defaults.
     """
 
     description: str = ""
@@ -175,6 +182,7 @@ class Protocol(StrictModel):
     eval_batch_size: PositiveInt = 256
     backbones: list[str] | None = Field(None, min_length=1)  # if set, the grid may only use these
     dims: list[PositiveInt] | None = Field(None, min_length=1)  # if set, the grid may only use these
+    losses: dict[str, dict[str, Any]] = Field(default_factory=dict)
     overrides: list[ProtocolOverride] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -306,16 +314,20 @@ class ReportConfig(StrictModel):
 
     ``focus_dim``: embedding size of the backbone comparison, convergence and papers-vs-reality
     figures (default: 512 if in ``dims``, else the largest). ``blocks``: the Friedman/Nemenyi
-    blocks, ``experiment_seed`` (each seed of each dataset x backbone x dim; a seed gives every
-    loss the same initial weights and batches) or ``experiment`` (seed means). ``alpha``: level
-    of the Friedman and Nemenyi tests.
+    blocks, ``experiment`` (one per dataset x backbone x dim, scored by the seed mean: the
+    independent blocks Demšar 2006 asks for) or ``experiment_seed`` (each seed of each
+    experiment; seeds of one experiment are not independent, so the tests' p-values are then
+    optimistic). ``alpha``: level of the Friedman and Nemenyi tests. ``rope``: half-width of
+    the region of practical equivalence of the Bayesian comparison, in metric units
+    (0.01 = 1 point of a metric reported in percent).
     """
 
     primary_metric: Literal["precision_at_1", "r_precision", "map_at_r", "recall_at_1"] = "map_at_r"
     title: str = "dmlbench report"
     focus_dim: PositiveInt | None = None
-    blocks: Literal["experiment_seed", "experiment"] = "experiment_seed"
+    blocks: Literal["experiment", "experiment_seed"] = "experiment"
     alpha: float = Field(0.05, gt=0, lt=0.5)
+    rope: float = Field(0.01, gt=0, lt=0.5)
     gallery: GalleryConfig = GalleryConfig()
 
 
@@ -407,7 +419,12 @@ class _RawParams(StrictModel):
 
 @dataclass(frozen=True)
 class Params:
-    """Validated ``params.yaml``. Section values are the registry's typed parameter models."""
+    """Validated ``params.yaml``. Section values are the registry's typed parameter models.
+
+    ``losses`` holds each listed loss's parameters as ``losses.<name>`` sets them over the
+    module defaults; what a run trains with is :meth:`loss_params` (the protocol's values for
+    the run's dataset and backbone added). ``loss_values`` are the keys ``losses.<name>`` sets.
+    """
 
     datasets: dict[str, BaseModel]
     backbones: dict[str, BaseModel]
@@ -419,10 +436,27 @@ class Params:
     evaluate: EvaluateConfig
     report: ReportConfig
     tracking: TrackingConfig
+    loss_values: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    loss_models: dict[str, type[BaseModel]] = dataclasses.field(default_factory=dict)
 
     @property
     def protocol(self) -> Protocol:
         return self.protocols[self.protocol_name]
+
+    def loss_params(self, run: RunSpec | Combo) -> BaseModel:
+        """The loss hyperparameters of one run: the loss module's defaults, then the protocol's
+        ``losses.<name>`` for the run's dataset and backbone, then ``losses.<name>`` of
+        ``params.yaml`` (a key set in both is rejected by :func:`parse_params`)."""
+        values = {**self.protocol_for(run).losses.get(run.loss, {}), **self.loss_values.get(run.loss, {})}
+        return self.loss_models[run.loss].model_validate(values)
+
+    def loss_source(self, run: RunSpec | Combo) -> str:
+        """Where a run's loss hyperparameters come from: ``protocol`` when the active protocol
+        sets any of them for this dataset/backbone, ``params`` when only ``losses.<name>`` does,
+        else ``defaults`` (the loss module's published defaults)."""
+        if self.protocol_for(run).losses.get(run.loss):
+            return "protocol"
+        return "params" if self.loss_values.get(run.loss) else "defaults"
 
     def protocol_for(self, run: RunSpec | Combo) -> Protocol:
         """The protocol of one run: ``protocol`` with its dataset/backbone overrides applied."""
@@ -461,12 +495,12 @@ class Params:
         return {
             "dataset": {"name": run.dataset, **self.datasets[run.dataset].model_dump(mode="json")},
             "backbone": {"name": run.backbone, **self.backbones[run.backbone].model_dump(mode="json")},
-            "loss": {"name": run.loss, **self.losses[run.loss].model_dump(mode="json")},
+            "loss": {"name": run.loss, **self.loss_params(run).model_dump(mode="json")},
             "dim": run.dim,
             "seed": run.seed,
             "protocol": {
                 "name": self.protocol_name,
-                **self.protocol_for(run).model_dump(mode="json", exclude={"overrides", "backbones", "dims"}),
+                **self.protocol_for(run).model_dump(mode="json", exclude={"overrides", "backbones", "dims", "losses"}),
             },
         }
 
@@ -542,7 +576,8 @@ def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
             f"{source}: protocol: {top.protocol!r} is not a key of protocols; valid: {_join(top.protocols)}"
         )
     _check_protocol_grid(top, source, BACKBONES, DATASETS)
-    return Params(
+    _check_protocol_losses(top, source, LOSSES)
+    params = Params(
         datasets=_validate_section(top.datasets, "datasets", "dataset", DATASETS, source),
         backbones=_validate_section(top.backbones, "backbones", "backbone", BACKBONES, source),
         losses=_validate_section(top.losses, "losses", "loss", LOSSES, source),
@@ -553,7 +588,57 @@ def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
         evaluate=top.evaluate,
         report=top.report,
         tracking=top.tracking,
+        loss_values={name: dict(values or {}) for name, values in top.losses.items()},
+        loss_models={name: LOSSES[name].params for name in top.losses},
     )
+    _check_grid_losses(params, source)
+    return params
+
+
+def _check_protocol_losses(top: _RawParams, source: str, losses: Mapping[str, Any]) -> None:
+    """Every protocol's loss values (its own and each override's, merged as a run would see
+    them) name registered losses and validate against each loss's parameter model."""
+    for name, protocol in top.protocols.items():
+        tables = [(f"protocols.{name}.losses", protocol.losses, None)]
+        tables += [
+            (f"protocols.{name}.overrides[{i}].set.losses", o.set.get("losses") or {}, o)
+            for i, o in enumerate(protocol.overrides)
+        ]
+        for where, table, override in tables:
+            if not isinstance(table, Mapping):
+                raise ConfigError(f"{source}: {where}: expected a mapping of loss names, got {type(table).__name__}")
+            for loss, values in table.items():
+                if loss not in losses:
+                    raise ConfigError(f"{source}: {where}.{loss}: unknown loss {loss!r}; valid: {_join(losses)}")
+                if not isinstance(values, Mapping):
+                    raise ConfigError(f"{source}: {where}.{loss}: expected a mapping of hyperparameters")
+                merged = protocol.losses.get(loss, {}) if override is not None else {}
+                merged = _deep_merge(dict(merged), values)
+                model = losses[loss].params
+                try:
+                    model.model_validate(merged)
+                except ValidationError as exc:
+                    raise ConfigError(_one_line(exc, source, prefix=f"{where}.{loss}", model=model)) from None
+
+
+def _check_grid_losses(params: Params, source: str) -> None:
+    """Each grid cell's loss parameters validate, and ``losses.<name>`` does not silently
+    replace a value the active protocol publishes (edit the protocol to deviate from it)."""
+    for combo in params.combos():
+        preset = params.protocol_for(combo).losses.get(combo.loss, {})
+        clash = sorted(set(preset) & set(params.loss_values.get(combo.loss, {})))
+        if clash:
+            key = clash[0]
+            raise ConfigError(
+                f"{source}: losses.{combo.loss}.{key}: protocol {params.protocol_name!r} sets it to {preset[key]!r} "
+                f"for {combo.dataset}/{combo.backbone}; remove it here, or edit protocols.{params.protocol_name} "
+                "to deviate from the protocol knowingly"
+            )
+        try:
+            params.loss_params(combo)
+        except ValidationError as exc:
+            model = params.loss_models[combo.loss]
+            raise ConfigError(_one_line(exc, source, prefix=f"losses.{combo.loss}", model=model)) from None
 
 
 def _check_protocol_grid(

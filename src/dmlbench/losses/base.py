@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-from pydantic import PositiveFloat
+from pydantic import NonNegativeFloat, PositiveFloat, model_validator
 from torch import nn
 
 from dmlbench.config import StrictModel
@@ -26,9 +26,29 @@ class LossParams(StrictModel):
 
 
 class ParametricLossParams(LossParams):
-    """For losses with their own parameters: their lr is the protocol lr x this multiplier."""
+    """For losses with their own parameters (proxies, class weights, a learnable margin), trained
+    by a second optimiser of the protocol's kind (powerful-benchmarker's ``metric_loss_optimizer``).
+
+    Its lr: ``param_lr`` if set (an absolute value, e.g. the Reality Check's tuned "proxy lr"),
+    else the protocol lr x the protocol's ``loss_lr_multiplier``, else x ``param_lr_multiplier``.
+    Its weight decay: ``param_weight_decay`` if set, else the protocol optimiser's.
+    """
 
     param_lr_multiplier: PositiveFloat = 1.0
+    param_lr: PositiveFloat | None = None
+    param_weight_decay: NonNegativeFloat | None = None
+
+    @model_validator(mode="after")
+    def _one_lr(self) -> "ParametricLossParams":
+        if self.param_lr is not None and "param_lr_multiplier" in self.model_fields_set:
+            raise ValueError("set param_lr (absolute) or param_lr_multiplier (x the protocol lr), not both")
+        return self
+
+    def optimizer_lr(self, protocol_lr: float, protocol_multiplier: float | None) -> float:
+        """The lr of the loss's own parameters (see the class docstring)."""
+        if self.param_lr is not None:
+            return self.param_lr
+        return protocol_lr * (protocol_multiplier or self.param_lr_multiplier)
 
 
 @dataclass(frozen=True)

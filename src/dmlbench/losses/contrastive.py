@@ -1,14 +1,25 @@
 """Contrastive loss: L = [d_p - m_pos]_+ + [m_neg - d_n]_+ over all pairs in the batch,
-d = Euclidean distance of L2-normalised embeddings. No mining (thesis Table 5)."""
+d = Euclidean distance of L2-normalised embeddings, each term averaged over its non-zero pairs
+(PML ``ContrastiveLoss``). No mining (thesis Table 5).
 
-from pydantic import NonNegativeFloat
+A negative ``pos_margin`` is allowed: the Reality Check's tuned CUB200 value is -0.2 (its search
+range included negative values). Since d_p >= 0, [d_p + 0.2]_+ = d_p + 0.2: the same gradient as
+m_pos = 0 for every pair with d_p > 0 (powerful-benchmarker, docs/papers/mlrc.md, FAQ)."""
+
+from pydantic import NonNegativeFloat, model_validator
 
 from dmlbench.losses.base import LossParams, LossSpec
 
 
 class ContrastiveParams(LossParams):
-    pos_margin: NonNegativeFloat = 0.0
+    pos_margin: float = 0.0
     neg_margin: NonNegativeFloat = 0.5  # thesis Table 4: margin 0.5
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "ContrastiveParams":
+        if self.pos_margin >= self.neg_margin:
+            raise ValueError(f"pos_margin ({self.pos_margin}) must be < neg_margin ({self.neg_margin})")
+        return self
 
 
 def build(p: ContrastiveParams, num_classes: int, dim: int):

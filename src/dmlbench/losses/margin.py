@@ -1,10 +1,11 @@
 """Margin loss (Wu, Manmatha, Smola & Kraehenbuehl, ICCV 2017) with distance-weighted sampling
-(thesis Table 5): L = [d_ap - beta + m]_+ + [beta - d_an + m]_+ (PML ``MarginLoss``), beta
-learnable (one value, or one per class with ``beta_per_class``: the Reality Check's
-"Margin/class"), trained by its own optimiser: beta lr 5e-5 = 0.5 x the thesis lr 1e-4.
+(thesis Table 5): L = [d_ap - beta + m]_+ + [beta - d_an + m]_+ (PML ``MarginLoss``), one
+learnable beta trained by its own optimiser: beta lr 5e-5 = 0.5 x the thesis lr 1e-4. One beta
+per class is the separate registry entry ``margin_per_class`` (the Reality Check's "Margin / class").
 
 Defaults thesis Table 4 (margin 0.5, beta 1.2); the thesis code and the paper use margin 0.2.
-Miner: ``DistanceWeightedMiner(cutoff=0.5, nonzero_loss_cutoff=1.4)`` as in the thesis code."""
+Miner: ``DistanceWeightedMiner(cutoff=0.5, nonzero_loss_cutoff=1.4)`` as in the thesis code;
+``miner: false`` uses every pair of the batch (the Reality Check ran it without a miner)."""
 
 from pydantic import NonNegativeFloat, PositiveFloat
 
@@ -15,7 +16,7 @@ class MarginParams(ParametricLossParams):
     margin: NonNegativeFloat = 0.5  # thesis Table 4
     beta: float = 1.2  # initial boundary between positives and negatives
     nu: NonNegativeFloat = 0.0  # beta regularisation
-    beta_per_class: bool = False
+    miner: bool = True
     miner_cutoff: PositiveFloat = 0.5
     miner_nonzero_loss_cutoff: PositiveFloat = 1.4
     param_lr_multiplier: PositiveFloat = 0.5  # beta lr 5e-5 under lr 1e-4 (thesis Table 4)
@@ -24,18 +25,14 @@ class MarginParams(ParametricLossParams):
 def build(p: MarginParams, num_classes: int, dim: int):
     from pytorch_metric_learning.losses import MarginLoss
 
-    return MarginLoss(
-        margin=p.margin,
-        nu=p.nu,
-        beta=p.beta,
-        learn_beta=True,
-        num_classes=num_classes if p.beta_per_class else None,
-    )
+    return MarginLoss(margin=p.margin, nu=p.nu, beta=p.beta, learn_beta=True)
 
 
 def build_miner(p: MarginParams):
     from pytorch_metric_learning.miners import DistanceWeightedMiner
 
+    if not p.miner:
+        return None
     return DistanceWeightedMiner(cutoff=p.miner_cutoff, nonzero_loss_cutoff=p.miner_nonzero_loss_cutoff)
 
 

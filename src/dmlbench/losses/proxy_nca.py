@@ -1,6 +1,7 @@
 """ProxyNCA (Movshovitz-Attias et al., ICCV 2017): one learnable proxy per class,
-L = -log(exp(-s d(x, p_y)) / sum_{z != y} exp(-s d(x, p_z))), d = squared Euclidean distance of
-normalised vectors, s = ``softmax_scale`` (PML ``ProxyNCALoss``).
+L = -log(exp(-s d(x, p_y)) / sum_z exp(-s d(x, p_z))), d = squared Euclidean distance of
+normalised vectors, s = ``softmax_scale`` (PML ``ProxyNCALoss``: a softmax over every proxy, the
+own class's included; the paper's denominator leaves it out).
 
 Proxy lr 1e-5 (thesis Table 4) = 0.1 x the thesis protocol's 1e-4. ``softmax_scale`` 32 is the
 thesis code's value (``Proxy_NCA(scale=32)``, inherited from the Proxy-Anchor code)."""

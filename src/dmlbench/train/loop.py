@@ -41,7 +41,7 @@ from dmlbench.evaluate.metrics import retrieval_metrics
 from dmlbench.losses import LOSSES
 from dmlbench.models import EmbeddingModel, build_model
 from dmlbench.train.checkpoint import code_fingerprint, save_checkpoint
-from dmlbench.train.optim import make_optimizer, make_scheduler
+from dmlbench.train.optim import make_loss_optimizer, make_optimizer, make_scheduler
 from dmlbench.train.sampling import epoch_batches
 from dmlbench.train.step import FastPath, ImageSource, TrainStep
 
@@ -168,7 +168,7 @@ def train(
     fast = FastPath.for_device(device, fast_path)
     protocol = params.protocol_for(run)
     chash = config_hash(params.resolved(run))
-    loss_spec, loss_params = LOSSES[run.loss], params.losses[run.loss]
+    loss_spec, loss_params = LOSSES[run.loss], params.loss_params(run)
     augment = protocol.augment
     hflip = augment.hflip and DATASETS[run.dataset].hflip_invariant
     score = _Scorer(protocol, params.evaluate.recall_ks(run.dataset), fast)
@@ -200,8 +200,7 @@ def train(
     miner = loss_spec.miner(loss_params)
     optimizers = [make_optimizer(protocol.optimizer, model.parameters(), protocol.optimizer.lr)]
     if loss_spec.has_parameters:
-        multiplier = protocol.loss_lr_multiplier or loss_params.param_lr_multiplier
-        optimizers.append(make_optimizer(protocol.optimizer, loss_fn.parameters(), protocol.optimizer.lr * multiplier))
+        optimizers.append(make_loss_optimizer(protocol, loss_params, loss_fn.parameters()))
     schedulers = [make_scheduler(protocol.scheduler, opt, protocol.epochs) for opt in optimizers]
     step = TrainStep(model, loss_fn, miner, optimizers, fast, protocol.grad_clip)
 

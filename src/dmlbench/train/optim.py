@@ -6,7 +6,8 @@ from typing import Iterable
 
 import torch
 
-from dmlbench.config import OptimizerConfig, SchedulerConfig
+from dmlbench.config import OptimizerConfig, Protocol, SchedulerConfig
+from dmlbench.losses.base import ParametricLossParams
 
 
 def make_optimizer(
@@ -22,6 +23,18 @@ def make_optimizer(
     if config.name == "sgd":
         return torch.optim.SGD(parameters, lr=lr, weight_decay=config.weight_decay, momentum=config.momentum)
     raise ValueError(f"unknown optimizer {config.name!r}")
+
+
+def make_loss_optimizer(
+    protocol: Protocol, loss_params: ParametricLossParams, parameters: Iterable[torch.nn.Parameter]
+) -> torch.optim.Optimizer:
+    """The optimiser of a loss's own parameters: the protocol's kind, momentum and weight decay
+    (``param_weight_decay`` when set), at ``loss_params.optimizer_lr`` (absolute ``param_lr``,
+    else the protocol lr x ``loss_lr_multiplier`` or ``param_lr_multiplier``)."""
+    config = protocol.optimizer
+    if loss_params.param_weight_decay is not None:
+        config = config.model_copy(update={"weight_decay": loss_params.param_weight_decay})
+    return make_optimizer(config, parameters, loss_params.optimizer_lr(config.lr, protocol.loss_lr_multiplier))
 
 
 def make_scheduler(
