@@ -73,7 +73,7 @@ def test_claimed_improvement_uses_the_papers_own_baseline_else_the_median_up_to_
     ms = claims.loc[("multi_similarity", "cub200", "bn_inception")]
     assert (ms["baseline_value"] == expected).all() and expected == pytest.approx(26.8)
     # the thesis's own loss is compared with the thesis's own contrastive run (63.28 at BN-Inception 512)
-    own = claims.loc[("psomas_proxy", "cub200", "bn_inception")]
+    own = claims.loc[("thesis_proxy", "cub200", "bn_inception")]
     assert own["baseline_value"] == 63.28 and own["baseline_from"] == "same paper"
     # re-runs: Proxy-Anchor vs contrastive inside the thesis's BN-Inception 512 CUB table
     reference = lit.reference_improvements(literature, "contrastive", methods)
@@ -151,3 +151,61 @@ def test_duplicate_rows_and_bad_headers_are_rejected(tmp_path):
 def test_recall_and_precision_at_one_are_one_metric():
     assert lit.canonical_metric("recall_at_1") == "precision_at_1"
     assert lit.canonical_metric("map_at_r") == "map_at_r"
+
+
+def _registry_mismatches(literature: pd.DataFrame, methods: pd.DataFrame, registry) -> list[str]:
+    """What breaks the report's lookup of published numbers by registry name."""
+    published = set(literature["loss"]) - {"pretrained"}
+    problems = [f"literature.csv loss {name!r} is not a registry loss" for name in sorted(published - set(registry))]
+    problems += [
+        f"registry loss {name!r} has no methods.csv row" for name in sorted(set(registry) - set(methods["loss"]))
+    ]
+    return problems
+
+
+def test_every_published_method_is_a_registered_loss_and_every_loss_is_named(literature):
+    """The report looks published numbers up by registry name: a loss renamed in one place and
+    not the other silently loses its numbers (as ``nt_xent``/``fast_ap``/``psomas_proxy`` once
+    did), so both directions are checked against the real registry."""
+    from dmlbench.losses import LOSSES
+
+    methods = lit.load_methods()
+    assert _registry_mismatches(literature, methods, LOSSES) == []
+    # each of the Reality Check's rows (14 methods + the pretrained trunk) meets a registered loss
+    rc = literature[(literature["paper"] == lit.REALITY_CHECK) & (literature["setting"] == "rc_concatenated")]
+    assert set(rc["loss"]) - {"pretrained"} == {
+        "contrastive",
+        "triplet",
+        "ntxent",
+        "proxy_nca",
+        "margin",
+        "margin_per_class",
+        "normalized_softmax",
+        "cosface",
+        "arcface",
+        "fastap",
+        "snr",
+        "multi_similarity_without_miner",
+        "multi_similarity",
+        "soft_triple",
+    }
+    for loss in set(literature["loss"]) - {"pretrained"}:
+        assert lit.display_name(loss, methods) != loss and lit.loss_year(loss, methods) > 2000, loss
+    # the thesis loss meets its claimed numbers (thesis Tables 17-19)
+    own = literature[(literature["loss"] == "thesis_proxy") & (literature["kind"] == "claimed")]
+    assert sorted(own["value"]) == [65.42, 77.92, 84.12]
+
+
+def test_a_loss_renamed_on_either_side_fails_the_check(literature):
+    from dmlbench.losses import LOSSES
+
+    methods = lit.load_methods()
+    renamed_registry = {("nt_xent" if name == "ntxent" else name): spec for name, spec in LOSSES.items()}
+    assert _registry_mismatches(literature, methods, renamed_registry) == [
+        "literature.csv loss 'ntxent' is not a registry loss",
+        "registry loss 'nt_xent' has no methods.csv row",
+    ]
+    renamed_rows = literature.assign(loss=literature["loss"].replace({"fastap": "fast_ap"}))
+    assert _registry_mismatches(renamed_rows, methods, LOSSES) == [
+        "literature.csv loss 'fast_ap' is not a registry loss"
+    ]
