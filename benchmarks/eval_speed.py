@@ -2,8 +2,8 @@
 
 Random float32 embeddings (class centre + noise, so the metrics are neither 0 nor 1) with
 SOP-like labels: ~11.3k classes of 2-12 images. Runs what the evaluate stage runs for one run:
-exact ranking metrics (P@1, R-Precision, MAP@R, Recall@{1,10,100,1000}), NMI/AMI from k-means
-(k = classes, 20 iterations) and the per-query bootstrap intervals; prints wall time, CPU
+exact ranking metrics (P@1, R-Precision, MAP@R, Recall@{1,10,100,1000}), NMI/AMI/F1 from one
+k-means (k = classes, 20 iterations) and the per-query bootstrap intervals; prints wall time, CPU
 time and peak memory of each phase.
 
     python benchmarks/eval_speed.py                      # CPU, auto backend
@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--backend", choices=["auto", "faiss", "torch", "screened"], default="auto")
     parser.add_argument("--device", default="cpu", help="torch device for the torch backend and k-means (cpu, cuda)")
     parser.add_argument("--threads", type=int, default=None, help="torch/faiss threads (default: all cores)")
-    parser.add_argument("--no-clustering", action="store_true", help="skip NMI/AMI (k-means)")
+    parser.add_argument("--no-clustering", action="store_true", help="skip NMI/AMI/F1 (k-means)")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
@@ -128,7 +128,7 @@ def main() -> None:
         values = per_query_metrics(embeddings, labels, recall_ks=args.recall_at, backend=backend, device=device)
     metrics = means(values)
     if not args.no_clustering:
-        with Phase("nmi/ami (k-means)", rows):
+        with Phase("nmi/ami/f1 (k-means)", rows):
             metrics.update(clustering_metrics(embeddings, labels, device=device, backend="auto"))
     with Phase("bootstrap intervals", rows):
         per_query = {name: v for name, v in values.items() if name not in {"r", "query_index"}}

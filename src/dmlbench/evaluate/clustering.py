@@ -1,10 +1,11 @@
-"""Clustering quality: NMI and AMI of k-means clusters against the class labels.
+"""Clustering quality: NMI, AMI and F1 of k-means clusters against the class labels.
 
 As PML's ``AccuracyCalculator`` computes them: k-means with k = number of classes on the
 L2-normalised embeddings, ``faiss.Kmeans(d, k, niter=20, seed=1234)`` (on the GPU when faiss
 has one), each point assigned to its nearest centroid, then scikit-learn's
 ``normalized_mutual_info_score`` and ``adjusted_mutual_info_score`` (arithmetic
-normalisation). Backends for the k-means:
+normalisation). The clustering F1 (:func:`pairwise_f1`, Oh Song et al., CVPR 2016; not in PML)
+is computed from the same assignment. Backends for the k-means:
 
 * ``faiss``: ``faiss.Kmeans`` itself.
 * ``screened`` (CPUs with native bf16, the default there): faiss's Lloyd iterations re-done
@@ -165,8 +166,9 @@ def clustering_metrics(
     backend: str = "auto",
     device: str = "cpu",
 ) -> dict[str, float]:
-    """``{"nmi": ..., "ami": ...}`` of k-means (k = number of distinct labels) on the
-    L2-normalised ``embeddings``; plain floats (NMI in [0, 1], AMI <= 1, ~0 for chance)."""
+    """``{"nmi": ..., "ami": ..., "f1": ...}`` of one k-means (k = number of distinct labels)
+    on the L2-normalised ``embeddings``, all three from the same assignment; plain floats (NMI
+    in [0, 1], AMI <= 1 and ~0 for chance, F1 in [0, 1]: :func:`pairwise_f1`)."""
     from sklearn.metrics import normalized_mutual_info_score
 
     if hasattr(embeddings, "detach"):
@@ -182,7 +184,74 @@ def clustering_metrics(
     return {
         "nmi": float(normalized_mutual_info_score(labels, clusters)),
         "ami": adjusted_mutual_info(labels, clusters),
+        "f1": pairwise_f1(labels, clusters),
     }
+
+
+def pair_counts(labels_true: Any, labels_pred: Any) -> tuple[int, int, int]:
+    """``(TP, TP + FP, TP + FN)`` over the n (n - 1) / 2 unordered pairs of points: pairs in
+    the same class and the same cluster, pairs in the same cluster, pairs in the same class.
+
+    From the contingency table n_ij (cluster i x class j) with cluster sizes a_i and class sizes
+    b_j: TP = sum_ij C(n_ij, 2), TP + FP = sum_i C(a_i, 2), TP + FN = sum_j C(b_j, 2). Only the
+    non-zero n_ij are formed (one sort of n keys), so SOP (60k points, 11k classes) costs
+    milliseconds. Exact integers (Python ``int``).
+    """
+    labels_true, labels_pred = np.asarray(labels_true).reshape(-1), np.asarray(labels_pred).reshape(-1)
+    if len(labels_true) != len(labels_pred):
+        raise ValueError(f"{len(labels_true)} class labels but {len(labels_pred)} cluster labels")
+    if len(labels_true) == 0:
+        return 0, 0, 0
+    _, class_codes = np.unique(labels_true, return_inverse=True)
+    _, cluster_codes = np.unique(labels_pred, return_inverse=True)
+    class_codes, cluster_codes = class_codes.ravel().astype(np.int64), cluster_codes.ravel().astype(np.int64)
+    cells = np.unique(cluster_codes * (int(class_codes.max()) + 1) + class_codes, return_counts=True)[1]
+
+    def pairs(sizes: np.ndarray) -> int:
+        sizes = sizes.astype(np.int64)
+        return int(np.sum(sizes * (sizes - 1) // 2))
+
+    return pairs(cells), pairs(np.bincount(cluster_codes)), pairs(np.bincount(class_codes))
+
+
+def pairwise_f1(labels_true: Any, labels_pred: Any) -> float:
+    """Clustering F1 (F-measure) of Oh Song et al., "Deep Metric Learning via Lifted Structured
+    Feature Embedding", CVPR 2016: a fraction in [0, 1], 1 for a perfect clustering.
+
+    Over unordered pairs of points, a pair is *positive* if both points share a class and
+    *predicted positive* if both fall in the same cluster (counts: :func:`pair_counts`):
+
+        P = TP / (TP + FP),  R = TP / (TP + FN),  F1 = 2 P R / (P + R) = 2 TP / (2 TP + FP + FN)
+
+    (the pair-counting F measure of Manning, Raghavan & Schuetze, *Introduction to Information
+    Retrieval*, 2008, Sec. 16.3). The right-hand form is used, one correctly rounded division
+    of exact integer counts, so it also settles the cases where P or R is 0 / 0:
+
+    * TP = 0 with FP + FN > 0 (including P + R = 0, and no positive pairs at all, e.g. every
+      class a singleton, while some cluster holds two points): 0.0;
+    * FP = FN = 0 (the two partitions are identical), including TP = 0 (no pair shares a class
+      or a cluster: every class and every cluster a singleton, or fewer than 2 points): 1.0,
+      as scikit-learn's ``adjusted_rand_score`` and :func:`adjusted_mutual_info` treat them.
+
+    Symmetric in the two labellings (swapping them swaps P and R) and independent of how the
+    classes and clusters are numbered.
+
+    Public reference implementations (read, not copied): the authors' MATLAB evaluation,
+    rksltnl/Deep-Metric-Learning-CVPR16 ``code/evaluation/compute_clutering_metric.m``, and
+    Roth et al. (ICML 2020), Confusezius/Revisiting_Deep_Metric_Learning_PyTorch
+    ``metrics/f1.py``. Both are this pairwise F1 (not a cluster-to-class matching F1); the
+    second names P and R the other way round (TP over same-class pairs as "precision"), which
+    leaves F1 unchanged, and both return NaN for the 0 / 0 cases above. Both also rename each
+    cluster after its point nearest the centroid, which leaves the partition, hence F1, unchanged.
+    The k-means differs: the authors ran k-means to convergence, Roth et al. and this module
+    use faiss's 20 iterations (as PML), so F1 values are comparable across papers only up to
+    the k-means.
+    """
+    tp, same_cluster, same_class = pair_counts(labels_true, labels_pred)
+    fp, fn = same_cluster - tp, same_class - tp
+    if fp == 0 and fn == 0:
+        return 1.0  # identical partitions (also when no pair shares a class or a cluster)
+    return 2 * tp / (2 * tp + fp + fn)
 
 
 def adjusted_mutual_info(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
