@@ -68,3 +68,18 @@ def test_fold_mismatches_are_rejected():
         separated_metrics(embeddings, labels, embeddings[:2], labels)
     with pytest.raises(ValueError, match="at least one"):
         concatenate_embeddings([])
+
+
+def test_fold_spread_reproduces_the_theses_table_12_from_its_table_13():
+    """Thesis Table 13 lists the 10 fold models' test R@1 of Multi-Similarity (BN-Inception 512,
+    CUB200); Table 12 reports them as 63.61 +/- 0.59: the mean and the *sample* std (ddof = 1;
+    ddof = 0 would print 0.56)."""
+    from dmlbench.evaluate.combine import fold_spread
+
+    table_13 = [64.25, 63.67, 63.60, 63.76, 64.28, 64.24, 63.35, 63.33, 63.23, 62.34]
+    spread = fold_spread([{"recall_at_1": value} for value in table_13])["recall_at_1"]
+    assert (round(spread["mean"], 2), round(spread["std"], 2), spread["n"]) == (63.61, 0.59, 10)
+    single = fold_spread([{"recall_at_1": 0.5}])["recall_at_1"]
+    assert single["n"] == 1 and np.isnan(single["std"])
+    with pytest.raises(ValueError, match="at least one fold model"):
+        fold_spread([])

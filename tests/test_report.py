@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import shutil
 
@@ -11,6 +12,7 @@ import pytest
 from dmlbench import paths
 from dmlbench.analysis.report import format_interval, format_signed_interval, report_stage, table_metrics
 from dmlbench.analysis.report_run import log_report
+from dmlbench.config import Combo
 from dmlbench.errors import DataError
 from dmlbench.io import read_json, write_json
 
@@ -34,10 +36,10 @@ SECTIONS = [
     "## Retrieval examples",
     "## Limitations",
 ]
-FIGURES = [
+FIGURES = [  # the demo grid's: 2 experiment blocks, too few for the Friedman test and its CD diagram
     "metric_by_loss",
     "recall_by_loss",
-    "critical_difference",
+    "bayesian_comparison",
     "win_rates",
     "papers_vs_reality",
     "papers_claims",
@@ -96,6 +98,28 @@ def _section(text: str, heading: str) -> str:
     return text.split(heading + "\n", 1)[1].split("\n## ", 1)[0]
 
 
+def _params(raw: dict, dims: list[int] | None = None, **report):
+    """``raw`` params with other dims or ``report`` settings."""
+    from dmlbench.config import parse_params
+
+    raw = copy.deepcopy(raw)
+    raw["report"].update(report)
+    if dims is not None:
+        raw["dims"] = dims
+    return parse_params(raw)
+
+
+def _probability(cell: str) -> float:
+    """A probability cell of the Bayesian table: ``> 0.99``, ``< 0.01`` or two decimals."""
+    return {"> 0.99": 0.995, "< 0.01": 0.005}.get(cell) or float(cell)
+
+
+def _table_rows(text: str, first_cell: str) -> list[list[str]]:
+    return [
+        [c.strip() for c in line.split("|")[1:-1]] for line in text.splitlines() if line.startswith(f"| {first_cell}")
+    ]
+
+
 def test_report_has_every_section_figure_and_interval(in_project, small_params, prepared_glyphs, mlflow_store):
     _fake_outputs(small_params, prepared_glyphs)
     path = report_stage(small_params)
@@ -118,10 +142,18 @@ def test_report_has_every_section_figure_and_interval(in_project, small_params, 
     tournament = _section(text, "## Tournament of losses")
     ranked = [line.split("|")[1].strip() for line in tournament.splitlines() if line.startswith("| ")][2:]
     assert ranked == ["Multi-Similarity (+miner)", "Proxy-Anchor", "Contrastive", "Triplet"]
-    # Friedman over 2 dims x 3 seeds = 6 blocks with a perfect ordering: chi2 = 12*6/20*30 - 3*6*5 = 18
+    # 2 experiment blocks (1 dataset x 1 backbone x 2 dims): no Friedman test, and the report says why
     tests = _section(text, "## Statistical tests")
-    assert "chi2(3) = 18.00" in tests and "N = 6 blocks, k = 4 losses" in tests
-    assert "Multi-Similarity (+miner) vs Proxy-Anchor | 6 / 0 / 0 | 1.00 [0.61, 1.00]" in tests
+    why = (
+        "they need at least 5 independent blocks (Demšar 2006 uses data sets as blocks); this grid has 2 "
+        "experiments (1 dataset x 1 backbone x 2 embedding sizes); add datasets, backbones or embedding sizes"
+    )
+    assert f"> Friedman and Nemenyi tests not run: {why}." in tests and "chi2(" not in tests
+    assert f"- **Friedman and Nemenyi tests not run:** {why}." in _section(text, "## Summary")
+    assert "scored by its seed mean (independent blocks" in tests
+    # win rates over the 2 experiment blocks: sign test p = 0.5, Holm over the 6 pairs: min(1, 6 x 0.5) = 1
+    assert "Holm-adjusted p over the m = 6 pairs of losses" in tests
+    assert _table_rows(tests, "Multi-Similarity (+miner) vs Proxy-Anchor | 2 / 0 / 0")[0][-2:] == ["0.5", "1"]
     # Papers vs reality: the literature table and our relative improvements with intervals
     papers = _section(text, "## Papers versus reality")
     assert "| Proxy-Anchor | CUB200 | 68.4? (bn_inception-512); 69.1 (bn_inception-512)" in papers
@@ -138,6 +170,13 @@ def test_report_has_every_section_figure_and_interval(in_project, small_params, 
     captions = re.findall(r"^\*Figure (\d+)\. (.+)\*$", text, flags=re.M)
     assert [int(n) for n, _ in captions] == list(range(1, len(FIGURES) + 1))
     assert "offline demo dataset" in text and "no 512-d embedding" in text
+    # where each loss's hyperparameters come from (the demo protocol sets Proxy-Anchor's proxy lr)
+    setup = _section(text, "## Setup")
+    assert "  - Proxy-Anchor: param_lr_multiplier 10 (from protocol `demo`);" in setup
+    assert (
+        "  - Contrastive, Triplet, Multi-Similarity (+miner): the defaults (protocol `demo` publishes no values "
+        "for them)." in setup
+    )
 
 
 def test_report_run_in_mlflow_is_logged_once_per_content(in_project, small_params, prepared_glyphs, mlflow_store):
@@ -308,3 +347,119 @@ def test_gallery_neighbours_query_gallery_split_and_crop_to_sizes(tmp_path, monk
     assert out.read_bytes()[:8] == PNG
     assert shapes == [(10, 10), (12, 7), (12, 7), (12, 7)] * 2  # query cropped to 10x10, neighbours to 12x7
     assert frames.count(gallery.WRONG) == 2 and frames.count(gallery.QUERY) == 2  # one wrong neighbour per query
+
+
+def test_report_bayesian_comparison_per_experiment(in_project, small_params, prepared_glyphs, mlflow_store):
+    """The demo grid: 2 experiments x 3 seeds; each pair of tournament neighbours compared per experiment."""
+    from scipy import stats
+
+    _fake_outputs(small_params, prepared_glyphs)
+    text = report_stage(small_params, log_to_mlflow=False).read_text()
+    tests = _section(text, "## Statistical tests")
+    bayes = tests.split("### Bayesian comparison\n", 1)[1].split("### Win rates", 1)[0]
+    rows = [row for row in _table_rows(bayes, "") if row[1].startswith("glyphs/")]
+    pairs = ["Multi-Similarity (+miner) vs Proxy-Anchor", "Proxy-Anchor vs Contrastive", "Contrastive vs Triplet"]
+    assert [row[:3] for row in rows] == [[p, f"glyphs/tiny_cnn/{d}", "3"] for p in pairs for d in (32, 64)]
+    # 6 to 12 points apart with 0.6-point noise: A is practically better (ROPE 1 point) in every experiment
+    assert all(_probability(row[4]) >= 0.95 and row[5:] == ["< 0.01", "< 0.01"] for row in rows), rows
+    # the difference column: mean paired seed difference with its 95% t-interval, in points
+    scores = {
+        loss: read_json(paths.evaluation_dir(Combo("glyphs", "tiny_cnn", loss, 32)) / "runs.json")["runs"]
+        for loss in ("multi_similarity", "proxy_anchor")
+    }
+    ms, pa = ([s[f"seed{k}"]["metrics"]["map_at_r"] for k in range(3)] for s in scores.values())
+    diff = np.array(ms) - np.array(pa)
+    mean, half = diff.mean(), stats.t.ppf(0.975, 2) * diff.std(ddof=1) / np.sqrt(3)
+    assert rows[0][3] == f"{100 * mean:+.1f} [{100 * (mean - half):+.1f}, {100 * (mean + half):+.1f}]"
+    assert "(within ± 1 point, the ROPE, `report.rope`)" in bayes and "n = 3 matched seeds" in bayes
+    assert (
+        "Across experiments: not run; the Bayesian signed-rank test on experiment means needs at least 5 "
+        "experiments and this grid has 2 experiments (1 dataset x 1 backbone x 2 embedding sizes)."
+    ) in bayes
+    assert "`HierarchicalTest`, Corani et al. 2017) is not run: it needs pystan" in bayes
+    assert "(figures/bayesian_comparison.png)" in bayes
+    summary = _section(text, "## Summary")
+    assert (
+        "- **Bayesian comparison** of tournament neighbours (ROPE ± 1 point of test MAP@R, n = 3 seeds per "
+        "experiment; a verdict needs P >= 0.95): Multi-Similarity (+miner) vs Proxy-Anchor: Multi-Similarity "
+        "(+miner) better in 2 of 2 experiments; "
+    ) in summary
+    assert "conditions on that experiment's data split" in _section(text, "## Limitations")
+
+
+def test_report_with_seed_blocks_runs_friedman_and_says_they_are_not_independent(
+    in_project, small_raw_params, prepared_glyphs, mlflow_store
+):
+    params = _params(small_raw_params, blocks="experiment_seed")
+    _fake_outputs(params, prepared_glyphs)
+    text = report_stage(params, log_to_mlflow=False).read_text()
+    tests = _section(text, "## Statistical tests")
+    # Friedman over 2 dims x 3 seeds = 6 blocks with a perfect ordering: chi2 = 12*6/20*30 - 3*6*5 = 18
+    assert "chi2(3) = 18.00" in tests and "N = 6 blocks, k = 4 losses" in tests
+    assert "these blocks are not independent and the p-values below are optimistic" in tests
+    # every pair 6 / 0: sign test p = 2 / 2^6 = 0.031; Holm over the m = 6 equal p-values: 6 x 0.03125 = 0.19
+    assert "| Multi-Similarity (+miner) vs Proxy-Anchor | 6 / 0 / 0 | 1.00 [0.61, 1.00] | 6 | 0.031 | 0.19 |" in tests
+    assert "Friedman test** over 6 blocks x 4 losses (seed blocks, not independent: p is optimistic)" in text
+    assert "they are not independent: the p-values are optimistic" in _section(text, "## Limitations")
+    assert (in_project / "reports" / "figures" / "critical_difference.png").read_bytes()[:8] == PNG
+
+
+def test_report_with_five_experiments_runs_friedman_and_pools_the_bayesian_comparison(
+    in_project, small_raw_params, prepared_glyphs, mlflow_store
+):
+    params = _params(small_raw_params, dims=[16, 24, 32, 48, 64])
+    _fake_outputs(params, prepared_glyphs)
+    text = report_stage(params, log_to_mlflow=False).read_text()
+    tests = _section(text, "## Statistical tests")
+    # 5 experiment blocks, perfect ordering of k = 4 losses: chi2 = N (k - 1) = 15, p = chi2.sf(15, 3) = 0.0018
+    assert "chi2(3) = 15.00, p = 0.0018, N = 5 blocks, k = 4 losses" in tests
+    assert "(figures/critical_difference.png)" in tests and "not run" not in tests.split("### Win rates")[0][:600]
+    across = [row for row in _table_rows(tests, "") if len(row) > 1 and row[1] == "across experiments"]
+    assert [row[0] for row in across] == [
+        "Multi-Similarity (+miner) vs Proxy-Anchor",
+        "Proxy-Anchor vs Contrastive",
+        "Contrastive vs Triplet",
+    ]
+    assert all(row[2] == "5" and _probability(row[4]) >= 0.95 for row in across), across
+    assert "Bayesian signed-rank test on the 5 experiment means" in tests
+    assert "across experiments Multi-Similarity (+miner) better" in _section(text, "## Summary")
+    assert "The significance tests rest on 5 blocks" in _section(text, "## Limitations")
+
+
+def test_cross_validation_table_shows_fold_models_like_the_thesis_and_the_ensemble_like_rc():
+    """Thesis Table 12 reports fold models as mean +/- sd; RC the concatenated ensemble."""
+    import pandas as pd
+
+    from dmlbench.analysis import literature as lit
+    from dmlbench.analysis.cross_validation import cross_validation_table, fold_rows
+
+    cell = {"dataset": "cub200", "backbone": "bn_inception", "loss": "multi_similarity", "dim": 512}
+    table_13 = [64.25, 63.67, 63.60, 63.76, 64.28, 64.24, 63.35, 63.33, 63.23, 62.34]  # thesis Table 13
+    runs_json = {
+        "runs": {
+            "seed0": {
+                "seed": 0,
+                "metrics": {"precision_at_1": 0.66},
+                "folds": {f"fold{i}": {"precision_at_1": v / 100} for i, v in enumerate(table_13)},
+            },
+            "seed1": {"seed": 1, "metrics": {"precision_at_1": 0.68}, "folds": {}},
+        }
+    }
+    folds = pd.DataFrame(fold_rows(runs_json, cell))
+    assert len(folds) == 10 and set(folds["fold"]) == {f"fold{i}" for i in range(10)}
+    runs = pd.DataFrame(
+        [{**cell, "seed": s, "metric": "precision_at_1", "value": v} for s, v in ((0, 0.66), (1, 0.68))]
+    )
+    rows = cross_validation_table(runs, folds, lit.load_literature(), {"multi_similarity": "MS"}, 0.95)
+    # t-interval over 2 seeds: 67.0 +/- t(0.975, 1) x sd / sqrt(2) = 12.71 x 1.0 = 12.7 points
+    assert rows == [
+        [
+            "MS",
+            "`cub200` / `bn_inception`",
+            "512",
+            "67.0 ± 12.7 (n=2 seeds)",
+            "63.6 ± 0.6 sd (n=10 models)",
+            "63.61 (Table 12)",
+        ]
+    ]
+    assert cross_validation_table(runs, pd.DataFrame(), lit.load_literature(), {}, 0.95) == []

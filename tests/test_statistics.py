@@ -1,4 +1,5 @@
-"""Friedman, Nemenyi, critical difference, win rates and relative improvements on inputs with known outcomes."""
+"""Friedman, Nemenyi, critical difference, Holm-adjusted win rates, relative improvements and the Bayesian
+comparison on inputs with known outcomes."""
 
 from __future__ import annotations
 
@@ -8,13 +9,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dmlbench.analysis import bayesian as bz
 from dmlbench.analysis.statistics import (
+    MIN_BLOCKS,
     critical_difference,
     friedman,
+    friedman_shortfall,
+    grid_text,
+    holm,
     mean_ranks,
     nemenyi,
     relative_improvement,
     score_matrix,
+    seed_scores,
     win_rates,
 )
 
@@ -95,8 +102,40 @@ def test_win_rates_wilson_interval_and_sign_test():
     assert row["p_value"] == pytest.approx(0.109375)  # 2 * P(X <= 2), X ~ Bin(10, 1/2)
     mirror = table.loc[("b", "a")]
     assert mirror["rate"] == pytest.approx(0.2) and mirror["p_value"] == pytest.approx(0.109375)
+    assert (row["p_holm"], row["m"]) == (pytest.approx(0.109375), 1)  # one pair: nothing to adjust
     tied = win_rates(_blocks(np.ones((3, 2)), ["a", "b"]))
-    assert tied["n"].eq(0).all() and tied["rate"].isna().all()
+    assert tied["n"].eq(0).all() and tied["rate"].isna().all() and tied["p_holm"].isna().all()
+    assert tied["m"].eq(0).all()
+
+
+def test_holm_matches_hand_computed_values_and_statsmodels():
+    # sorted: 0.005, 0.01, 0.03, 0.04, 0.04, 0.2 (m = 6) -> x 6, 5, 4, 3, 2, 1 = 0.03, 0.05, 0.12, 0.12, 0.08, 0.2;
+    # running maximum: 0.03, 0.05, 0.12, 0.12, 0.12, 0.2
+    p = np.array([0.01, 0.04, 0.03, 0.005, 0.2, 0.04])
+    expected = [0.05, 0.12, 0.12, 0.03, 0.2, 0.12]
+    assert holm(p) == pytest.approx(expected)
+    assert holm(np.array([0.5, 0.6])) == pytest.approx([1.0, 1.0])  # capped at 1
+    with_nan = holm(np.array([0.01, np.nan, 0.04]))  # NaN = no test: left out of the family (m = 2)
+    assert with_nan[0] == pytest.approx(0.02) and math.isnan(with_nan[1]) and with_nan[2] == pytest.approx(0.04)
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        p = rng.uniform(0, 0.2, size=10)
+        assert holm(p) == pytest.approx(multitest.multipletests(p, method="holm")[1])
+
+
+def test_win_rates_adjust_each_unordered_pair_once():
+    # a > b > c in all 6 blocks: every pair 6/0, sign test p = 2 / 2^6 = 0.03125 each; Holm over m = 3 pairs:
+    # 3p, max(3p, 2p), max(3p, 2p, p) = 0.09375 for all
+    scores = _blocks(np.tile([0.9, 0.8, 0.7], (6, 1)), ["a", "b", "c"])
+    table = win_rates(scores).set_index(["loss", "opponent"])
+    assert len(table) == 6 and table["m"].eq(3).all()
+    assert table["p_value"].to_numpy() == pytest.approx(np.full(6, 0.03125))
+    assert table["p_holm"].to_numpy() == pytest.approx(np.full(6, 0.09375))
+    assert table.loc[("c", "a"), "rate"] == 0 and table.loc[("a", "c"), "rate"] == 1
+    assert (table.loc[("c", "a"), "low"], table.loc[("c", "a"), "high"]) == pytest.approx(
+        (1 - table.loc[("a", "c"), "high"], 1 - table.loc[("a", "c"), "low"])
+    )
 
 
 def test_relative_improvement_interval_covers_the_truth():
@@ -115,19 +154,151 @@ def test_relative_improvement_interval_covers_the_truth():
     assert single.estimate == pytest.approx(0.6 / 0.51 - 1) and math.isnan(single.low)
 
 
-def test_score_matrix_blocks():
+def _runs(dims=(32, 64), seeds=(0, 1), datasets=("glyphs",)) -> pd.DataFrame:
     rows = []
-    for dim in (32, 64):
-        for seed in (0, 1):
-            for loss, score in (("a", 0.5), ("b", 0.4)):
-                rows.append(("glyphs", "tiny", loss, dim, seed, "map_at_r", score + 0.01 * seed + 0.001 * dim))
-    runs = pd.DataFrame(rows, columns=["dataset", "backbone", "loss", "dim", "seed", "metric", "value"])
+    for dataset in datasets:
+        for dim in dims:
+            for seed in seeds:
+                for loss, score in (("a", 0.5), ("b", 0.4)):
+                    rows.append((dataset, "tiny", loss, dim, seed, "map_at_r", score + 0.01 * seed + 0.001 * dim))
+    return pd.DataFrame(rows, columns=["dataset", "backbone", "loss", "dim", "seed", "metric", "value"])
+
+
+def test_score_matrix_blocks():
+    runs = _runs()
     per_seed = score_matrix(runs, "map_at_r", "experiment_seed")
     assert per_seed.shape == (4, 2) and "glyphs/tiny/32/seed1" in per_seed.index
-    per_experiment = score_matrix(runs, "map_at_r", "experiment")
+    per_experiment = score_matrix(runs, "map_at_r")  # default: experiment blocks = seed means
     assert per_experiment.shape == (2, 2)
-    assert per_experiment.loc["glyphs/tiny/64", "a"] == pytest.approx(0.5 + 0.005 + 0.064)
+    assert per_experiment.loc["glyphs/tiny/64", "a"] == pytest.approx(0.5 + 0.005 + 0.064)  # (0.564 + 0.574) / 2
     incomplete = runs.drop(index=runs.index[(runs["loss"] == "b") & (runs["dim"] == 64)])
     assert score_matrix(incomplete, "map_at_r", "experiment").index.tolist() == ["glyphs/tiny/32"]
     with pytest.raises(ValueError, match="blocks must be one of"):
         score_matrix(runs, "map_at_r", "seed")
+
+
+def test_seed_scores_and_grid_text():
+    runs = _runs(dims=(32, 64, 128), seeds=(0, 1, 2), datasets=("glyphs", "cub200"))
+    seeds = seed_scores(runs, "map_at_r")
+    assert sorted(seeds) == sorted(f"{d}/tiny/{dim}" for d in ("glyphs", "cub200") for dim in (32, 64, 128))
+    block = seeds["glyphs/tiny/64"]
+    assert list(block.index) == ["seed0", "seed1", "seed2"] and list(block.columns) == ["a", "b"]
+    assert block.loc["seed2", "b"] == pytest.approx(0.4 + 0.02 + 0.064)
+    assert grid_text(runs, "map_at_r") == "6 experiments (2 datasets x 1 backbone x 3 embedding sizes)"
+    assert grid_text(_runs(dims=(32,), seeds=(0,)), "map_at_r") == (
+        "1 experiment (1 dataset x 1 backbone x 1 embedding size)"
+    )
+
+
+def test_friedman_needs_five_blocks_and_three_losses():
+    assert MIN_BLOCKS == 5
+    four = _blocks(np.ones((4, 3)), ["a", "b", "c"])
+    why = friedman_shortfall(four, "experiment", "4 experiments (1 dataset x 1 backbone x 4 embedding sizes)")
+    assert why == (
+        "they need at least 5 independent blocks (Demšar 2006 uses data sets as blocks); this grid has 4 "
+        "experiments (1 dataset x 1 backbone x 4 embedding sizes); add datasets, backbones or embedding sizes"
+    )
+    assert friedman_shortfall(four, "experiment_seed") == (
+        "they need at least 5 blocks; this grid has 4 experiment x seed blocks"
+    )
+    assert friedman_shortfall(_blocks(np.ones((5, 3)), ["a", "b", "c"]), "experiment") is None
+    assert "at least 3 losses; the grid has 2" in friedman_shortfall(_blocks(np.ones((9, 2)), ["a", "b"]), "experiment")
+    # why 5: with N blocks a perfect ordering of k = 4 losses gives chi2 = N (k - 1); N = 2 cannot reach 0.05
+    from scipy.stats import chi2
+
+    assert chi2.sf(2 * 3, 3) > 0.05 > chi2.sf(MIN_BLOCKS * 3, 3)
+
+
+def test_seed_comparison_matches_the_student_posterior_in_closed_form():
+    # differences 0.03, 0.05, 0.04: mean 0.04, s = 0.01, posterior t_2(0.04, 0.01 / sqrt 3);
+    # t_2 cdf: F(t) = 1/2 + t / (2 sqrt(2 + t^2)); P(d > 0.01) = F(3 sqrt 3), P(d < -0.01) = F(-5 sqrt 3)
+    a, b = np.array([0.53, 0.55, 0.54]), np.full(3, 0.5)
+    result = bz.seed_comparison(a, b, rope=0.01)
+
+    def cdf(t):
+        return 0.5 + t / (2 * math.sqrt(2 + t * t))
+
+    assert result.better == pytest.approx(cdf(3 * math.sqrt(3)))  # 0.9824
+    assert result.worse == pytest.approx(cdf(-5 * math.sqrt(3)))  # 0.0065
+    assert result.better + result.equivalent + result.worse == pytest.approx(1)
+    assert (result.n, result.difference) == (3, pytest.approx(0.04))
+    half = 4.302653 * 0.01 / math.sqrt(3)  # t_{2, 0.975} s / sqrt(n): the 95% t-interval
+    assert (result.low, result.high) == pytest.approx((0.04 - half, 0.04 + half), abs=1e-6)
+    assert result.verdict == "better"
+    mirror = bz.seed_comparison(b, a, rope=0.01)  # swapping the losses swaps better and worse
+    assert (mirror.better, mirror.worse) == pytest.approx((result.worse, result.better))
+
+
+def test_seed_comparison_without_rope_is_the_one_sided_t_test():
+    # flat prior, rho = 0: P(d > 0 | data) = 1 - (one-sided paired t-test p)
+    from scipy import stats
+
+    rng = np.random.default_rng(5)
+    for _ in range(10):
+        a, b = rng.normal(0.5, 0.02, size=4), rng.normal(0.49, 0.02, size=4)
+        result = bz.seed_comparison(a, b, rope=0)
+        p = stats.ttest_rel(a, b, alternative="greater").pvalue
+        assert result.better == pytest.approx(1 - p) and result.equivalent == 0
+
+
+def test_seed_comparison_known_outcomes():
+    rng = np.random.default_rng(6)
+    base = rng.normal(0.5, 0.02, size=3)
+    clearly_better = bz.seed_comparison(base + 0.05 + rng.normal(0, 0.003, 3), base, rope=0.01)
+    assert clearly_better.better > 0.95 and clearly_better.verdict == "better"
+    same = bz.seed_comparison(base + rng.normal(0, 0.001, 10)[:3], base, rope=0.01)
+    assert same.equivalent > 0.95 and same.verdict == "equivalent"
+    noisy = bz.seed_comparison(base + 0.01 + np.array([0.03, -0.03, 0.0]), base, rope=0.01)
+    assert noisy.verdict == "undecided"  # 3 seeds that disagree decide nothing
+    identical = bz.seed_comparison(base, base, rope=0.01)
+    assert (identical.better, identical.equivalent, identical.worse) == (0, 1, 0)
+    with pytest.raises(ValueError, match="at least 2 matched seeds; got 1"):
+        bz.seed_comparison(base[:1], base[:1], rope=0.01)
+
+
+def test_experiment_comparison_signed_rank_known_outcomes_and_reproducible():
+    rng = np.random.default_rng(7)
+    b = rng.uniform(0.3, 0.7, size=8)
+    better = bz.experiment_comparison(b + rng.uniform(0.03, 0.06, 8), b, rope=0.01, nsamples=5000)
+    assert better.better > 0.95 and better.n == 8
+    again = bz.experiment_comparison(b + rng.uniform(0.03, 0.06, 8), b, rope=0.01, nsamples=5000)
+    assert again.better > 0.95
+    equal = bz.experiment_comparison(b + rng.normal(0, 0.001, 8), b, rope=0.01, nsamples=5000)
+    assert equal.equivalent > 0.95
+    a = b + rng.normal(0.01, 0.03, 8)
+    first = bz.experiment_comparison(a, b, rope=0.01, nsamples=5000)
+    assert first == bz.experiment_comparison(a, b, rope=0.01, nsamples=5000)  # seeded Monte Carlo
+    mirror = bz.experiment_comparison(b, a, rope=0.01, nsamples=5000)  # same draws: better and worse swap
+    swapped = (mirror.better, mirror.equivalent, mirror.worse)
+    assert swapped == pytest.approx((first.worse, first.equivalent, first.better))
+    with pytest.raises(ValueError, match="at least 5 experiments; got 4"):
+        bz.experiment_comparison(a[:4], b[:4], rope=0.01)
+
+
+def test_compare_neighbours_per_experiment_and_across():
+    rng = np.random.default_rng(8)
+    quality = {"x": 0.6, "y": 0.5, "z": 0.497}
+    rows = []
+    for dim in (16, 32, 64, 128, 256):
+        for seed in range(3):
+            shared = rng.normal(0, 0.02)  # seed k shares initial weights and batches: matched runs
+            for loss, q in quality.items():
+                rows.append(("glyphs", "tiny", loss, dim, seed, "map_at_r", q + shared + rng.normal(0, 0.001)))
+    runs = pd.DataFrame(rows, columns=["dataset", "backbone", "loss", "dim", "seed", "metric", "value"])
+
+    def compare(runs, ranked):
+        return bz.compare_neighbours(seed_scores(runs, "map_at_r"), score_matrix(runs, "map_at_r"), ranked, 0.01)
+
+    table = compare(runs, ["x", "y", "z"])
+    assert len(table) == 2 * (5 + 1) and table["n"].tolist() == [3] * 5 + [5] + [3] * 5 + [5]
+    xy, yz = table[table["a"] == "x"], table[table["a"] == "y"]
+    assert (xy["better"] > 0.95).all()  # 10 points apart in every experiment and across them
+    assert (yz["equivalent"] > 0.5).all() and (yz["better"] < 0.05).all()  # 0.3 points apart: within the ROPE
+    across = xy[xy["experiment"] == bz.ACROSS].iloc[0]
+    assert across["test"] == "signed-rank" and across["difference"] == pytest.approx(0.1, abs=0.005)
+    two = compare(runs[runs["dim"] < 64], ["x", "y"])
+    assert bz.ACROSS not in set(two["experiment"]) and len(two) == 2  # 2 experiments: too few to pool
+    one_seed = runs[runs["seed"] == 0]
+    single = compare(one_seed, ["x", "y"])
+    per_experiment = single[single["experiment"] != bz.ACROSS]  # 1 seed: no posterior; 5 seed means: pooled
+    assert per_experiment["better"].isna().all() and per_experiment["n"].eq(1).all() and len(single) == 5 + 1

@@ -397,6 +397,43 @@ def critical_difference_diagram(
     return _save(fig, path)
 
 
+BAYES_COLOURS = {"better": "#2471a3", "equivalent": "#bdc3c7", "worse": "#c0392b"}
+
+
+def bayesian_comparison(table: pd.DataFrame, path: Path, rope: str) -> Path:
+    """Stacked bars per (neighbour pair, experiment): P(A better) | P(equivalent) | P(B better).
+
+    ``table``: the rows of :func:`dmlbench.analysis.bayesian.compare_neighbours` with a, b as
+    display names; rows without a posterior are left out. ``rope``: its half-width, e.g. ``1 point``.
+    Probabilities print as ``> 0.99`` rather than rounding to a certainty.
+    """
+    _theme()
+    rows = table.dropna(subset=["better"]).reset_index(drop=True)
+    labels = [f"{r.a} vs {r.b}\n{r.experiment} (n={int(r.n)})" for r in rows.itertuples()]
+    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.55 * len(rows)))
+    left = np.zeros(len(rows))
+    names = {
+        "better": "A practically better",
+        "equivalent": f"equivalent (ROPE ± {rope})",
+        "worse": "B practically better",
+    }
+    for part in ("better", "equivalent", "worse"):
+        values = rows[part].to_numpy(dtype=float)
+        ax.barh(labels, values, left=left, color=BAYES_COLOURS[part], label=names[part], edgecolor="white")
+        for y, (x0, v) in enumerate(zip(left, values, strict=True)):
+            if v >= 0.12:
+                ax.text(x0 + v / 2, y, "> 0.99" if v >= 0.995 else f"{v:.2f}", ha="center", va="center", fontsize=8)
+        left += values
+    ax.axvline(0.95, color="#555555", linewidth=0.8, linestyle=":")
+    ax.axvline(0.05, color="#555555", linewidth=0.8, linestyle=":")
+    ax.set_xlim(0, 1)
+    ax.invert_yaxis()
+    ax.set_xlabel("posterior probability (A = better-ranked loss of the pair)")
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8, frameon=False)
+    ax.grid(axis="y", visible=False)
+    return _save(fig, path)
+
+
 def win_rate_heatmap(rates: pd.DataFrame, order: Sequence[str], path: Path, confidence: float = 0.95) -> Path:
     """How often the row loss beats the column loss, with the Wilson interval in each cell."""
     _theme()

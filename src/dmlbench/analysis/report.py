@@ -21,8 +21,10 @@ import numpy as np
 import pandas as pd
 
 from dmlbench import paths
+from dmlbench.analysis import bayesian as bz
 from dmlbench.analysis import literature as lit
 from dmlbench.analysis import statistics as st
+from dmlbench.analysis.cross_validation import cross_validation_table, fold_rows
 from dmlbench.analysis.tournament import experiment_ranks, tournament
 from dmlbench.config import Combo, Params
 from dmlbench.data import DATASETS
@@ -42,18 +44,19 @@ METRIC_HEADERS = {
     "map_at_r": "MAP@R",
     "nmi": "NMI",
     "ami": "AMI",
+    "f1": "F1",
 }
 
 
 def table_metrics(present: Iterable[str]) -> list[str]:
     """Columns of a results table, from the metrics a cell has: P@1 (= R@1), Recall@K by K
-    (R@2/4/8 for CUB/Cars, R@10/100/1000 for SOP, ...), R-Precision, MAP@R, then NMI and AMI."""
+    (R@2/4/8 for CUB/Cars, R@10/100/1000 for SOP, ...), R-Precision, MAP@R, then NMI, AMI and F1."""
     present = set(present)
     recalls = sorted(
         (m for m in present if m.startswith("recall_at_") and m != "recall_at_1"), key=lambda m: int(m[10:])
     )
     head = ["precision_at_1"] if "precision_at_1" in present else []
-    return head + recalls + [m for m in ("r_precision", "map_at_r", "nmi", "ami") if m in present]
+    return head + recalls + [m for m in ("r_precision", "map_at_r", "nmi", "ami", "f1") if m in present]
 
 
 PACKAGES = (
@@ -67,6 +70,7 @@ PACKAGES = (
     "numpy",
     "scipy",
     "scikit-posthocs",
+    "baycomp",
     "seaborn",
 )
 
@@ -82,19 +86,23 @@ class Results:
     datasets: dict[str, dict[str, Any]]
     # the untrained trunk ("Pretrained" row): dataset, backbone, weights, dim, metric, mean, low, high, n (queries)
     baselines: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # cross-validation cells: each fold model's own test metrics (dataset, backbone, loss, dim, seed, fold, metric, value)
+    folds: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def collect_results(params: Params) -> Results:
     """Load every output of the current grid; fail naming the first missing file."""
-    run_rows, history_rows, selection_rows = [], [], []
+    run_rows, history_rows, selection_rows, fold_metric_rows = [], [], [], []
     for combo in params.combos():
         runs_file = paths.evaluation_dir(combo) / "runs.json"
         if not runs_file.exists():
             raise DataError(f"{runs_file}: missing (run evaluate@{combo.key} first)")
         cell = {"dataset": combo.dataset, "backbone": combo.backbone, "loss": combo.loss, "dim": combo.dim}
-        for info in read_json(runs_file)["runs"].values():
+        runs_json = read_json(runs_file)
+        for info in runs_json["runs"].values():
             for metric, value in info["metrics"].items():
                 run_rows.append({**cell, "seed": info["seed"], "metric": metric, "value": value})
+        fold_metric_rows += fold_rows(runs_json, cell)
         for seed in params.seeds:
             run = combo.with_seed(seed)
             for fold in paths.folds_in(paths.model_dir(run)):  # cross-validation: one entry per fold model
@@ -132,6 +140,7 @@ def collect_results(params: Params) -> Results:
         pd.DataFrame(selection_rows),
         datasets,
         collect_baselines(params),
+        pd.DataFrame(fold_metric_rows),
     )
 
 
@@ -321,7 +330,7 @@ def run_costs(results: Results) -> pd.DataFrame:
 
 @dataclass
 class Tests:
-    """Friedman + Nemenyi + win rates, or why they were not run."""
+    """Friedman + Nemenyi (or why they were not run), Holm-adjusted win rates, Bayesian comparison."""
 
     blocks: str
     scores: pd.DataFrame | None = None
@@ -330,6 +339,10 @@ class Tests:
     cd: float | None = None
     wins: pd.DataFrame | None = None
     skipped: str | None = None
+    grid: str = ""  # the complete experiments, e.g. "2 experiments (1 dataset x 1 backbone x 2 embedding sizes)"
+    experiments: int = 0  # independent experiment blocks
+    bayes: pd.DataFrame | None = None  # bayesian.compare_neighbours
+    rope: float = 0.01  # metric units
 
 
 @dataclass
@@ -375,16 +388,20 @@ def analyse(params: Params, results: Results) -> Analysis:
     ranks = experiment_ranks(tournament_input(results.runs, primary))
     rank_intervals = {loss: t_interval(group["rank"].to_numpy(), confidence) for loss, group in ranks.groupby("loss")}
 
-    tests = Tests(blocks=params.report.blocks)
+    tests = Tests(blocks=params.report.blocks, rope=params.report.rope)
     scores = st.score_matrix(results.runs, primary, params.report.blocks)
-    tests.scores = scores
+    experiments = st.score_matrix(results.runs, primary, "experiment")
+    tests.scores, tests.experiments = scores, len(experiments)
+    tests.grid = st.grid_text(results.runs, primary)
     tests.wins = st.win_rates(scores, confidence) if scores.shape[1] > 1 else None
-    try:
+    tests.skipped = st.friedman_shortfall(scores, params.report.blocks, tests.grid)
+    if tests.skipped is None:
         tests.friedman = st.friedman(scores)
         tests.nemenyi = st.nemenyi(scores)
         tests.cd = st.critical_difference(scores.shape[1], scores.shape[0], params.report.alpha)
-    except ValueError as exc:
-        tests.skipped = str(exc)
+    if scores.shape[1] > 1:
+        seeds = st.seed_scores(results.runs, primary)
+        tests.bayes = bz.compare_neighbours(seeds, experiments, list(ranking["loss"]), params.report.rope)
 
     return Analysis(
         params=params,
@@ -595,6 +612,21 @@ def make_figures(analysis: Analysis, figure_dir: Path) -> dict[str, Figure]:
         )
     else:
         figures["critical_difference"] = Figure(None, "", f"No critical-difference diagram: {tests.skipped}.")
+    if tests.bayes is not None and tests.bayes["better"].notna().any():
+        bayes = tests.bayes.assign(a=tests.bayes["a"].map(analysis.names), b=tests.bayes["b"].map(analysis.names))
+        draw(
+            "bayesian_comparison",
+            lambda p: plots.bayesian_comparison(bayes, p, _points(tests.rope)),
+            "Bayesian comparison of neighbours in the tournament (A = the better-ranked loss): posterior "
+            f"probability that A is practically better (blue), equivalent within ± {_points(tests.rope)} "
+            "(grey) or practically worse (red), per experiment over its n matched seeds"
+            + (" and across experiments" if (tests.bayes["experiment"] == bz.ACROSS).any() else "")
+            + "; dotted lines at 0.05 and 0.95.",
+        )
+    elif tests.bayes is not None:
+        figures["bayesian_comparison"] = Figure(
+            None, "", f"No Bayesian comparison: every experiment has fewer than {bz.MIN_SEEDS} matched seeds."
+        )
     if tests.wins is not None:
         wins = tests.wins.assign(
             loss=tests.wins["loss"].map(analysis.names), opponent=tests.wins["opponent"].map(analysis.names)
@@ -780,6 +812,50 @@ def _figure(lines: list[str], figures: dict[str, Figure], name: str, counter: li
     ]
 
 
+def _loss_settings(analysis: Analysis) -> list[str]:
+    """Where each loss's hyperparameters come from: the protocol's published values (per dataset /
+    backbone when they differ), ``losses.<name>`` of params.yaml, or the loss module's defaults."""
+    params = analysis.params
+    lines = [
+        "- Loss hyperparameters: each loss module's defaults (thesis Table 4, else the loss's paper), except "
+        "where listed:"
+    ]
+    untouched = []
+    for loss in params.losses:
+        by_cell: dict[str, list[str]] = {}
+        for combo in params.combos():
+            if combo.loss != loss:
+                continue
+            values = {**params.protocol_for(combo).losses.get(loss, {}), **params.loss_values.get(loss, {})}
+            if values:
+                text = ", ".join(
+                    f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
+                    for key, value in values.items()
+                )
+                where = f"{combo.dataset}/{combo.backbone}"
+                if where not in by_cell.setdefault(text, []):
+                    by_cell[text].append(where)
+        if not by_cell:
+            untouched.append(analysis.names[loss])
+            continue
+        cells = "; ".join(
+            f"{text}" + ("" if len(by_cell) == 1 else f" ({', '.join(where)})") for text, where in by_cell.items()
+        )
+        source = "`params.yaml` `losses:`" if params.loss_values.get(loss) else f"protocol `{params.protocol_name}`"
+        if params.loss_values.get(loss) and params.protocol.losses.get(loss):
+            source = f"protocol `{params.protocol_name}` and `params.yaml` `losses:`"
+        lines.append(f"  - {analysis.names[loss]}: {cells} (from {source});")
+    if untouched:
+        publishes = bool(params.protocol.losses) or any(o.set.get("losses") for o in params.protocol.overrides)
+        why = (
+            f"protocol `{params.protocol_name}` publishes no values for them"
+            if publishes
+            else f"protocol `{params.protocol_name}` sets no loss hyperparameters for them"
+        )
+        lines.append(f"  - {', '.join(untouched)}: the defaults ({why}).")
+    return lines
+
+
 def _cross_validation_note(results: Results) -> list[str]:
     """Setup line for datasets prepared with a cross-validation split (Reality Check protocol)."""
     cv = {name: info.get("num_folds", 0) for name, info in results.datasets.items() if info.get("num_folds", 0)}
@@ -789,8 +865,9 @@ def _cross_validation_note(results: Results) -> list[str]:
     return [
         f"- Cross-validation ({folds}): each run trains one model per fold (its validation classes select "
         "it); a run's scores are those of the **concatenated** embedding of its fold models (each L2-normalised, "
-        'concatenated, normalised again), as in the Reality Check; the fold-averaged ("separated") scores are in '
-        "`artifacts/metrics/*.json` under `test_separated`."
+        "concatenated, normalised again), as in the Reality Check; the fold models' own scores are in the "
+        "cross-validation table of the results and in `artifacts/metrics/*.json` (`test_separated`: fold means "
+        "over seeds; `test_folds`: mean and sd over the fold models)."
     ]
 
 
@@ -866,6 +943,7 @@ def render(analysis: Analysis, figures: dict[str, Figure]) -> str:
                 "with n = test queries, not a t-interval over seeds.",
                 "",
             ]
+    lines += _cross_validation_block(analysis)
     _figure(lines, figures, "metric_by_loss", counter)
     _figure(lines, figures, "recall_by_loss", counter)
     lines += _tournament_section(analysis)
@@ -902,6 +980,31 @@ def render(analysis: Analysis, figures: dict[str, Figure]) -> str:
     return "\n".join(lines)
 
 
+def _cross_validation_block(analysis: Analysis) -> list[str]:
+    rows = cross_validation_table(
+        analysis.results.runs,
+        analysis.results.folds,
+        analysis.papers.literature,
+        analysis.names,
+        analysis.params.evaluate.confidence,
+    )
+    if not rows:
+        return []
+    return [
+        "### Cross-validation: the fold models and their ensemble",
+        "",
+        "P@1 (= R@1) two ways: the concatenated embedding of a run's fold models (the Reality Check's way, the "
+        "score used everywhere else in this report; mean and 95% t-interval over seeds), and the fold models "
+        "scored one by one (the thesis's way, its Table 12: mean and sample standard deviation over the fold "
+        "models of every seed; a spread, not an interval), beside the thesis's number where it published one.",
+        "",
+        markdown_table(
+            ["loss", "dataset / backbone", "dim", "concatenated", "fold models (mean ± sd)", "thesis"], rows
+        ),
+        "",
+    ]
+
+
 def _baseline_block(baselines: pd.DataFrame, dataset: str, backbone: str) -> pd.DataFrame | None:
     if baselines.empty:
         return None
@@ -919,22 +1022,32 @@ def _summary_section(analysis: Analysis) -> list[str]:
     primary = METRIC_HEADERS.get(params.report.primary_metric, params.report.primary_metric)
     best = analysis.ranking.iloc[0]
     interval = analysis.rank_intervals[best["loss"]]
+    tied = analysis.ranking[analysis.ranking["total_rank"] == best["total_rank"]]["loss"].tolist()
     lines = ["## Summary", ""]
-    lines.append(
-        f"- **Tournament winner:** {analysis.names[best['loss']]}, mean rank "
-        f"{format_interval(interval.mean, interval.low, interval.high, interval.n, scale=1, digits=2)} over "
-        f"{int(best['experiments'])} experiment(s) ranked by test {primary}."
-    )
+    rank = format_interval(interval.mean, interval.low, interval.high, interval.n, scale=1, digits=2)
+    if len(tied) > 1:  # a tie has no winner: name every loss that shares the best total rank
+        lines.append(
+            f"- **Tournament:** {' and '.join(analysis.names[loss] for loss in tied)} tie for first, mean rank "
+            f"{rank} over {int(best['experiments'])} experiment(s) ranked by test {primary}."
+        )
+    else:
+        lines.append(
+            f"- **Tournament winner:** {analysis.names[best['loss']]}, mean rank {rank} over "
+            f"{int(best['experiments'])} experiment(s) ranked by test {primary}."
+        )
     tests = analysis.tests
     if tests.skipped is None:
         verdict = "differ" if tests.friedman.pvalue < params.report.alpha else "cannot be told apart"
+        seed_blocks = " (seed blocks, not independent: p is optimistic)" if tests.blocks == "experiment_seed" else ""
         lines.append(
-            f"- **Friedman test** over {tests.friedman.n_blocks} blocks x {tests.friedman.n_losses} losses: "
-            f"chi2 = {tests.friedman.statistic:.2f}, p = {_p(tests.friedman.pvalue)}: the losses' ranks {verdict} "
-            f"at alpha = {params.report.alpha:g}; Nemenyi: {_nemenyi_sentence(analysis)}"
+            f"- **Friedman test** over {tests.friedman.n_blocks} blocks x {tests.friedman.n_losses} losses"
+            f"{seed_blocks}: chi2 = {tests.friedman.statistic:.2f}, p = {_p(tests.friedman.pvalue)}: the losses' "
+            f"ranks {verdict} at alpha = {params.report.alpha:g}; Nemenyi: {_nemenyi_sentence(analysis)}"
         )
     else:
-        lines.append(f"- **Significance tests skipped:** {tests.skipped}.")
+        lines.append(f"- **Friedman and Nemenyi tests not run:** {tests.skipped}.")
+    if tests.bayes is not None and tests.bayes["better"].notna().any():
+        lines.append(_bayes_summary(analysis))
     papers = analysis.papers
     claims, ours = papers.claimed["contrastive"], papers.ours["contrastive"]
     if len(claims):
@@ -996,7 +1109,7 @@ def _setup_section(analysis: Analysis) -> list[str]:
         "(PML `MPerClassSampler`);",
         f"  - {protocol.optimizer.name} lr {protocol.optimizer.lr:g}, weight decay "
         f"{protocol.optimizer.weight_decay:g}, schedule `{protocol.scheduler.name}`; losses with parameters get "
-        "their own optimiser (lr x `param_lr_multiplier`);",
+        "their own optimiser (at `param_lr`, else the lr x the protocol's or the loss's multiplier);",
         f"  - train transform RandomResizedCrop({protocol.augment.crop_size}, "
         f"scale={list(protocol.augment.crop_scale)}){_flip_note(params)}; eval transform resize "
         f"{protocol.augment.eval_resize} + centre crop {protocol.augment.crop_size};",
@@ -1005,10 +1118,12 @@ def _setup_section(analysis: Analysis) -> list[str]:
         f"{'ImageNet' if protocol.pretrained else 'random'} initialisation.",
         f"- Model selection: the epoch with the best validation `{protocol.selection_metric}` "
         "(validation classes only; never the test set). Without a validation split the last epoch is kept.",
+        *_loss_settings(analysis),
         *_cross_validation_note(results),
         "- Metrics (Reality Check definitions): every test image queries all other test images by cosine "
         "similarity; P@1 (= R@1), Recall@K = a same-class image among the K nearest, R-Precision and MAP@R with "
-        "R = the number of other images of the query's class. Exact kNN with faiss.",
+        "R = the number of other images of the query's class. Exact kNN with faiss. NMI, AMI and the pairwise "
+        "clustering F1 (Oh Song et al. 2016) come from one k-means of the test embeddings with k = classes.",
         "",
         "### Software",
         "",
@@ -1055,8 +1170,10 @@ def _tests_section(analysis: Analysis, figures: dict[str, Figure], counter: list
     primary = METRIC_HEADERS.get(params.report.primary_metric, params.report.primary_metric)
     block_text = {
         "experiment_seed": "one block per seed of each dataset x backbone x embedding size (seed k gives every "
-        "loss the same initial weights and batches, so these runs are matched)",
-        "experiment": "one block per dataset x backbone x embedding size, scored by the seed mean",
+        "loss the same initial weights and batches); the seeds of one experiment share its data, so these blocks "
+        "are not independent and the p-values below are optimistic",
+        "experiment": "one block per dataset x backbone x embedding size, scored by its seed mean (independent "
+        "blocks, as Demšar 2006 asks)",
     }[tests.blocks]
     lines = [
         "## Statistical tests",
@@ -1074,12 +1191,12 @@ def _tests_section(analysis: Analysis, figures: dict[str, Figure], counter: list
             f"alpha = {params.report.alpha:g}; {_nemenyi_sentence(analysis)}",
             "",
         ]
+        _figure(lines, figures, "critical_difference", counter)
     else:
         lines += [f"> Friedman and Nemenyi tests not run: {tests.skipped}.", ""]
-    if tests.skipped is None:
-        _figure(lines, figures, "critical_difference", counter)
     if tests.wins is None:
         return lines + ["> No head-to-head comparison: the grid has one loss.", ""]
+    lines += _bayes_lines(analysis, figures, counter)
     wins = tests.wins.set_index(["loss", "opponent"])
     ranked = list(analysis.ranking["loss"])
     rows = []
@@ -1093,17 +1210,127 @@ def _tests_section(analysis: Analysis, figures: dict[str, Figure], counter: list
                 rate,
                 int(w["n"]),
                 "-" if w["n"] == 0 else _p(w["p_value"]),
+                "-" if w["n"] == 0 else _p(w["p_holm"]),
             ]
         )
+    m = int(tests.wins["m"].iloc[0])
     lines += [
-        "Neighbours in the tournament, head to head over the same blocks (win rate with its 95% Wilson interval; "
-        "sign-test p-value, no multiplicity correction):",
+        "### Win rates",
         "",
-        markdown_table(["pair", "wins / defeats / ties", "win rate [95% CI]", "n", "sign test p"], rows, "lrrrr"),
+        "Neighbours in the tournament, head to head over the same blocks (win rate with its 95% Wilson interval; "
+        f"two-sided sign-test p, and Holm-adjusted p over the m = {m} pairs of losses):",
+        "",
+        markdown_table(
+            ["pair", "wins / defeats / ties", "win rate [95% CI]", "n", "sign test p", f"Holm p (m = {m})"],
+            rows,
+            "lrrrrr",
+        ),
         "",
     ]
     _figure(lines, figures, "win_rates", counter)
     return lines
+
+
+def _points(value: float) -> str:
+    """A difference in metric units as percentage points: ``1 point``, ``0.5 points``."""
+    return f"{100 * value:g} point{'' if 100 * value == 1 else 's'}"
+
+
+def _probability(p: float) -> str:
+    """Posterior probability to 2 decimals, never rounded to a certainty: ``> 0.99``, ``< 0.01``."""
+    return "> 0.99" if p >= 0.995 else "< 0.01" if p < 0.005 else f"{p:.2f}"
+
+
+def _bayes_lines(analysis: Analysis, figures: dict[str, Figure], counter: list[int]) -> list[str]:
+    """The Bayesian comparison of tournament neighbours (:mod:`dmlbench.analysis.bayesian`)."""
+    tests = analysis.tests
+    table = tests.bayes
+    primary = METRIC_HEADERS.get(analysis.params.report.primary_metric, analysis.params.report.primary_metric)
+    rows = []
+    for r in table.itertuples():
+        pair = f"{analysis.names[r.a]} vs {analysis.names[r.b]}"
+        if math.isnan(r.better):
+            rows.append([pair, r.experiment, int(r.n), "-", "-", "-", "-"])
+            continue
+        difference = f"{100 * r.difference:+.1f} [{100 * r.low:+.1f}, {100 * r.high:+.1f}]"
+        rows.append([pair, r.experiment, int(r.n), difference, *map(_probability, (r.better, r.equivalent, r.worse))])
+    seeds = sorted({int(n) for n in table.loc[table["experiment"] != bz.ACROSS, "n"]})
+    if (table["experiment"] == bz.ACROSS).any():
+        across = (
+            f"Across experiments: baycomp's Bayesian signed-rank test on the {tests.experiments} experiment means "
+            f"(Monte Carlo, {bz.NSAMPLES} draws, fixed seed)."
+        )
+    else:
+        across = (
+            f"Across experiments: not run; the Bayesian signed-rank test on experiment means needs at least "
+            f"{bz.MIN_EXPERIMENTS} experiments and this grid has {tests.grid}."
+        )
+    lines = [
+        "### Bayesian comparison",
+        "",
+        "Neighbours in the tournament (A = the better-ranked loss), compared with baycomp (Benavoli et al., JMLR "
+        f"2017): posterior probabilities that A is practically better than B (mean test {primary} difference "
+        f"> {_points(tests.rope)}), practically equivalent (within ± {_points(tests.rope)}, the ROPE, "
+        "`report.rope`) or practically worse. Per experiment: Bayesian t-test of the paired differences of its "
+        f"n = {', '.join(map(str, seeds))} matched seeds (seed k gives both losses the same initial weights and "
+        "batches; independent seeds, so no cross-validation correlation: rho = 0); its Student posterior has "
+        "n - 1 degrees of freedom (its 95% credible interval is the t-interval shown), wide with few seeds, and "
+        "speaks for that experiment's data split only. "
+        f"{across} A probability >= {bz.DECISION:g} is a decision; anything less is undecided.",
+        "",
+        markdown_table(
+            [
+                "pair (A vs B)",
+                "experiment",
+                "n",
+                "A - B (points) [95% CI]",
+                "P(A better)",
+                "P(equivalent)",
+                "P(B better)",
+            ],
+            rows,
+            "llrrrrr",
+        ),
+        "",
+        bz.HIERARCHICAL_NOTE,
+        "",
+    ]
+    _figure(lines, figures, "bayesian_comparison", counter)
+    return lines
+
+
+def _bayes_summary(analysis: Analysis) -> str:
+    """Per neighbour pair: how many experiments decide A better / equivalent / B better (P >= 0.95)."""
+    tests = analysis.tests
+    table = tests.bayes.dropna(subset=["better"])
+    parts = []
+    for (a, b), group in table.groupby(["a", "b"], sort=False):
+        names = {
+            "better": f"{analysis.names[a]} better",
+            "equivalent": "equivalent",
+            "worse": f"{analysis.names[b]} better",
+            "undecided": "undecided",
+        }
+        per_experiment = group[group["experiment"] != bz.ACROSS]
+        counts = pd.Series([bz.verdict(r.better, r.equivalent, r.worse) for r in per_experiment.itertuples()])
+        counts = counts.value_counts()
+        text = f"{analysis.names[a]} vs {analysis.names[b]}: " + ", ".join(
+            f"{names[v]} in {counts[v]}" for v in ("better", "equivalent", "worse", "undecided") if v in counts
+        )
+        text += f" of {len(per_experiment)} experiment{'' if len(per_experiment) == 1 else 's'}"
+        across = group[group["experiment"] == bz.ACROSS]
+        if len(across):
+            r = across.iloc[0]
+            text += f"; across experiments {names[bz.verdict(r['better'], r['equivalent'], r['worse'])]}"
+        parts.append(text)
+    seeds = sorted({int(n) for n in table.loc[table["experiment"] != bz.ACROSS, "n"]})
+    return (
+        f"- **Bayesian comparison** of tournament neighbours (ROPE ± {_points(tests.rope)} of test "
+        f"{METRIC_HEADERS.get(analysis.params.report.primary_metric, analysis.params.report.primary_metric)}, "
+        f"n = {', '.join(map(str, seeds))} seeds per experiment; a verdict needs P >= {bz.DECISION:g}): "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 def _papers_section(analysis: Analysis, figures: dict[str, Figure], counter: list[int]) -> list[str]:
@@ -1308,8 +1535,13 @@ def _limitations_section(analysis: Analysis, figures: dict[str, Figure]) -> list
         )
     if tests.blocks == "experiment_seed":
         lines.append(
-            "- Seeds of one experiment are treated as separate blocks; they share the dataset and protocol, so the "
-            "tests say nothing about other datasets."
+            "- The Friedman, Nemenyi and sign tests treat the seeds of one experiment as separate blocks; they share "
+            "its data, so they are not independent: the p-values are optimistic and say nothing about other datasets."
+        )
+    if tests.bayes is not None and tests.bayes["better"].notna().any():
+        lines.append(
+            "- The Bayesian comparison per experiment conditions on that experiment's data split; no model pooling "
+            "seeds across experiments (hierarchical) was run."
         )
     if not len(analysis.bias):
         lines.append("- Test-set feedback was not recorded for these runs, so its bias is not measured here.")

@@ -1,12 +1,16 @@
 """Statistics beyond the thesis: are the losses' differences real?
 
 * Friedman test (scipy) over blocks: rows = blocks (experiments, or experiment x seed),
-  columns = losses; H0: every loss has the same expected rank.
+  columns = losses; H0: every loss has the same expected rank. Blocks must be independent
+  (Demšar 2006 uses data sets): an experiment (dataset x backbone x dim) scored by its seed mean
+  is one block; the seeds of one experiment are not independent blocks. Not run below
+  :data:`MIN_BLOCKS` blocks (:func:`friedman_shortfall`).
 * Nemenyi post-hoc test (scikit-posthocs ``posthoc_nemenyi_friedman``) and Demšar's (2006)
   critical difference CD = q_alpha * sqrt(k (k + 1) / (6 N)), q_alpha = studentized range
   quantile / sqrt(2): two losses whose mean ranks differ by more than CD differ at level alpha.
 * Win rates: how often loss A beats loss B over the blocks, with a Wilson interval and a
-  two-sided sign test (scipy ``binomtest``); ties are counted but left out of the rate.
+  two-sided sign test (scipy ``binomtest``); ties are counted but left out of the rate. The
+  sign tests of all unordered pairs form one family, adjusted by Holm's (1979) step-down method.
 * Relative improvement of one loss over another with a delta-method t-interval.
 """
 
@@ -14,37 +18,98 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import permutations
+from itertools import combinations
 
 import numpy as np
 import pandas as pd
 
-BLOCKS = ("experiment_seed", "experiment")
+BLOCKS = ("experiment", "experiment_seed")
 CELL = ["dataset", "backbone", "dim"]
 
+MIN_BLOCKS = 5
+"""Fewest blocks on which the Friedman and Nemenyi tests are run (the issue's floor).
 
-def score_matrix(runs: pd.DataFrame, metric: str, blocks: str = "experiment_seed") -> pd.DataFrame:
+Demšar (2006, JMLR 7, Sec. 3.2.2) trusts the Friedman chi2 approximation for N > 10 blocks and
+k > 5 losses and points to exact tables below. With N blocks even a perfect ordering gives only
+chi2 = N (k - 1): for k = 4 losses, N = 2 gives p = 0.11 (nothing can be significant), N = 5
+gives p = 0.002. Below 5 the tests are not run; from 5 to 10 the report warns that only large
+differences can reach significance.
+"""
+
+
+def _complete_cells(runs: pd.DataFrame, metric: str, keys: list[str]) -> pd.DataFrame:
+    """Mean ``metric`` per ``keys`` x loss, keeping the rows where every loss has a score."""
+    selected = runs[runs["metric"] == metric]
+    if selected.empty:
+        raise ValueError(f"no scores for metric {metric!r}")
+    matrix = selected.pivot_table(index=keys, columns="loss", values="value", aggfunc="mean")
+    return matrix.dropna(axis=0, how="any")
+
+
+def score_matrix(runs: pd.DataFrame, metric: str, blocks: str = "experiment") -> pd.DataFrame:
     """Scores of ``metric`` as blocks x losses (a complete block design).
 
     ``runs``: long table with dataset, backbone, loss, dim, seed, metric, value.
+    ``experiment``: one block per (dataset, backbone, dim), scored by the seed mean
+    (1/S) sum_s score_s - the independent blocks of Demšar (2006);
     ``experiment_seed``: one block per (dataset, backbone, dim, seed) - seed k gives every loss
-    the same initial weights and batches, so the runs of one seed are matched;
-    ``experiment``: one block per (dataset, backbone, dim), the seed-mean score.
+    the same initial weights and batches, so the runs of one seed are matched, but the seeds of
+    one experiment share its data and are not independent blocks.
     Blocks where some loss has no score are dropped.
     """
     if blocks not in BLOCKS:
         raise ValueError(f"blocks must be one of {', '.join(BLOCKS)}; got {blocks!r}")
-    selected = runs[runs["metric"] == metric]
-    if selected.empty:
-        raise ValueError(f"no scores for metric {metric!r}")
     keys = CELL + (["seed"] if blocks == "experiment_seed" else [])
-    matrix = selected.pivot_table(index=keys, columns="loss", values="value", aggfunc="mean")
-    matrix = matrix.dropna(axis=0, how="any")
+    matrix = _complete_cells(runs, metric, keys)
     matrix.index = [
         "/".join(f"seed{v}" if k == "seed" else str(v) for k, v in zip(keys, idx, strict=True)) for idx in matrix.index
     ]
     matrix.columns.name = None
     return matrix
+
+
+def seed_scores(runs: pd.DataFrame, metric: str) -> dict[str, pd.DataFrame]:
+    """Per experiment (``dataset/backbone/dim``): its seeds x losses scores of ``metric``.
+
+    Seed k gives every loss the same initial weights and batches, so the rows are matched
+    pairs; seeds where some loss has no score are dropped.
+    """
+    matrix = _complete_cells(runs, metric, CELL + ["seed"])
+    experiments: dict[str, pd.DataFrame] = {}
+    for cell, block in matrix.groupby(level=CELL, sort=True):
+        frame = block.droplevel(CELL)
+        frame.index = [f"seed{seed}" for seed in frame.index]
+        frame.columns.name = None
+        experiments["/".join(map(str, cell))] = frame
+    return experiments
+
+
+def grid_text(runs: pd.DataFrame, metric: str) -> str:
+    """``2 experiments (1 dataset x 1 backbone x 2 embedding sizes)``: the complete experiments of ``metric``."""
+    cells = _complete_cells(runs, metric, CELL).index
+    counts = [cells.get_level_values(key).nunique() for key in CELL]
+    words = [("dataset", "datasets"), ("backbone", "backbones"), ("embedding size", "embedding sizes")]
+    parts = " x ".join(f"{c} {one if c == 1 else many}" for c, (one, many) in zip(counts, words, strict=True))
+    return f"{len(cells)} experiment{'' if len(cells) == 1 else 's'} ({parts})"
+
+
+def friedman_shortfall(scores: pd.DataFrame, blocks: str, grid: str = "") -> str | None:
+    """Why the Friedman/Nemenyi tests are not run on ``scores`` (blocks x losses), or None.
+
+    They need >= 3 losses and >= :data:`MIN_BLOCKS` blocks; ``grid`` (:func:`grid_text`) names
+    what the grid has.
+    """
+    n, k = scores.shape
+    if k < 3:
+        return f"the Friedman test compares at least 3 losses; the grid has {k}"
+    if n >= MIN_BLOCKS:
+        return None
+    if blocks == "experiment":
+        return (
+            f"they need at least {MIN_BLOCKS} independent blocks (Demšar 2006 uses data sets as blocks); "
+            f"this grid has {grid or f'{n} experiments'}; add datasets, backbones or embedding sizes"
+        )
+    return f"they need at least {MIN_BLOCKS} blocks; this grid has {n} experiment x seed blocks"
 
 
 def mean_ranks(scores: pd.DataFrame) -> pd.Series:
@@ -92,16 +157,35 @@ def critical_difference(k: int, n: int, alpha: float = 0.05) -> float:
     return float(q_alpha * math.sqrt(k * (k + 1) / (6 * n)))
 
 
+def holm(pvalues: np.ndarray) -> np.ndarray:
+    """Holm's (1979) step-down adjusted p-values of one family of m tests.
+
+    With p_(1) <= ... <= p_(m): p~_(i) = min(1, max_{j <= i} (m - j + 1) p_(j)); rejecting
+    p~ < alpha controls the family-wise error rate at alpha. NaN entries (no test) are left
+    out of the family and stay NaN.
+    """
+    pvalues = np.asarray(pvalues, dtype=float)
+    adjusted = np.full(pvalues.shape, math.nan)
+    tested = np.flatnonzero(~np.isnan(pvalues))
+    m = tested.size
+    order = tested[np.argsort(pvalues[tested], kind="stable")]
+    steps = (m - np.arange(m)) * pvalues[order]
+    adjusted[order] = np.minimum(1.0, np.maximum.accumulate(steps))
+    return adjusted
+
+
 def win_rates(scores: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """Every ordered pair (loss, opponent): wins, defeats, ties over the blocks of ``scores``.
 
     rate = wins / (wins + defeats); [low, high] = Wilson interval; p_value = two-sided sign
-    test of rate = 1/2. With no decided block the rate and interval are NaN.
+    test of rate = 1/2; p_holm = Holm-adjusted over the family of the m unordered pairs with a
+    decided block (each pair tested once; (A, B) and (B, A) share it), m in column ``m``. With
+    no decided block the rate, interval and p-values are NaN.
     """
     from scipy.stats import binomtest
 
     rows = []
-    for loss, opponent in permutations(scores.columns, 2):
+    for loss, opponent in combinations(scores.columns, 2):
         diff = scores[loss].to_numpy() - scores[opponent].to_numpy()
         wins, defeats = int((diff > 0).sum()), int((diff < 0).sum())
         ties = int(len(diff) - wins - defeats)
@@ -112,21 +196,16 @@ def win_rates(scores: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
             rate, low, high, pvalue = wins / decided, interval.low, interval.high, test.pvalue
         else:
             rate = low = high = pvalue = math.nan
-        rows.append(
-            {
-                "loss": loss,
-                "opponent": opponent,
-                "wins": wins,
-                "defeats": defeats,
-                "ties": ties,
-                "n": decided,
-                "rate": rate,
-                "low": low,
-                "high": high,
-                "p_value": pvalue,
-            }
-        )
-    return pd.DataFrame(rows)
+        row = {"wins": wins, "defeats": defeats, "ties": ties, "n": decided, "p_value": pvalue}
+        rows.append({"loss": loss, "opponent": opponent, **row, "rate": rate, "low": low, "high": high})
+        mirror = {"wins": defeats, "defeats": wins, "rate": 1 - rate, "low": 1 - high, "high": 1 - low}
+        rows.append({"loss": opponent, "opponent": loss, **row, **mirror})
+    columns = ["loss", "opponent", "wins", "defeats", "ties", "n", "rate", "low", "high", "p_value"]
+    table = pd.DataFrame(rows, columns=columns)
+    pair_p = table["p_value"].to_numpy()[::2]  # one entry per unordered pair
+    table["p_holm"] = np.repeat(holm(pair_p), 2)
+    table["m"] = int(np.count_nonzero(~np.isnan(pair_p)))
+    return table
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ Outputs (contract 5; keys may be added, never renamed):
 * ``artifacts/metrics/<combo>.json`` = {"n_runs", "confidence", "test": {metric: {mean, low,
   high, n, interval}}, ...} (``dvc metrics show``): the t-interval over seeds (n = seeds), or
   for a single run the per-query bootstrap interval (n = queries); no interval -> null bounds.
+  Cross-validation cells add ``test_separated`` (t-interval of the fold-averaged metrics) and
+  ``test_folds`` ({metric: {mean, std, n}} over the fold models, the thesis's Table 12 form).
 
 MLflow: each training run gets ``test/<metric>`` (+ ``/ci_low``, ``/ci_high``: its bootstrap
 interval); each grid cell gets one run tagged ``kind=summary`` in the same experiment holding
@@ -34,10 +36,10 @@ import numpy as np
 from dmlbench import paths
 from dmlbench.config import Combo, EvaluateConfig, Params
 from dmlbench.errors import ConfigError, DataError
-from dmlbench.evaluate.clustering import clustering_metrics
-from dmlbench.evaluate.combine import concatenate_embeddings
-from dmlbench.evaluate.embed import EMBEDDINGS, META
 from dmlbench.evaluate import intervals as interval_stats
+from dmlbench.evaluate.clustering import clustering_metrics
+from dmlbench.evaluate.combine import concatenate_embeddings, fold_spread
+from dmlbench.evaluate.embed import EMBEDDINGS, META
 from dmlbench.evaluate.intervals import Interval, t_interval
 from dmlbench.evaluate.metrics import means, per_query_metrics
 from dmlbench.io import atomic_dir, md5_file, read_json, write_json
@@ -187,6 +189,12 @@ def summarize_runs(runs: dict[str, dict], settings: EvaluateConfig) -> dict[str,
                 "t" if len(runs) > 1 else "none",
             )
             for name in first["metrics_separated"]
+        }
+        # the thesis's way (Table 12): mean +/- sample std of the fold models (of every seed)
+        folds = [fold for r in runs.values() for fold in r["folds"].values()]
+        summary["test_folds"] = {
+            name: {k: _finite_or_none(v) if k == "std" else v for k, v in entry.items()}
+            for name, entry in fold_spread(folds).items()
         }
     return summary
 
