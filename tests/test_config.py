@@ -138,22 +138,16 @@ def test_protocol_override_names_a_registered_dataset(default_raw_params):
     assert "protocols.demo: unknown dataset 'cub2011'; valid:" in message and "cub200" in message
 
 
-RC_METHODS = [
-    "contrastive",
-    "triplet",
-    "ntxent",
-    "proxy_nca",
-    "margin",
-    "margin_per_class",
-    "normalized_softmax",
-    "cosface",
-    "arcface",
-    "fastap",
-    "snr",
-    "multi_similarity_without_miner",
-    "multi_similarity",
-    "soft_triple",
-]
+def _reality_check_methods() -> list[str]:
+    """The 14 methods of the Reality Check's tables (literature.csv), as registry names."""
+    from dmlbench.analysis import literature as lit
+
+    rows = lit.load_literature()
+    rc = rows[(rows["paper"] == lit.REALITY_CHECK) & (rows["setting"] == "rc_concatenated")]
+    return sorted(set(rc["loss"]) - {"pretrained"})
+
+
+RC_METHODS = _reality_check_methods()
 
 
 def _protocol_grid(raw: dict, protocol: str, datasets: list[str], backbone: str, dim: int, losses) -> dict:

@@ -13,6 +13,7 @@ a learnable margin) that are trained by their own optimiser with their own learn
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, Literal
 
 from pydantic import NonNegativeFloat, PositiveFloat, model_validator
@@ -72,3 +73,25 @@ class LossSpec:
 
     def miner(self, params: LossParams) -> Any:
         return self.build_miner(params) if self.build_miner is not None else None
+
+
+def lazy_loss_class(module: str, name: str, define: Callable[[], type]) -> tuple[Callable[[], type], Callable]:
+    """A loss class defined on first use, so that validating params.yaml does not import PML.
+
+    Returns ``(get, module_getattr)``: ``get()`` defines the class once (named ``module.name``)
+    and returns it; ``module_getattr`` is the module's ``__getattr__`` (PEP 562), so that
+    ``from <module> import <name>`` works too.
+    """
+
+    @lru_cache(maxsize=1)
+    def get() -> type:
+        defined = define()
+        defined.__module__, defined.__qualname__, defined.__name__ = module, name, name
+        return defined
+
+    def module_getattr(attribute: str) -> Any:
+        if attribute == name:
+            return get()
+        raise AttributeError(f"module {module!r} has no attribute {attribute!r}")
+
+    return get, module_getattr

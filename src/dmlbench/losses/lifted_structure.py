@@ -28,19 +28,17 @@ s_n + eps > min s_p and positives with s_p - eps < max s_n, eps = 0.1, which is 
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import NonNegativeFloat, PositiveFloat, model_validator
 
-from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.base import LossParams, LossSpec, lazy_loss_class
 
 PML_KEYS = {"neg_margin", "pos_margin"}
 THESIS_CODE_KEYS = {"alpha", "beta"}
 
 
-@lru_cache(maxsize=1)
-def _define_loss_class() -> type:
+def _define() -> type:
     """Define the thesis-code loss on first use, so that validating params.yaml does not import PML."""
     import torch
     from pytorch_metric_learning.distances import CosineSimilarity
@@ -81,15 +79,11 @@ def _define_loss_class() -> type:
         def get_default_distance(self):
             return CosineSimilarity()
 
-    ThesisLiftedStructureLoss.__module__, ThesisLiftedStructureLoss.__qualname__ = __name__, "ThesisLiftedStructureLoss"
     return ThesisLiftedStructureLoss
 
 
-def __getattr__(name: str) -> Any:
-    """``from dmlbench.losses.lifted_structure import ThesisLiftedStructureLoss`` (lazy, PEP 562)."""
-    if name == "ThesisLiftedStructureLoss":
-        return _define_loss_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# the class, defined on first use; and the module's __getattr__ (PEP 562), so it imports by name
+_define_loss_class, __getattr__ = lazy_loss_class(__name__, "ThesisLiftedStructureLoss", _define)
 
 
 class LiftedStructureParams(LossParams):

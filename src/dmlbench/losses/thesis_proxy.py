@@ -17,16 +17,14 @@ log(1 + sum exp) is computed with PML's stable ``logsumexp(add_one=True)``.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import NonNegativeFloat, PositiveFloat
 
-from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.base import LossSpec, ParametricLossParams, lazy_loss_class
 
 
-@lru_cache(maxsize=1)
-def _define_loss_class() -> type:
+def _define() -> type:
     """Define the loss on first use, so that validating params.yaml does not import PML."""
     import torch
     from pytorch_metric_learning.distances import CosineSimilarity
@@ -98,15 +96,11 @@ def _define_loss_class() -> type:
         def _sub_loss_names(self):
             return ["pos_loss", "neg_loss"]
 
-    ThesisProxyLoss.__module__, ThesisProxyLoss.__qualname__ = __name__, "ThesisProxyLoss"
     return ThesisProxyLoss
 
 
-def __getattr__(name: str) -> Any:
-    """``from dmlbench.losses.thesis_proxy import ThesisProxyLoss`` (defined lazily, PEP 562)."""
-    if name == "ThesisProxyLoss":
-        return _define_loss_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# the class, defined on first use; and the module's __getattr__ (PEP 562), so it imports by name
+_define_loss_class, __getattr__ = lazy_loss_class(__name__, "ThesisProxyLoss", _define)
 
 
 class ThesisProxyParams(ParametricLossParams):
