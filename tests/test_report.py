@@ -463,3 +463,25 @@ def test_cross_validation_table_shows_fold_models_like_the_thesis_and_the_ensemb
         ]
     ]
     assert cross_validation_table(runs, pd.DataFrame(), lit.load_literature(), {}, 0.95) == []
+
+
+def test_a_tie_for_first_has_no_winner():
+    import pandas as pd
+
+    from dmlbench.analysis.report import tournament_headline
+    from dmlbench.analysis.tournament import tournament
+    from dmlbench.evaluate.intervals import t_interval
+
+    names = {"a": "A", "b": "B", "c": "C"}
+    results = pd.DataFrame(
+        [("e1", "a", 0.5), ("e1", "b", 0.4), ("e1", "c", 0.1), ("e2", "a", 0.3), ("e2", "b", 0.6), ("e2", "c", 0.2)],
+        columns=["experiment", "loss", "score"],
+    )
+    ranking = tournament(results)
+    intervals = {"a": t_interval([1.0, 2.0], 0.95), "b": t_interval([2.0, 1.0], 0.95)}
+    headline = tournament_headline(ranking, intervals, names, "MAP@R")
+    assert headline.startswith("- **Tournament:** A and B tie for first, mean rank 1.50 ± 6.35 (n=2)")
+    assert "winner" not in headline
+    clear = results.assign(score=results["score"].where(results["loss"] != "a", 0.9))
+    headline = tournament_headline(tournament(clear), {"a": t_interval([1.0, 1.0], 0.95)}, names, "MAP@R")
+    assert headline.startswith("- **Tournament winner:** A, mean rank 1.00")

@@ -1017,24 +1017,25 @@ def _bounds(values: pd.Series, confidence: float) -> tuple[float, float]:
     return interval.low, interval.high
 
 
+def tournament_headline(
+    ranking: pd.DataFrame, rank_intervals: dict[str, Any], names: dict[str, str], metric: str
+) -> str:
+    """The summary's tournament bullet: the winner, or every loss sharing the best total rank (a
+    tie has no winner), with the mean rank's interval."""
+    best = ranking.iloc[0]
+    interval = rank_intervals[best["loss"]]
+    rank = format_interval(interval.mean, interval.low, interval.high, interval.n, scale=1, digits=2)
+    tied = ranking[ranking["total_rank"] == best["total_rank"]]["loss"].tolist()
+    over = f"over {int(best['experiments'])} experiment(s) ranked by test {metric}."
+    if len(tied) > 1:
+        return f"- **Tournament:** {' and '.join(names[loss] for loss in tied)} tie for first, mean rank {rank} {over}"
+    return f"- **Tournament winner:** {names[best['loss']]}, mean rank {rank} {over}"
+
+
 def _summary_section(analysis: Analysis) -> list[str]:
     params = analysis.params
     primary = METRIC_HEADERS.get(params.report.primary_metric, params.report.primary_metric)
-    best = analysis.ranking.iloc[0]
-    interval = analysis.rank_intervals[best["loss"]]
-    tied = analysis.ranking[analysis.ranking["total_rank"] == best["total_rank"]]["loss"].tolist()
-    lines = ["## Summary", ""]
-    rank = format_interval(interval.mean, interval.low, interval.high, interval.n, scale=1, digits=2)
-    if len(tied) > 1:  # a tie has no winner: name every loss that shares the best total rank
-        lines.append(
-            f"- **Tournament:** {' and '.join(analysis.names[loss] for loss in tied)} tie for first, mean rank "
-            f"{rank} over {int(best['experiments'])} experiment(s) ranked by test {primary}."
-        )
-    else:
-        lines.append(
-            f"- **Tournament winner:** {analysis.names[best['loss']]}, mean rank {rank} over "
-            f"{int(best['experiments'])} experiment(s) ranked by test {primary}."
-        )
+    lines = ["## Summary", "", tournament_headline(analysis.ranking, analysis.rank_intervals, analysis.names, primary)]
     tests = analysis.tests
     if tests.skipped is None:
         verdict = "differ" if tests.friedman.pvalue < params.report.alpha else "cannot be told apart"
