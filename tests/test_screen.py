@@ -133,11 +133,13 @@ def test_assignment_after_a_few_centroids_move_equals_a_full_one(monkeypatch):
     assert np.array_equal(assign.update(updated, new, new.copy()), updated)  # nothing moved
 
 
+@pytest.mark.parametrize("backend", ["screened", "torch"])
 @pytest.mark.parametrize(("n", "dim", "k"), [(2000, 16, 100), (3000, 32, 600), (500, 8, 250), (300, 4, 299)])
-def test_screened_kmeans_reproduces_faiss_kmeans(n, dim, k):
-    # Same initial centroids, updates and empty-cluster splits as faiss (k close to n forces splits).
+def test_screened_and_torch_kmeans_reproduce_faiss_kmeans(n, dim, k, backend):
+    # Same initial centroids, updates and empty-cluster splits as faiss (k close to n forces
+    # splits); torch assigns with an exact fp32 product (on the CPU here, on CUDA in test_gpu.py).
     x = normalize_rows(np.random.default_rng(n + k).normal(size=(n, dim)).astype(np.float32))
-    ours = kmeans_assign(x, k, niter=20, backend="screened")
+    ours = kmeans_assign(x, k, niter=20, backend=backend, device="cpu")
     theirs = kmeans_assign(x, k, niter=20, backend="faiss")
     assert np.array_equal(ours, theirs)
 
@@ -162,3 +164,41 @@ def test_adjusted_mutual_info_equals_scikit_learn(n, classes, clusters):
             sklearn_emi(contingency, n), rel=1e-9, abs=1e-12
         )
     assert adjusted_mutual_info(np.zeros(10), np.zeros(10)) == 1.0
+
+
+def test_kmeans_auto_choice_covers_every_branch(monkeypatch):
+    from dmlbench.evaluate import clustering
+
+    monkeypatch.setattr(clustering, "faiss_gpus", lambda: 0)
+    monkeypatch.setattr(clustering, "fast_bf16_matmul", lambda: True)
+    assert clustering.resolve_kmeans_backend("cpu") == "screened"  # native bf16: certified screen
+    assert clustering.resolve_kmeans_backend("cuda") == "torch"  # a GPU, faiss-cpu: fp32 on CUDA
+    assert clustering.resolve_kmeans_backend("cuda:1") == "torch"
+    monkeypatch.setattr(clustering, "fast_bf16_matmul", lambda: False)
+    assert clustering.resolve_kmeans_backend("cpu") == "faiss"
+    monkeypatch.setattr(clustering, "faiss_gpus", lambda: 2)
+    assert clustering.resolve_kmeans_backend("cpu") == "faiss"  # faiss-gpu wins everywhere
+    assert clustering.resolve_kmeans_backend("cuda") == "faiss"
+    monkeypatch.setattr(clustering, "faiss_available", lambda: False)
+    assert clustering.resolve_kmeans_backend("cpu") == "torch"  # no faiss: plain Lloyd
+    # device None follows torch's view of the machine
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert clustering.default_device(None) == "cuda" and clustering.default_device("cpu") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert clustering.default_device(None) == "cpu"
+
+
+def test_torch_kmeans_without_faiss_is_a_seeded_lloyd(monkeypatch):
+    from dmlbench.evaluate import clustering
+
+    rng = np.random.default_rng(3)
+    centres = normalize_rows(rng.normal(size=(6, 8)).astype(np.float32))
+    x = normalize_rows(centres[np.repeat(np.arange(6), 40)] + 0.05 * rng.normal(size=(240, 8)).astype(np.float32))
+    monkeypatch.setattr(clustering, "faiss_available", lambda: False)
+    first = kmeans_assign(x, 6, niter=50, backend="auto", device="cpu")
+    assert np.array_equal(first, kmeans_assign(x, 6, niter=50, backend="torch", device="cpu"))  # reproducible
+    # a Lloyd fixed point: every point is nearest to the mean of its own cluster
+    used = np.unique(first)
+    means = np.stack([x[first == c].mean(axis=0) for c in used])
+    nearest = used[np.argmin(((x[:, None, :] - means[None]) ** 2).sum(axis=2), axis=1)]
+    assert np.array_equal(nearest, first) and len(used) >= 5

@@ -16,8 +16,11 @@ is computed from the same assignment. Backends for the k-means:
   compares each point with the moved centroids (``NearestCentroids.update``), and (c) the
   iterations stop at a fixed point: once an assignment repeats (and no cluster was split),
   every later iteration would repeat it.
-* ``torch``: without faiss, a plain Lloyd k-means with the same k and iterations and a seeded
-  random initialisation (same algorithm, different initial centroids).
+* ``torch`` (the default on CUDA when faiss has no GPU): faiss's iterations as in ``screened``,
+  each assignment an exact fp32 product (TF32 off) on ``device``; centroid updates stay on the
+  CPU (a GPU ``index_add`` sums in a nondeterministic order). Same clusters as the others up to
+  points whose two best centroids tie within fp32 rounding. Without faiss (no ``rand_perm``), a
+  plain Lloyd k-means with a seeded random initialisation (different initial centroids).
 
 Cost: ``iterations x n x k x dim`` multiply-adds, k = number of classes: at SOP scale (60k x
 11k classes x 512) one iteration costs a fifth of the neighbour search.
@@ -38,15 +41,21 @@ FAISS_KMEANS_SEED = 1234  # faiss.Kmeans's default, which PML uses
 
 
 def kmeans_assign(
-    x: np.ndarray, k: int, niter: int = 20, seed: int = FAISS_KMEANS_SEED, backend: str = "auto", device: str = "cpu"
+    x: np.ndarray,
+    k: int,
+    niter: int = 20,
+    seed: int = FAISS_KMEANS_SEED,
+    backend: str = "auto",
+    device: str | None = None,
 ) -> np.ndarray:
-    """Cluster index (0..k-1) of each row of ``x`` after ``niter`` Lloyd iterations."""
+    """Cluster index (0..k-1) of each row of ``x`` after ``niter`` Lloyd iterations
+    (``device``: None = CUDA when available, as the neighbour search)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     if not 1 <= k <= len(x):
         raise ValueError(f"k-means needs 1 <= k <= n points; got k={k}, n={len(x)}")
+    device = default_device(device)
     if backend == "auto":
-        on_cpu = not str(device).startswith("cuda") and faiss_gpus() == 0
-        backend = "torch" if not faiss_available() else "screened" if on_cpu and fast_bf16_matmul() else "faiss"
+        backend = resolve_kmeans_backend(device)
     if backend == "screened":
         return _kmeans_screened(x, k, niter, seed)
     if backend == "faiss":
@@ -63,9 +72,71 @@ def kmeans_assign(
     raise ValueError(f"k-means backend must be auto, faiss, screened or torch; got {backend!r}")
 
 
+def default_device(device: str | None) -> str:
+    """``device``, or ``cuda`` when torch sees a GPU, else ``cpu``."""
+    if device is not None:
+        return str(device)
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_kmeans_backend(device: str) -> str:
+    """The k-means ``auto`` choice: faiss when it has GPUs; on CUDA ``torch``; on a CPU with
+    native bf16 ``screened``; else faiss; ``torch`` without faiss."""
+    if not faiss_available():
+        return "torch"
+    if faiss_gpus() > 0:
+        return "faiss"
+    if str(device).startswith("cuda"):
+        return "torch"
+    return "screened" if fast_bf16_matmul() else "faiss"
+
+
+class ExactNearestCentroids:
+    """Nearest centroid of fixed points by an fp32 product on ``device`` (TF32 off):
+    argmax_j x.c_j - |c_j|^2 / 2, the lowest j among equals. Blocks of rows keep the score
+    matrix under ``budget_bytes``; ``update`` recomputes everything (a GPU does it in
+    milliseconds at SOP scale)."""
+
+    def __init__(self, points: np.ndarray, device: str, budget_bytes: int = 1 << 30):
+        import torch
+
+        self.points = torch.from_numpy(points).to(device)
+        self.device, self.budget_bytes = device, budget_bytes
+
+    def __call__(self, centroids: np.ndarray) -> np.ndarray:
+        import torch
+
+        cents = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32)).to(self.device)
+        half_norms = 0.5 * (cents * cents).sum(dim=1)
+        block = max(1, self.budget_bytes // (4 * len(cents)))
+        with torch.no_grad(), _full_fp32_matmul():
+            parts = [
+                (self.points[s : s + block] @ cents.T - half_norms).argmax(dim=1)
+                for s in range(0, len(self.points), block)
+            ]
+        return torch.cat(parts).cpu().numpy().astype(np.int64)
+
+    def update(self, assignment: np.ndarray, old_centroids: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+        return self(centroids)
+
+
 def _kmeans_screened(x: np.ndarray, k: int, niter: int, seed: int) -> np.ndarray:
-    """faiss ``Clustering::train`` (random init, no sub-sampling as n <= 256 k here) with a
-    certified bf16 assignment step and a stop at a fixed point (module docstring)."""
+    return _kmeans_faiss_steps(x, k, niter, seed, "screened")
+
+
+def _kmeans_torch(x: np.ndarray, k: int, niter: int, seed: int, device: str) -> np.ndarray:
+    if faiss_available():
+        return _kmeans_faiss_steps(x, k, niter, seed, device)
+    return _kmeans_lloyd(x, k, niter, seed, device)
+
+
+def _kmeans_faiss_steps(x: np.ndarray, k: int, niter: int, seed: int, assign_on: str) -> np.ndarray:
+    """faiss ``Clustering::train`` (random init, no sub-sampling as n <= 256 k here) re-done step
+    for step, with a fixed-point stop; assignments by the certified bf16 screen on the CPU
+    (``assign_on="screened"``) or by :class:`ExactNearestCentroids` on the torch device
+    ``assign_on`` (module docstring)."""
     import faiss
     import torch
 
@@ -73,7 +144,10 @@ def _kmeans_screened(x: np.ndarray, k: int, niter: int, seed: int) -> np.ndarray
     if n > 256 * k:
         return kmeans_assign(x, k, niter, seed, backend="faiss")  # faiss sub-samples: use it as is
     points = torch.from_numpy(x)
-    nearest_centroids = NearestCentroids(points, points.to(torch.bfloat16))
+    if assign_on == "screened":
+        nearest_centroids = NearestCentroids(points, points.to(torch.bfloat16))
+    else:
+        nearest_centroids = ExactNearestCentroids(x, assign_on)
     if n == k:  # faiss: the points are the centroids
         return nearest_centroids(x)
     perm = np.empty(n, dtype=np.int32)
@@ -132,8 +206,8 @@ def _split_empty_clusters(centroids: np.ndarray, counts: np.ndarray, n: int) -> 
     return len(empty)
 
 
-def _kmeans_torch(x: np.ndarray, k: int, niter: int, seed: int, device: str) -> np.ndarray:
-    """Lloyd's algorithm; initial centroids = k distinct random points; empty clusters keep
+def _kmeans_lloyd(x: np.ndarray, k: int, niter: int, seed: int, device: str) -> np.ndarray:
+    """Without faiss: Lloyd's algorithm; initial centroids = k distinct random points; empty clusters keep
     their centroid. Assignment = argmax(x.c - |c|^2 / 2) = nearest centroid in L2."""
     import torch
 
@@ -164,7 +238,7 @@ def clustering_metrics(
     niter: int = 20,
     seed: int = FAISS_KMEANS_SEED,
     backend: str = "auto",
-    device: str = "cpu",
+    device: str | None = None,
 ) -> dict[str, float]:
     """``{"nmi": ..., "ami": ..., "f1": ...}`` of one k-means (k = number of distinct labels)
     on the L2-normalised ``embeddings``, all three from the same assignment; plain floats (NMI

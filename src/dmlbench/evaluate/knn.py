@@ -124,6 +124,23 @@ def _canonical_hits(values: np.ndarray, hits: np.ndarray, k: int) -> tuple[np.nd
     return ordered, boundary_tie
 
 
+def _canonical_hits_sorted(values, hits, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_canonical_hits` of ``torch.topk`` output (values already descending), as numpy:
+    only rows holding equal values need reordering, so only those leave the device whole."""
+    import torch
+
+    ordered = hits[:, :k].cpu().numpy()
+    if values.shape[1] > k:
+        boundary_tie = (values[:, k - 1] == values[:, k]).cpu().numpy()
+    else:
+        boundary_tie = np.zeros(len(ordered), dtype=bool)
+    tied = np.flatnonzero((values[:, 1:] == values[:, :-1]).any(dim=1).cpu().numpy())
+    if len(tied):
+        rows = torch.from_numpy(tied).to(values.device)
+        ordered[tied] = _canonical_hits(values[rows].cpu().numpy(), hits[rows].cpu().numpy(), k)[0]
+    return ordered, boundary_tie
+
+
 def _exact_row(sims: np.ndarray, relevant: np.ndarray, k: int) -> np.ndarray:
     """Pessimistic-tie ranking of one full similarity row (self already set to -inf)."""
     order = np.lexsort((relevant, -sims))
@@ -223,8 +240,8 @@ def _rank_torch(
                 sims[rows, torch.from_numpy(self_index[start:stop]).to(device)] = -torch.inf
             labels = torch.from_numpy(query_labels[start:stop]).to(device)
             values, indices = torch.topk(sims, search_k, dim=1)
-            hits = (ref_labels[indices] == labels[:, None]).cpu().numpy()
-            ordered, ties = _canonical_hits(values.cpu().numpy(), hits, k)
+            hits = ref_labels[indices] == labels[:, None]
+            ordered, ties = _canonical_hits_sorted(values, hits, k)
             for row in np.flatnonzero(ties):
                 relevant = (ref_labels == labels[row]).cpu().numpy()
                 ordered[row] = _exact_row(sims[row].cpu().numpy(), relevant, k)
