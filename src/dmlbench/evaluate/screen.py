@@ -111,9 +111,20 @@ def _norms(x, x16, block: int = 4096):
 
 
 def fast_bf16_matmul() -> bool:
-    """True when this CPU has native bf16 dot products (AVX512-BF16 or AMX tiles)."""
+    """True when this CPU has native bf16 dot products (AVX512-BF16 or AMX tiles).
+
+    ``DMLBENCH_CPU_BF16=1`` / ``0`` in the environment forces the answer (and so the CPU path
+    that ``auto`` takes: ``screened`` / faiss), e.g. for tests run in a subprocess; unset or
+    empty: detect."""
+    import os
+
     import torch
 
+    forced = os.environ.get("DMLBENCH_CPU_BF16", "").strip()
+    if forced:
+        if forced not in ("0", "1"):
+            raise ValueError(f"DMLBENCH_CPU_BF16 must be 0 or 1, got {forced!r}")
+        return forced == "1"
     cpu = torch.cpu
     return any(
         bool(getattr(cpu, name, lambda: False)()) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")

@@ -47,6 +47,7 @@ from dmlbench.train.step import FastPath, ImageSource, TrainStep
 
 EpochCallback = Callable[[int, dict[str, float]], None]
 TEST_FEEDBACK = "test_feedback"
+GPU_FINITE_CHECK_EVERY = 25  # batches between finiteness checks off the CPU (each syncs the device)
 
 
 @dataclass
@@ -106,6 +107,12 @@ def restore_rng_state(state: dict[str, Any], generator: torch.Generator) -> None
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def finite_check_interval(device: torch.device) -> int:
+    """Batches between loss-finiteness checks: every batch on the CPU, every
+    ``GPU_FINITE_CHECK_EVERY`` elsewhere (a check waits for the device)."""
+    return 1 if device.type == "cpu" else GPU_FINITE_CHECK_EVERY
 
 
 def set_warmup(model: EmbeddingModel, warm: bool) -> None:
@@ -223,7 +230,7 @@ def train(
 
     images = ImageSource(train_split.images, device, train_split.sizes)
     targets = torch.from_numpy(train_labels).to(device)
-    check_every = 1 if device.type == "cpu" else 25  # a finiteness check syncs the GPU
+    check_every = finite_check_interval(device)
     stopped_early = bool(history) and history[-1].get("stopped_early", False)
 
     for epoch in range(start_epoch + 1, protocol.epochs + 1):

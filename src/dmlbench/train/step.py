@@ -19,6 +19,11 @@ import torch
 GPU_CACHE_FRACTION = 0.5  # at most this share of the free GPU memory holds the image cache
 
 
+def cuda_amp_dtype() -> torch.dtype:
+    """Autocast dtype on CUDA: bf16 where the GPU supports it (Ampere and later), else float16."""
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
 @dataclass(frozen=True)
 class FastPath:
     """Device settings of a run: all off on CPU."""
@@ -33,8 +38,7 @@ class FastPath:
         if not on:
             return cls(device)
         torch.backends.cudnn.benchmark = True
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return cls(device, amp_dtype=dtype, channels_last=True)
+        return cls(device, amp_dtype=cuda_amp_dtype(), channels_last=True)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.amp_dtype is None:
@@ -49,6 +53,34 @@ class FastPath:
         return inputs.contiguous(memory_format=torch.channels_last) if self.channels_last else inputs
 
 
+def cache_fits(nbytes: int, free_bytes: int) -> bool:
+    """True when an image cache of ``nbytes`` may live on the GPU (``GPU_CACHE_FRACTION`` of free)."""
+    return nbytes <= GPU_CACHE_FRACTION * free_bytes
+
+
+def free_memory(device: torch.device) -> int:
+    """Free bytes on a CUDA device."""
+    return torch.cuda.mem_get_info(device)[0]
+
+
+def cache_on_device(device: torch.device, nbytes: int) -> bool:
+    """Whether the image cache lives on ``device``: always on the CPU, on CUDA when it fits, else
+    (other devices, or too big) on the host with pinned copies per batch."""
+    if device.type == "cpu":
+        return True
+    return device.type == "cuda" and cache_fits(nbytes, free_memory(device))
+
+
+def host_rows(images: np.ndarray, index: np.ndarray) -> torch.Tensor:
+    """``images[index]`` in the order asked (duplicates kept), read in ascending order (memory maps)."""
+    return torch.from_numpy(images[np.sort(index)][np.argsort(np.argsort(index))])
+
+
+def pinned_copy(rows: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``rows`` copied to ``device`` through pinned host memory (asynchronously)."""
+    return rows.pin_memory().to(device, non_blocking=True)
+
+
 @dataclass
 class ImageSource:
     """The training images (uint8 N x H x W x 3), on the device when they fit, else on the host,
@@ -60,12 +92,8 @@ class ImageSource:
     on_device: torch.Tensor | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        if self.device.type == "cpu":
-            self.on_device = torch.from_numpy(np.ascontiguousarray(self.images))
-        elif self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            if self.images.nbytes <= GPU_CACHE_FRACTION * free:
-                self.on_device = torch.from_numpy(np.ascontiguousarray(self.images)).to(self.device)
+        if cache_on_device(self.device, self.images.nbytes):
+            self.on_device = torch.from_numpy(np.ascontiguousarray(self.images)).to(self.device)
 
     @property
     def placement(self) -> str:
@@ -79,8 +107,7 @@ class ImageSource:
     def batch(self, index: np.ndarray) -> torch.Tensor:
         if self.on_device is not None:
             return self.on_device[torch.from_numpy(index).to(self.on_device.device)]
-        gathered = torch.from_numpy(self.images[np.sort(index)][np.argsort(np.argsort(index))])
-        return gathered.pin_memory().to(self.device, non_blocking=True)
+        return pinned_copy(host_rows(self.images, index), self.device)
 
 
 class TrainStep:
