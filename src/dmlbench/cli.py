@@ -45,5 +45,5 @@ def main(parser: argparse.ArgumentParser, stage: Callable[[Params, argparse.Name
         params = load_params(args.params)
         stage(params, args)
     except DmlbenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print("\n".join(f"error: {line}" for line in str(exc).splitlines()), file=sys.stderr)
         sys.exit(2)

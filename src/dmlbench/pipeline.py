@@ -12,6 +12,10 @@ models gain nothing from more threads and oversubscription slows everything. GPU
 ``--gpus 0,1,2,3`` runs one worker per GPU with ``CUDA_VISIBLE_DEVICES`` set per worker.
 Each stage's output goes to ``artifacts/logs/<stage>.log``; a failing stage's tail is
 printed and no new stage is started.
+
+Before any stage: ``params.yaml`` is validated and, when the protocol is pretrained, every
+pinned weights file the grid needs must be here or downloadable
+(:func:`dmlbench.models.weights.require_weights`); else nothing runs.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 
 from dmlbench.config import load_params
 from dmlbench.errors import DmlbenchError
+from dmlbench.models.weights import require_weights
 
 LOG_DIR = Path("artifacts/logs")
 
@@ -145,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         params = load_params(args.params)  # bad input fails here, in one line, before any stage runs
+        require_weights(params)  # so do missing pretrained weights: one line per file
     except DmlbenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print("\n".join(f"error: {line}" for line in str(exc).splitlines()), file=sys.stderr)
         return 2
     gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
     jobs = args.jobs or len(gpus) or os.cpu_count() or 1

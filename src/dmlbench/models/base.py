@@ -8,6 +8,7 @@ A trunk maps a normalised image batch ``N x 3 x H x W`` to a feature map ``N x C
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -16,8 +17,28 @@ from torch import nn
 from dmlbench.config import StrictModel
 
 
+@dataclass(frozen=True)
+class WeightsFile:
+    """A pretrained weights file a backbone loads when the protocol has ``pretrained: true``.
+
+    ``path``: where it is looked for (``weights_path``, else the download cache); ``url``: where
+    it is downloaded from (None: never downloaded); ``sha256``: pinned digest or prefix (None:
+    not pinned); ``local_only``: ``weights_path`` is set, so a missing file is not downloaded.
+    """
+
+    backbone: str
+    path: Path
+    url: str | None = None
+    sha256: str | None = None
+    local_only: bool = False
+
+
 class BackboneParams(StrictModel):
     """Parameters every backbone accepts (none so far); modules subclass this."""
+
+    def weights_files(self, backbone: str) -> list[WeightsFile]:
+        """The pretrained weights files ``backbone`` loads (none: it has no pretrained weights)."""
+        return []
 
 
 @dataclass(frozen=True)

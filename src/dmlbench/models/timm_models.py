@@ -12,6 +12,7 @@ timm's own (Hugging Face Hub), or a local file given as ``weights_path`` (.pth o
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,7 +20,7 @@ from pydantic import Field, create_model
 from torch import nn
 
 from dmlbench.errors import ConfigError
-from dmlbench.models.base import BackboneParams, BackboneSpec, InputNorm, Trunk
+from dmlbench.models.base import BackboneParams, BackboneSpec, InputNorm, Trunk, WeightsFile
 from dmlbench.models.weights import WeightsError
 
 PREFIX = "timm_"
@@ -29,6 +30,12 @@ class TimmParams(BackboneParams):
     model_name: str = Field(min_length=1)
     weights_path: str | None = None
     model_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    def weights_files(self, backbone: str) -> list[WeightsFile]:
+        """``weights_path`` when set (timm's own Hub weights are not pinned: timm fetches them)."""
+        if not self.weights_path:
+            return []
+        return [WeightsFile(backbone, Path(self.weights_path).expanduser(), local_only=True)]
 
 
 class TimmTrunk(nn.Module):

@@ -1,4 +1,4 @@
-"""Pretrained weights: a pinned URL and sha256, a local-path override, clear errors.
+"""Pretrained weights: a pinned URL and sha256, a local-path override, a pre-flight check, clear errors.
 
 ``resolve_weights`` returns a verified local file: ``weights_path`` if set, else the file in
 torch's hub cache (``$TORCH_HOME/hub/checkpoints/<file name>``, where torchvision keeps its
@@ -6,19 +6,29 @@ weights too), downloading it there first if needed. Downloads go to a temporary 
 moved into place only when the sha256 matches (``torch.hub.download_url_to_file``), so a
 failed or wrong download leaves nothing that looks valid. Every failure says which file to put
 where (or which param to set), in one line.
+
+``missing_weights`` / ``require_weights`` are the pre-flight check ``python -m
+dmlbench.pipeline`` runs before any stage: every weights file the grid needs (each backbone's
+:meth:`~dmlbench.models.base.BackboneParams.weights_files`, when the protocol has ``pretrained:
+true``) must be here with its pinned checksum, or its URL must answer an HTTP ``HEAD`` request.
 """
 
 from __future__ import annotations
 
 import hashlib
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from pydantic import Field
 
+from dmlbench.config import Params
 from dmlbench.errors import DmlbenchError
-from dmlbench.models.base import BackboneParams
+from dmlbench.models.base import BackboneParams, WeightsFile
+
+HEAD_TIMEOUT = 10.0  # s, per URL of the pre-flight reachability check
 
 
 class WeightsError(DmlbenchError):
@@ -34,6 +44,13 @@ class WeightsParams(BackboneParams):
     weights_url: str = Field(min_length=1)
     weights_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{8,64}$")
     weights_path: str | None = None  # a local copy of the file: used instead of downloading
+
+    def weights_files(self, backbone: str) -> list[WeightsFile]:
+        if self.weights_path:
+            path, local = Path(self.weights_path).expanduser(), True
+        else:
+            path, local = hub_checkpoint_path(self.weights_url), False
+        return [WeightsFile(backbone, path, self.weights_url, self.weights_sha256, local_only=local)]
 
 
 def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
@@ -51,56 +68,125 @@ def hub_checkpoint_path(url: str) -> Path:
     return Path(torch.hub.get_dir()) / "checkpoints" / Path(urlparse(url).path).name
 
 
-def _how_to_fix(backbone: str, params: WeightsParams, cached: Path) -> str:
-    sha = f" (sha256 {params.weights_sha256})" if params.weights_sha256 else ""
+def _how_to_fix(file: WeightsFile) -> str:
+    if file.url is None:  # a local file only (e.g. a timm model's weights_path)
+        return f"put the file at {file.path} (or set the protocol's pretrained: false)"
+    cached = hub_checkpoint_path(file.url)
+    sha = f" (sha256 {file.sha256})" if file.sha256 else ""
     return (
-        f"download {params.weights_url}{sha} and put it at {cached} or set backbones.{backbone}.weights_path "
+        f"download {file.url}{sha} and put it at {cached} or set backbones.{file.backbone}.weights_path "
         f"to it (or set the protocol's pretrained: false)"
     )
 
 
-def _verify(backbone: str, params: WeightsParams, path: Path, cached: Path) -> None:
-    if params.weights_sha256 is None:
-        return
+def _mismatch(file: WeightsFile, path: Path) -> str | None:
+    """Why ``path`` is not the pinned file (its sha256 differs), or None when it is (or nothing is pinned)."""
+    if file.sha256 is None:
+        return None
     actual = sha256_file(path)
-    if not actual.startswith(params.weights_sha256):
-        raise WeightsError(
-            f"backbones.{backbone}: {path} has sha256 {actual}, expected {params.weights_sha256}...; "
-            + _how_to_fix(backbone, params, cached)
-        )
+    if actual.startswith(file.sha256):
+        return None
+    return (
+        f"backbones.{file.backbone}: {path} has sha256 {actual}, expected {file.sha256}...; " + _how_to_fix(file)
+    )
+
+
+def _not_there(file: WeightsFile) -> str:
+    return f"backbones.{file.backbone}.weights_path: {file.path} does not exist; " + _how_to_fix(file)
 
 
 def resolve_weights(backbone: str, params: WeightsParams) -> Path:
     """A local, checksum-verified copy of the backbone's weights file (downloaded if needed)."""
     import torch
 
-    cached = hub_checkpoint_path(params.weights_url)
-    if params.weights_path:
-        path = Path(params.weights_path).expanduser()
-        if not path.is_file():
-            raise WeightsError(
-                f"backbones.{backbone}.weights_path: {path} does not exist; " + _how_to_fix(backbone, params, cached)
-            )
-        _verify(backbone, params, path, cached)
-        return path
-    if cached.is_file():
-        _verify(backbone, params, cached, cached)
-        return cached
-    cached.parent.mkdir(parents=True, exist_ok=True)
+    (file,) = params.weights_files(backbone)
+    if file.path.is_file():
+        problem = _mismatch(file, file.path)
+        if problem:
+            raise WeightsError(problem)
+        return file.path
+    if file.local_only:
+        raise WeightsError(_not_there(file))
+    file.path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        torch.hub.download_url_to_file(params.weights_url, str(cached), hash_prefix=params.weights_sha256)
+        torch.hub.download_url_to_file(params.weights_url, str(file.path), hash_prefix=params.weights_sha256)
     except RuntimeError as exc:  # torch.hub's hash check: the temporary file was removed
         raise WeightsError(
             f"backbones.{backbone}: {params.weights_url} did not match sha256 {params.weights_sha256} ({exc}); "
-            + _how_to_fix(backbone, params, cached)
+            + _how_to_fix(file)
         ) from None
     except OSError as exc:  # URLError, HTTPError, connection refused, DNS failure
         reason = getattr(exc, "reason", None) or exc
         raise WeightsError(
-            f"backbones.{backbone}: cannot download {params.weights_url} ({reason}); "
-            + _how_to_fix(backbone, params, cached)
+            f"backbones.{backbone}: cannot download {params.weights_url} ({reason}); " + _how_to_fix(file)
         ) from None
-    return cached
+    return file.path
+
+
+class _KeepHeadOnRedirect(urllib.request.HTTPRedirectHandler):
+    """urllib turns a redirected HEAD into a GET (Python 3.11); keep it a HEAD request."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None:
+            new.method = req.get_method()
+        return new
+
+
+def url_unreachable(url: str, timeout: float = HEAD_TIMEOUT) -> str | None:
+    """Why ``url`` cannot be downloaded now (an HTTP ``HEAD`` request, ``timeout`` s), or None when it answers 2xx."""
+    opener = urllib.request.build_opener(_KeepHeadOnRedirect)
+    try:
+        with opener.open(urllib.request.Request(url, method="HEAD"), timeout=timeout) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code} {exc.reason}"
+    except (OSError, ValueError) as exc:  # URLError (refused, DNS), timeout, malformed URL
+        return str(getattr(exc, "reason", None) or exc)
+    return None if 200 <= status < 300 else f"HTTP {status}"
+
+
+def _check(file: WeightsFile, timeout: float) -> str | None:
+    """What is wrong with one weights file (one line), or None when it is here or downloadable."""
+    if file.path.is_file():
+        return _mismatch(file, file.path)
+    if file.local_only or file.url is None:
+        return _not_there(file)
+    reason = url_unreachable(file.url, timeout)
+    if reason is None:
+        return None
+    name = Path(urlparse(file.url).path).name
+    return (
+        f"backbones.{file.backbone}: {name} is not at {file.path} and {file.url} cannot be reached ({reason}); "
+        + _how_to_fix(file)
+    )
+
+
+def missing_weights(params: Params, timeout: float = HEAD_TIMEOUT) -> list[str]:
+    """One line per pretrained weights file the grid needs that is neither here (with its pinned
+    sha256) nor downloadable now; empty when the protocol is not pretrained (no file, no network)."""
+    if not params.protocol.pretrained:
+        return []
+    problems: list[str] = []
+    seen: set[Path] = set()
+    for backbone, backbone_params in params.backbones.items():
+        for file in backbone_params.weights_files(backbone):
+            if file.path not in seen:
+                seen.add(file.path)
+                problem = _check(file, timeout)
+                if problem:
+                    problems.append(problem)
+    return problems
+
+
+def require_weights(params: Params, timeout: float = HEAD_TIMEOUT) -> None:
+    """Raise :class:`WeightsError` listing every missing weights file (one line each), before any work."""
+    problems = missing_weights(params, timeout)
+    if problems:
+        raise WeightsError(
+            f"protocol {params.protocol_name!r} (pretrained: true) needs {len(problems)} pretrained weights "
+            "file(s) that are neither here nor downloadable:\n" + "\n".join(problems)
+        )
 
 
 def load_state_dict(backbone: str, path: Path) -> dict[str, Any]:

@@ -1,0 +1,199 @@
+"""Pre-flight: before any stage runs, every pretrained weights file the grid needs is here (with
+its pinned sha256) or downloadable (HTTP HEAD against a local server here), else the pipeline
+stops and lists each missing file and where to put it."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import hashlib
+import http.server
+import socket
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from dmlbench import pipeline
+from dmlbench.config import parse_params
+from dmlbench.models.weights import WeightsError, missing_weights, require_weights
+
+RESNET_FILE = "resnet50-0676ba61.pth"
+
+
+@pytest.fixture
+def hub_dir(tmp_path, monkeypatch) -> Path:
+    """An empty torch hub cache, so no test sees (or writes) the user's real one."""
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
+    return tmp_path / "hub"
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A local HTTP server over ``tmp_path/www``; ``/moved/<name>`` redirects (302) to ``/<name>``.
+    Yields (root, url, requests) with ``requests`` the (method, path) of every request."""
+    root = tmp_path / "www"
+    root.mkdir()
+    requests: list[tuple[str, str]] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def log_message(self, *args):
+            pass
+
+        def send_head(self):
+            requests.append((self.command, self.path))
+            if self.path.startswith("/moved/"):
+                self.send_response(302)
+                self.send_header("Location", self.path[len("/moved") :])
+                self.end_headers()
+                return None
+            return super().send_head()
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{httpd.server_address[1]}", requests
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a connection fails the test."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the pre-flight check used the network")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(urllib.request.OpenerDirector, "open", refuse)
+
+
+def _raw(default_raw_params: dict, backbones: dict, pretrained: bool = True) -> dict:
+    """params.yaml with the demo protocol made pretrained and ``backbones`` as the grid's."""
+    raw = copy.deepcopy(default_raw_params)
+    raw["backbones"] = backbones
+    raw["protocols"][raw["protocol"]]["pretrained"] = pretrained
+    return raw
+
+
+def _closed_port_url(name: str) -> str:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/{name}"
+
+
+def test_demo_grid_passes_without_network(default_raw_params, hub_dir, no_network):
+    params = parse_params(default_raw_params)
+    assert not params.protocol.pretrained
+    assert missing_weights(params) == []
+    require_weights(params)
+    assert not hub_dir.exists()
+
+
+def test_downloadable_file_passes_with_head_requests_only(default_raw_params, hub_dir, server):
+    root, url, requests = server
+    (root / RESNET_FILE).write_bytes(b"weights")
+    for path in (f"/{RESNET_FILE}", f"/moved/{RESNET_FILE}"):  # also through a redirect
+        params = parse_params(_raw(default_raw_params, {"resnet50": {"weights_url": url + path}}))
+        assert missing_weights(params) == []
+    assert requests == [("HEAD", f"/{RESNET_FILE}"), ("HEAD", f"/moved/{RESNET_FILE}"), ("HEAD", f"/{RESNET_FILE}")]
+    assert not (hub_dir / "checkpoints" / RESNET_FILE).exists()  # checked, not downloaded
+
+
+def test_every_missing_file_is_listed_with_its_checksum_and_where_to_put_it(default_raw_params, hub_dir, server):
+    _, url, _ = server
+    backbones = {
+        "resnet50": {"weights_url": f"{url}/{RESNET_FILE}"},  # HTTP 404
+        "googlenet": {"weights_url": _closed_port_url("googlenet-1378be20.pth")},  # connection refused
+        "bn_inception": {},  # the real URL, but a copy elsewhere is named and absent
+    }
+    backbones["bn_inception"]["weights_path"] = str(hub_dir.parent / "nowhere" / "bn.pth")
+    params = parse_params(_raw(default_raw_params, backbones))
+    with pytest.raises(WeightsError) as error:
+        require_weights(params)
+    header, *lines = str(error.value).splitlines()
+    assert "protocol 'demo' (pretrained: true) needs 3 pretrained weights file(s)" in header
+    assert len(lines) == 3
+    resnet, googlenet, bn = lines
+    cached = hub_dir / "checkpoints"
+    assert resnet.startswith(f"backbones.resnet50: {RESNET_FILE} is not at {cached / RESNET_FILE}")
+    assert "HTTP 404" in resnet and "(sha256 0676ba61)" in resnet
+    assert f"put it at {cached / RESNET_FILE} or set backbones.resnet50.weights_path" in resnet
+    assert googlenet.startswith("backbones.googlenet: googlenet-1378be20.pth is not at")
+    assert "(sha256 1378be20)" in googlenet and "backbones.googlenet.weights_path" in googlenet
+    assert bn.startswith(f"backbones.bn_inception.weights_path: {hub_dir.parent / 'nowhere' / 'bn.pth'} does not exist")
+    assert "52deb473314542a5c2f87e9e6f26f4ca42fe863d15f986414dbae8c2dfdd2353" in bn
+    assert "http://data.lip6.fr/cadene/pretrainedmodels/bn_inception-52deb4733.pth" in bn
+
+
+def test_a_present_file_is_checked_against_its_pinned_sha256_offline(default_raw_params, hub_dir, no_network):
+    data = b"pretend ImageNet weights"
+    digest = hashlib.sha256(data).hexdigest()
+    name = f"resnet50-{digest[:8]}.pth"
+    (hub_dir / "checkpoints").mkdir(parents=True)
+    (hub_dir / "checkpoints" / name).write_bytes(data)
+    good = {"weights_url": f"https://example.invalid/{name}", "weights_sha256": digest[:8]}
+    assert missing_weights(parse_params(_raw(default_raw_params, {"resnet50": good}))) == []
+
+    bad = {**good, "weights_sha256": "0" * 64}
+    (problem,) = missing_weights(parse_params(_raw(default_raw_params, {"resnet50": bad})))
+    assert problem.startswith(f"backbones.resnet50: {hub_dir / 'checkpoints' / name} has sha256 {digest}, expected 0")
+
+    local = hub_dir / "copy.pth"
+    local.write_bytes(data)
+    by_path = {"weights_path": str(local), "weights_sha256": digest}
+    assert missing_weights(parse_params(_raw(default_raw_params, {"resnet50": by_path}))) == []
+
+
+def test_not_pretrained_needs_no_weights_and_timm_weights_path_is_checked(default_raw_params, hub_dir, no_network):
+    backbones = {"resnet50": {}, "timm_resnet18": {"weights_path": str(hub_dir / "r18.safetensors")}}
+    assert missing_weights(parse_params(_raw(default_raw_params, backbones, pretrained=False))) == []
+    only_timm = {"timm_resnet18": backbones["timm_resnet18"]}
+    (problem,) = missing_weights(parse_params(_raw(default_raw_params, only_timm)))
+    assert problem.startswith(f"backbones.timm_resnet18.weights_path: {hub_dir / 'r18.safetensors'} does not exist")
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_pipeline_stops_before_dvc_runs_anything(
+    default_raw_params, hub_dir, server, tmp_path, monkeypatch, capsys, jobs
+):
+    _, url, _ = server
+    raw = _raw(default_raw_params, {"resnet50": {"weights_url": f"{url}/{RESNET_FILE}"}})
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+
+    def no_dvc(*args, **kwargs):
+        raise AssertionError("a DVC stage or plan started before the pre-flight check failed")
+
+    monkeypatch.setattr(pipeline, "make_plan", no_dvc)
+    monkeypatch.setattr(pipeline.subprocess, "run", no_dvc)
+    assert pipeline.main(["--params", str(tmp_path / "params.yaml"), "--jobs", jobs]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("error: protocol 'demo' (pretrained: true) needs 1 pretrained weights file(s)")
+    cached = hub_dir / "checkpoints" / RESNET_FILE
+    assert err[1].startswith(f"error: backbones.resnet50: {RESNET_FILE} is not at {cached}")
+
+
+def test_the_validate_stage_stops_plain_dvc_repro_before_download(default_raw_params, tmp_path):
+    # `dvc repro` without the pipeline: the first stage (validate; download depends on it) fails
+    raw = _raw(default_raw_params, {"resnet50": {"weights_url": _closed_port_url(RESNET_FILE)}})
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    marker = tmp_path / "params.validated"
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, TORCH_HOME=str(tmp_path / "torch"), PYTHONPATH=str(root / "src"))
+    result = subprocess.run(
+        [sys.executable, "stages/validate.py", "--params", str(tmp_path / "params.yaml"), "--out", str(marker)],
+        cwd=root, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 2 and not marker.exists()
+    err = result.stderr.splitlines()
+    assert err[0].startswith("error: protocol 'demo' (pretrained: true) needs 1 pretrained weights file(s)")
+    assert err[1].startswith(f"error: backbones.resnet50: {RESNET_FILE} is not at {tmp_path / 'torch' / 'hub'}")
