@@ -15,9 +15,13 @@ same file layout under ``artifacts/embeddings/<ds>/<bb>/pretrained/``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
-from typing import Any
+import os
+import sys
+import warnings
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -31,6 +35,88 @@ EMBEDDINGS = "embeddings.npz"
 META = "meta.json"
 EMBED_SPLITS = ("test", "val", "query", "gallery")
 PRETRAINED_INIT_SEED = 0  # random initialisation of trunks without pretrained weights
+
+# glibc <malloc.h> mallopt() parameters and their defaults (man 3 mallopt:
+# https://man7.org/linux/man-pages/man3/mallopt.3.html)
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+DEFAULT_TRIM_THRESHOLD, DEFAULT_MMAP_MAX = 128 * 1024, 65536
+
+
+@contextlib.contextmanager
+def heap_kept() -> Iterator[str]:
+    """Inside: glibc serves large blocks from the heap and keeps freed memory for reuse.
+
+    A CNN forward pass allocates activations far above glibc's mmap threshold (32 MiB at
+    most): by default each is a fresh ``mmap``, page-faulted on first touch and unmapped when
+    freed, so a CPU embed spends about as much system time as compute (benchmarks/embed_memory.py).
+    ``mallopt(M_MMAP_MAX, 0)`` + ``mallopt(M_TRIM_THRESHOLD, -1)`` reuse the pages instead;
+    the defaults are restored and free memory returned (``malloc_trim``) on exit. Yields what
+    was done; a no-op outside Linux glibc.
+    """
+    libc = None
+    if sys.platform.startswith("linux") and "glibc" in _confstr("CS_GNU_LIBC_VERSION"):
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    if libc is None or not (libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, -1)):
+        yield "unchanged (not Linux glibc, or mallopt refused)"
+        return
+    try:
+        yield "glibc mallopt: M_MMAP_MAX 0, M_TRIM_THRESHOLD -1"
+    finally:
+        libc.mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX)
+        libc.mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD)
+        libc.malloc_trim(0)
+
+
+def _confstr(name: str) -> str:
+    try:
+        return os.confstr(name) or ""
+    except (ValueError, OSError):  # name unknown on this platform
+        return ""
+
+
+class _InputBatches:
+    """uint8 image batches on ``device``, without a fresh host buffer per batch.
+
+    CPU: a C-contiguous slice (an in-memory array or a memmap of the prepared cache) is used
+    as it is (``torch.from_numpy``, no copy); anything else is copied into one reused staging
+    buffer. CUDA: every batch goes through one pinned staging buffer into one device buffer
+    (``non_blocking`` copy; the blocking copy of the previous batch's result back to the host
+    has finished that copy before the staging buffer is written again). PyTorch notes on pinned
+    memory: https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers
+    """
+
+    def __init__(self, images: np.ndarray, batch_size: int, device: torch.device):
+        self.device = device
+        self.shape = (min(batch_size, len(images)), *images.shape[1:])
+        self.dtype = images.dtype
+        self.host: torch.Tensor | None = None  # staging buffer, allocated on first need
+        self.on_device: torch.Tensor | None = None
+
+    def _stage(self, chunk: np.ndarray, pinned: bool) -> torch.Tensor:
+        if self.host is None:
+            dtype = torch.from_numpy(np.empty(0, self.dtype)).dtype  # torch's dtype of the images' dtype
+            self.host = torch.empty(self.shape, dtype=dtype, pin_memory=pinned)
+        np.copyto(self.host.numpy()[: len(chunk)], chunk)
+        return self.host[: len(chunk)]
+
+    def get(self, images: np.ndarray, start: int, stop: int) -> torch.Tensor:
+        chunk = images[start:stop]
+        if self.device.type == "cpu":
+            if isinstance(chunk, np.ndarray) and chunk.flags.c_contiguous:
+                with warnings.catch_warnings():  # a read-only memmap: the view is only read
+                    warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+                    return torch.from_numpy(np.asarray(chunk))  # a view: no copy
+            return self._stage(chunk, pinned=False)
+        if self.device.type != "cuda":
+            return torch.from_numpy(np.ascontiguousarray(chunk)).to(self.device)
+        host = self._stage(chunk, pinned=True)
+        if self.on_device is None:
+            self.on_device = torch.empty(self.shape, dtype=host.dtype, device=self.device)
+        return self.on_device[: len(chunk)].copy_(host, non_blocking=True)
 
 
 @torch.no_grad()
@@ -49,30 +135,36 @@ def compute_embeddings(
 
     ``features=True`` returns the pooled trunk features instead of the head's output.
     ``sizes`` (N x 2 valid height/width, images kept at their aspect ratio) is passed on to
-    the eval transform when given.
+    the eval transform when given. The output array is allocated once and each batch's result
+    is written into its rows (no per-batch output arrays, no final concatenation).
     """
+    count = len(images)
+    if count == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    batches = _InputBatches(images, batch_size, torch.device(device))
     was_training = model.training
     model.eval()
-    outputs = []
-    starts = range(0, len(images), batch_size)
+    result: np.ndarray | None = None
+    starts = range(0, count, batch_size)
     if progress:
         from tqdm import tqdm
 
         starts = tqdm(starts, desc="embedding", unit="batch", leave=False)
     try:
         for start in starts:
-            batch = torch.from_numpy(np.ascontiguousarray(images[start : start + batch_size])).to(device)
+            stop = min(start + batch_size, count)
+            batch = batches.get(images, start, stop)
             if sizes is None:
                 inputs = eval_transform(batch, eval_resize, crop_size)
             else:
-                inputs = eval_transform(batch, eval_resize, crop_size, sizes=sizes[start : start + batch_size])
+                inputs = eval_transform(batch, eval_resize, crop_size, sizes=sizes[start:stop])
             out = model.features(inputs) if features else model(inputs)
-            outputs.append(out.float().cpu().numpy())
+            if result is None:
+                result = np.empty((count, *out.shape[1:]), dtype=np.float32)
+            torch.from_numpy(result[start:stop]).copy_(out)  # to float32 on the host, in place
     finally:
         model.train(was_training)
-    if not outputs:
-        return np.zeros((0, 0), dtype=np.float32)
-    return np.concatenate(outputs).astype(np.float32)
+    return result
 
 
 def _default_device(device: torch.device | str | None) -> torch.device:
@@ -109,7 +201,7 @@ def embed_splits(
     fold: int | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Unit-norm embeddings and labels of every non-empty evaluation split of ``dataset``
-    (``fold``: the validation split is that fold's validation classes)."""
+    (``fold``: the validation split is that fold's validation classes); runs in :func:`heap_kept`."""
     from dmlbench.data.cache import PreparedDataset
     from dmlbench.evaluate.knn import normalize_rows
 
@@ -121,17 +213,18 @@ def embed_splits(
         split = data.split(name, fold=fold if name == "val" else None)
         if len(split) == 0:
             continue
-        embeddings = compute_embeddings(
-            model,
-            split.images,
-            augment.eval_resize,
-            augment.crop_size,
-            params.protocol.eval_batch_size,
-            device,
-            features=features,
-            sizes=getattr(split, "sizes", None),
-            progress=True,
-        )
+        with heap_kept():
+            embeddings = compute_embeddings(
+                model,
+                split.images,
+                augment.eval_resize,
+                augment.crop_size,
+                params.protocol.eval_batch_size,
+                device,
+                features=features,
+                sizes=getattr(split, "sizes", None),
+                progress=True,
+            )
         arrays[f"{name}_embeddings"] = normalize_rows(embeddings)
         arrays[f"{name}_labels"] = split.labels
         counts[name] = len(split)
