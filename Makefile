@@ -2,6 +2,9 @@
 #   make repro   run the DVC pipeline on params.yaml (the offline demo by default)
 #   make test    run the test suite
 #   make ui      MLflow UI on http://127.0.0.1:$(PORT) over the project's tracking store
+#   make gpu-check   the GPU path checked and measured (CUDA tests, throughput, eval speed, a
+#                real-size run) with the Python that already holds a CUDA torch: no venv
+#                (GPU_PYTHON=python3 by default); table + reports/gpu_check.json
 # make repro runs independent stages in parallel (JOBS=n, default: CPU cores; JOBS=1 is a
 # plain sequential `dvc repro`). On a GPU box: make repro EXTRAS=gpu,test GPUS=0,1,2,3
 
@@ -18,9 +21,11 @@ export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow.db
 export MLFLOW_DISABLE_TELEMETRY := true
 export MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT := true
 export DVC_NO_ANALYTICS := 1
+ORIGINAL_PATH := $(PATH)
+GPU_PYTHON ?= python3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup repro test ui status clean-venv
+.PHONY: setup repro test ui status clean-venv gpu-check
 
 setup: $(STAMP)
 
@@ -39,6 +44,9 @@ test: $(STAMP)
 
 ui: $(STAMP)
 	mlflow ui --backend-store-uri "$(MLFLOW_TRACKING_URI)" --host 127.0.0.1 --port $(PORT)
+
+gpu-check:
+	PATH="$(ORIGINAL_PATH)" PYTHONPATH="$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PYTHON) -m dmlbench.gpu_check $(ARGS)
 
 status: $(STAMP)
 	dvc status

@@ -18,6 +18,20 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` need a CUDA GPU: skipped, with the reason, where torch sees none."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (make gpu-check runs these on one)")
+    for item in gpu_items:
+        item.add_marker(skip)
+
+
 def run_checked(args: list[str], cwd: Path, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
     """Run a command; with ``check``, fail the test with the tail of its output when it fails."""
     result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)

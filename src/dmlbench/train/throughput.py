@@ -1,0 +1,193 @@
+"""Training throughput: images/s of the full training step next to the model alone, and the
+model FLOP utilisation.
+
+* ``full step``: what the training loop does per batch: gather a batch from the uint8 image
+  cache (on the device when it fits), batched RandomResizedCrop + flip there, forward (bf16
+  autocast and channels_last on CUDA), miner + loss, backward, optimiser steps;
+* ``model only``: the same step on a synthetic batch already on the device at the crop size
+  (no sampling, no augmentation). ``full / model only`` shows whether data handling limits
+  training (target on a GPU: >= 0.6).
+
+Model FLOP utilisation (MFU) = images/s x training FLOPs per image / peak FLOP/s, with the
+training FLOPs = 3 x the forward FLOPs (backward ~ 2 x forward: Kaplan et al. 2020, sec. 2.1)
+counted by ``torch.utils.flop_counter.FlopCounterMode`` (convolutions and matrix products; one
+multiply-add = 2 FLOPs) and the peak = a measured dense matrix product on the same device in the
+training dtype (:func:`matmul_peak_flops`: bf16 on a GPU), so MFU is relative to what the device
+reaches in practice, not to its datasheet.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from dmlbench.data.augment import train_transform
+from dmlbench.losses import LOSSES
+from dmlbench.models import BACKBONES, build_model
+from dmlbench.train.sampling import epoch_batches
+from dmlbench.train.step import FastPath, ImageSource, TrainStep
+
+
+@dataclass(frozen=True)
+class ThroughputSetting:
+    """One measured configuration (a protocol's model, crop and batch)."""
+
+    name: str
+    backbone: str
+    crop: int
+    batch: int
+    per_class: int
+    dim: int
+    image_size: int = 256
+    crop_scale: tuple[float, float] = (0.08, 1.0)
+    loss: str = "multi_similarity"
+    frozen_bn: bool = True
+
+
+@dataclass(frozen=True)
+class Throughput:
+    setting: ThroughputSetting
+    device: str
+    placement: str
+    full_images_per_s: float
+    model_only_images_per_s: float
+    train_flops_per_image: float
+    peak_flops: float | None
+    peak_memory_mib: float | None
+
+    @property
+    def ratio(self) -> float:
+        """Full step rate / model-only rate."""
+        return self.full_images_per_s / self.model_only_images_per_s
+
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOP utilisation of the full step (None without a measured peak)."""
+        if not self.peak_flops:
+            return None
+        return self.full_images_per_s * self.train_flops_per_image / self.peak_flops
+
+    def as_dict(self) -> dict:
+        return {
+            **asdict(self),
+            "setting": asdict(self.setting),
+            "ratio": self.ratio,
+            "mfu": self.mfu,
+        }
+
+
+def forward_flops_per_image(model: torch.nn.Module, crop: int, device: torch.device) -> float:
+    """FLOPs of one forward pass of one ``crop`` x ``crop`` image (multiply-add = 2)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    was_training = model.training
+    model.eval()
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(torch.rand(2, 3, crop, crop, device=device))
+    model.train(was_training)
+    return counter.get_total_flops() / 2
+
+
+def matmul_peak_flops(device: torch.device, size: int | None = None, repeats: int = 10) -> float:
+    """Measured dense matrix-product FLOP/s on ``device`` in the dtype training computes in
+    there (bf16 on a GPU: 8192^3 products; fp32 on a CPU: 1024^3), after warm-up."""
+    size = size or (8192 if device.type == "cuda" else 1024)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    _synchronize(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    _synchronize(device)
+    return 2 * size**3 * repeats / (time.perf_counter() - start)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(step: Callable[[], torch.Tensor], steps: int, warmup: int, device: torch.device) -> float:
+    """Seconds for ``steps`` calls after ``warmup`` calls (the device drained at both ends)."""
+    for _ in range(warmup):
+        step()
+    _synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    float(loss)  # waits for the device
+    return time.perf_counter() - start
+
+
+def measure_throughput(
+    setting: ThroughputSetting,
+    device: torch.device,
+    steps: int = 30,
+    warmup: int = 5,
+    images: int = 2000,
+    classes: int = 100,
+    fast_path: bool | None = None,
+    peak_flops: float | None = None,
+) -> Throughput:
+    """Images/s of the full step and of the model alone for ``setting`` (random-init weights,
+    random uint8 images of ``setting.image_size`` px; ``images`` x ``classes`` cache)."""
+    if setting.batch % setting.per_class:
+        raise ValueError(f"batch {setting.batch} is not a multiple of {setting.per_class} images per class")
+    fast = FastPath.for_device(device, fast_path)
+    torch.manual_seed(0)
+    model = build_model(setting.backbone, BACKBONES[setting.backbone].params(), setting.dim, frozen_bn=setting.frozen_bn)
+    model = fast.prepare_model(model)
+    flops = 3 * forward_flops_per_image(model, setting.crop, device)
+    loss_spec = LOSSES[setting.loss]
+    loss_params = loss_spec.params()
+    loss_fn = loss_spec.build(loss_params, classes, setting.dim).to(device)
+    optimizers = [torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)]
+    if loss_spec.has_parameters:
+        optimizers.append(torch.optim.AdamW(loss_fn.parameters(), lr=1e-3))
+    step = TrainStep(model.train(), loss_fn, loss_spec.miner(loss_params), optimizers, fast)
+
+    rng = np.random.default_rng(0)
+    side = setting.image_size
+    cache = rng.integers(0, 256, (images, side, side, 3), dtype=np.uint8)
+    labels = np.arange(images) % classes
+    np.random.seed(0)
+    batches = epoch_batches(labels, setting.batch, setting.per_class, iterations=steps + warmup)
+    source = ImageSource(cache, device)
+    targets = torch.from_numpy(labels).to(device)
+    generator = torch.Generator().manual_seed(0)
+    counter = iter(range(10**9))
+
+    def full_step() -> torch.Tensor:
+        batch = batches[next(counter) % len(batches)]
+        inputs = train_transform(source.batch(batch), setting.crop, setting.crop_scale, (0.75, 1.3333), True, generator)
+        return step(inputs, targets[torch.from_numpy(batch).to(device)])
+
+    synthetic = torch.rand(setting.batch, 3, setting.crop, setting.crop, device=device)
+    synthetic_labels = torch.arange(setting.batch, device=device) // setting.per_class
+
+    def model_step() -> torch.Tensor:
+        return step(synthetic, synthetic_labels)
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    full = _timed(full_step, steps, warmup, device)
+    model_only = _timed(model_step, steps, warmup, device)
+    peak_memory = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+    return Throughput(
+        setting=setting,
+        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        placement=source.placement,
+        full_images_per_s=steps * setting.batch / full,
+        model_only_images_per_s=steps * setting.batch / model_only,
+        train_flops_per_image=flops,
+        peak_flops=peak_flops,
+        peak_memory_mib=peak_memory,
+    )
