@@ -16,7 +16,6 @@ parser.add_argument("--params", default="params.yaml")
 parser.add_argument("--out", default="artifacts/params.validated")
 
 
-
 def validate(params, args: argparse.Namespace) -> None:
     require_weights(params)  # missing pretrained weights fail here, before download and prepare
     validated_marker(params, args.out)

@@ -111,6 +111,15 @@ def prepared_glyphs(tmp_path_factory, small_params):
 
 
 @pytest.fixture
+def hub_dir(tmp_path, monkeypatch) -> Path:
+    """An empty torch hub cache, so no test sees (or writes) the user's real one."""
+    import torch
+
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
+    return tmp_path / "hub"
+
+
+@pytest.fixture
 def mlflow_store(tmp_path, monkeypatch) -> str:
     """A fresh sqlite tracking store for one test."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

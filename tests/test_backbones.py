@@ -20,13 +20,6 @@ from dmlbench.models.weights import WeightsError, hub_checkpoint_path
 
 
 @pytest.fixture
-def hub_dir(tmp_path, monkeypatch) -> Path:
-    """An empty torch hub cache, so no test sees (or writes) the user's real one."""
-    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
-    return tmp_path / "hub"
-
-
-@pytest.fixture
 def http_root(tmp_path):
     """A local HTTP server on 127.0.0.1 serving ``root``: yields (root, base_url)."""
     root = tmp_path / "www"

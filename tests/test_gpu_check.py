@@ -22,7 +22,11 @@ def test_gpu_check_refuses_in_one_line_without_a_gpu(tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT / "src"))
     out = tmp_path / "gpu_check.json"
     result = subprocess.run(
-        [sys.executable, "-m", "dmlbench.gpu_check", "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "dmlbench.gpu_check", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -41,7 +45,7 @@ def test_make_gpu_check_uses_the_python_that_is_there_not_the_venv():
     dry = subprocess.run(["make", "-n", "gpu-check", "GPU_PYTHON=python3"], cwd=ROOT, capture_output=True, text=True)
     assert dry.returncode == 0, dry.stderr
     command = dry.stdout.strip().splitlines()[-1]
-    assert "python3 -m dmlbench.gpu_check" in command and f"PYTHONPATH=\"{ROOT}/src" in command
+    assert "python3 -m dmlbench.gpu_check" in command and f'PYTHONPATH="{ROOT}/src' in command
     assert ".venv" not in command  # neither the venv's python nor its bin/ first on PATH
     assert "pip install" not in dry.stdout
 

@@ -16,7 +16,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from dmlbench import pipeline
@@ -24,13 +23,6 @@ from dmlbench.config import parse_params
 from dmlbench.models.weights import WeightsError, missing_weights, require_weights
 
 RESNET_FILE = "resnet50-0676ba61.pth"
-
-
-@pytest.fixture
-def hub_dir(tmp_path, monkeypatch) -> Path:
-    """An empty torch hub cache, so no test sees (or writes) the user's real one."""
-    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
-    return tmp_path / "hub"
 
 
 @pytest.fixture

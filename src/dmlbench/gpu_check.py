@@ -188,8 +188,7 @@ def verdicts(report: dict[str, Any]) -> dict[str, bool]:
     phases = {p["phase"]: p for p in report.get("eval_speed", {}).get("phases", [])}
     return {
         "tests": bool(tests) and all(t["outcome"] in ("passed", "skipped") for t in tests),
-        "throughput": bool(report.get("throughput"))
-        and all(r["ratio"] >= RATIO_TARGET for r in report["throughput"]),
+        "throughput": bool(report.get("throughput")) and all(r["ratio"] >= RATIO_TARGET for r in report["throughput"]),
         "eval_speed": "total" in phases and phases["total"]["wall_s"] < EVAL_TARGET_S,
         "real_size": bool(report.get("real_size", {}).get("loss_decreased")),
     }
@@ -202,7 +201,9 @@ def format_table(report: dict[str, Any]) -> str:
     mark = {True: "ok", False: "FAIL"}
     for test in report.get("tests", []):
         status = {"passed": "ok", "skipped": "skip"}.get(test["outcome"], "FAIL")
-        result = f"{test['outcome']} in {test['seconds']:.1f} s" + (f" ({test['detail']})" if test.get("detail") else "")
+        result = f"{test['outcome']} in {test['seconds']:.1f} s" + (
+            f" ({test['detail']})" if test.get("detail") else ""
+        )
         rows.append((f"test {test['name']}", result, "passes", status))
     for r in report.get("throughput", []):
         s = r["setting"]
@@ -271,7 +272,14 @@ def main(argv: list[str] | None = None) -> int:
     report["targets_met"] = ok
     write_json(args.out, report)
     print(format_table(report))
-    print(f"written: {args.out}; " + ("every check met its target" if all(ok.values()) else "FAILED: " + ", ".join(k for k, v in ok.items() if not v)))
+    print(
+        f"written: {args.out}; "
+        + (
+            "every check met its target"
+            if all(ok.values())
+            else "FAILED: " + ", ".join(k for k, v in ok.items() if not v)
+        )
+    )
     return 0 if all(ok.values()) else 1
 
 

@@ -86,9 +86,7 @@ def _mismatch(file: WeightsFile, path: Path) -> str | None:
     actual = sha256_file(path)
     if actual.startswith(file.sha256):
         return None
-    return (
-        f"backbones.{file.backbone}: {path} has sha256 {actual}, expected {file.sha256}...; " + _how_to_fix(file)
-    )
+    return f"backbones.{file.backbone}: {path} has sha256 {actual}, expected {file.sha256}...; " + _how_to_fix(file)
 
 
 def _not_there(file: WeightsFile) -> str:

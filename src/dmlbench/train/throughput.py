@@ -143,7 +143,9 @@ def measure_throughput(
         raise ValueError(f"batch {setting.batch} is not a multiple of {setting.per_class} images per class")
     fast = FastPath.for_device(device, fast_path)
     torch.manual_seed(0)
-    model = build_model(setting.backbone, BACKBONES[setting.backbone].params(), setting.dim, frozen_bn=setting.frozen_bn)
+    model = build_model(
+        setting.backbone, BACKBONES[setting.backbone].params(), setting.dim, frozen_bn=setting.frozen_bn
+    )
     model = fast.prepare_model(model)
     flops = 3 * forward_flops_per_image(model, setting.crop, device)
     loss_spec = LOSSES[setting.loss]
