@@ -9,7 +9,7 @@ import argparse
 
 from dmlbench.cli import main
 from dmlbench.config import validated_marker
-from dmlbench.models.weights import require_weights
+from dmlbench.preflight import require_weights
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--params", default="params.yaml")

@@ -196,7 +196,7 @@ class CpuEvaluationPaths:
                 patch.setattr(torch.cuda, "is_available", lambda: False)
                 patch.setattr(screen, "rank_screened", self._spy(screen.rank_screened, "rank:screened", ran))
                 patch.setattr(knn, "_rank_faiss", self._spy(knn._rank_faiss, "rank:faiss", ran))
-                patch.setattr(knn, "_rank_torch", self._spy(knn._rank_torch, "rank:torch", ran))
+                patch.setattr(knn, "rank_torch", self._spy(knn.rank_torch, "rank:torch", ran))
                 patch.setattr(
                     clustering, "_kmeans_screened", self._spy(clustering._kmeans_screened, "kmeans:screened", ran)
                 )

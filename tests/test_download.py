@@ -10,7 +10,8 @@ import zipfile
 import pytest
 
 from dmlbench.data import download as dl
-from dmlbench.data.archives import Archive, ArchiveSourceParams, extract_archive, fetch_archives
+from dmlbench.data.archives import ArchiveSourceParams, extract_archive, fetch_archives
+from dmlbench.data.base import Archive
 from dmlbench.errors import DataError
 from dmlbench.io import md5_file
 

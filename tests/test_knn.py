@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from dmlbench.evaluate import knn as knn_module
-from dmlbench.evaluate.knn import _positive_index_matrix, knn, normalize_rows, rank_neighbours, resolve_backend
+from dmlbench.evaluate.knn import knn, normalize_rows, rank_neighbours, resolve_backend
+from dmlbench.evaluate.ranking import positive_index_matrix
 
 
 def _case(seed: int, n: int = 300, dim: int = 8, classes: int = 20, duplicates: bool = True):
@@ -74,7 +75,7 @@ def test_first_positive_rank_counts_other_class_items_ahead():
 
 def test_positive_index_matrix_excludes_self_and_pads():
     labels = np.array([2, 0, 2, 1, 2])
-    pos = _positive_index_matrix(labels, labels, np.arange(5), width=2)
+    pos = positive_index_matrix(labels, labels, np.arange(5), width=2)
     assert pos.tolist() == [[2, 4], [-1, -1], [0, 4], [-1, -1], [0, 2]]
 
 

@@ -20,7 +20,8 @@ import yaml
 
 from dmlbench import pipeline
 from dmlbench.config import parse_params
-from dmlbench.models.weights import WeightsError, missing_weights, require_weights
+from dmlbench.models.weights import WeightsError
+from dmlbench.preflight import missing_weights, require_weights
 
 RESNET_FILE = "resnet50-0676ba61.pth"
 

@@ -30,7 +30,6 @@ from typing import Any, Literal, Mapping
 import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     NonNegativeFloat,
     NonNegativeInt,
@@ -41,17 +40,16 @@ from pydantic import (
     model_validator,
 )
 
+from dmlbench.data import DATASETS
 from dmlbench.errors import ConfigError
+from dmlbench.grid import Combo, RunSpec
+from dmlbench.losses import LOSSES
+from dmlbench.models import BACKBONES
+from dmlbench.schema import StrictModel
 
 PARAMS_FILE = "params.yaml"
 
 SELECTION_METRICS = ("precision_at_1", "r_precision", "map_at_r")
-
-
-class StrictModel(BaseModel):
-    """Base for every params section: unknown keys are errors, values are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 # --------------------------------------------------------------------------- protocol
@@ -337,60 +335,6 @@ class TrackingConfig(StrictModel):
     experiment: str = Field("dmlbench", min_length=1)
 
 
-# --------------------------------------------------------------------------- grid
-
-
-@dataclass(frozen=True, order=True)
-class Combo:
-    """One cell of the grid without its seed: what seeds are averaged over."""
-
-    dataset: str
-    backbone: str
-    loss: str
-    dim: int
-
-    @property
-    def key(self) -> str:
-        """The DVC matrix suffix, e.g. ``glyphs-tiny_cnn-contrastive-64``."""
-        return f"{self.dataset}-{self.backbone}-{self.loss}-{self.dim}"
-
-    @property
-    def relpath(self) -> Path:
-        return Path(self.dataset, self.backbone, self.loss, str(self.dim))
-
-    def with_seed(self, seed: int) -> "RunSpec":
-        return RunSpec(self.dataset, self.backbone, self.loss, self.dim, seed)
-
-
-@dataclass(frozen=True, order=True)
-class RunSpec:
-    """One training run: a grid cell and a seed."""
-
-    dataset: str
-    backbone: str
-    loss: str
-    dim: int
-    seed: int
-
-    @property
-    def combo(self) -> Combo:
-        return Combo(self.dataset, self.backbone, self.loss, self.dim)
-
-    @property
-    def key(self) -> str:
-        """The DVC matrix suffix, e.g. ``glyphs-tiny_cnn-contrastive-64-0``."""
-        return f"{self.combo.key}-{self.seed}"
-
-    @property
-    def grid_key(self) -> str:
-        """Human-readable identity used as an MLflow tag, e.g. ``glyphs/tiny_cnn/contrastive/64/seed0``."""
-        return str(self.relpath)
-
-    @property
-    def relpath(self) -> Path:
-        return self.combo.relpath / f"seed{self.seed}"
-
-
 # --------------------------------------------------------------------------- top level
 
 
@@ -555,10 +499,6 @@ def load_params(path: str | os.PathLike = PARAMS_FILE) -> Params:
 
 def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
     """Validate an already-loaded params mapping (see :func:`load_params`)."""
-    from dmlbench.data import DATASETS
-    from dmlbench.losses import LOSSES
-    from dmlbench.models import BACKBONES
-
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
     try:

@@ -22,8 +22,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
-import importlib.util
 import importlib.metadata
+import importlib.util
 import json
 import platform
 import subprocess

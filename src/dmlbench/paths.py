@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dmlbench.config import Combo, RunSpec
+from dmlbench.grid import Combo, RunSpec
 
 ARTIFACTS = Path("artifacts")
 REPORTS = Path("reports")

@@ -15,7 +15,7 @@ printed and no new stage is started.
 
 Before any stage: ``params.yaml`` is validated and, when the protocol is pretrained, every
 pinned weights file the grid needs must be here or downloadable
-(:func:`dmlbench.models.weights.require_weights`); else nothing runs.
+(:func:`dmlbench.preflight.require_weights`); else nothing runs.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from dmlbench.config import load_params
 from dmlbench.errors import DmlbenchError
-from dmlbench.models.weights import require_weights
+from dmlbench.preflight import require_weights
 
 LOG_DIR = Path("artifacts/logs")
 

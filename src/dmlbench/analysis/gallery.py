@@ -76,7 +76,7 @@ def retrieval_gallery(
     """
     import matplotlib.pyplot as plt
 
-    from dmlbench.analysis.plots import _save
+    from dmlbench.analysis.plots import save_figure
 
     loaded = []
     for run in runs:
@@ -120,7 +120,7 @@ def retrieval_gallery(
         y=1.0,
         fontsize=10,
     )
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _tile(ax, image: np.ndarray, colour: str, title: str | None) -> None:

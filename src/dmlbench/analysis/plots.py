@@ -87,7 +87,7 @@ def _interval_frame(data: pd.DataFrame, keys: list[str], value: str, confidence:
     return pd.DataFrame(rows)
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
+def save_figure(fig: plt.Figure, path: Path) -> Path:
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png", metadata={"Software": None})
     plt.close(fig)
@@ -145,7 +145,7 @@ def metric_by_loss(
     grid.figure.suptitle(
         f"Test retrieval by loss (oldest left): seed mean and {int(confidence * 100)}% t-interval", y=1.03
     )
-    return _save(grid.figure, path)
+    return save_figure(grid.figure, path)
 
 
 def recall_by_loss(runs: pd.DataFrame, path: Path, order: Sequence[str], confidence: float = 0.95) -> Path:
@@ -178,7 +178,7 @@ def recall_by_loss(runs: pd.DataFrame, path: Path, order: Sequence[str], confide
     for ax in grid.axes.flat:
         ax.tick_params(axis="x", rotation=35)
     grid.figure.suptitle("Recall@K by loss and embedding size (thesis Fig. 27/28 style)", y=1.03)
-    return _save(grid.figure, path)
+    return save_figure(grid.figure, path)
 
 
 def embedding_size(
@@ -215,7 +215,7 @@ def embedding_size(
     grid.set_axis_labels("embedding size", "test score (%)")
     _panel_titles(grid, data)
     grid.figure.suptitle("Effect of the embedding size", y=1.03)
-    return _save(grid.figure, path)
+    return save_figure(grid.figure, path)
 
 
 def backbones(
@@ -246,7 +246,7 @@ def backbones(
     grid.figure.suptitle(
         f"Backbones compared at embedding size {dim}" + (" (this grid has only one backbone)" if single else ""), y=1.03
     )
-    return _save(grid.figure, path)
+    return save_figure(grid.figure, path)
 
 
 # --------------------------------------------------------------------------- training
@@ -302,7 +302,7 @@ def convergence(
     axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     fig.suptitle("Convergence on the validation classes (what model selection reads)", y=1.01)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def test_feedback(bias: pd.DataFrame, path: Path, order: Sequence[str], confidence: float = 0.95) -> Path:
@@ -345,7 +345,7 @@ def test_feedback(bias: pd.DataFrame, path: Path, order: Sequence[str], confiden
     ax.tick_params(axis="x", rotation=30)
     ax.set_title("What picking the epoch on the test set would have added (test-set feedback)")
     ax.legend(title="dim", loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def cost(costs: pd.DataFrame, path: Path, order: Sequence[str]) -> Path:
@@ -377,7 +377,7 @@ def cost(costs: pd.DataFrame, path: Path, order: Sequence[str]) -> Path:
     sns.move_legend(axes[1], "center left", bbox_to_anchor=(1.0, 0.5), title="dim", frameon=False)
     fig.suptitle("Cost per run: bars = mean over runs, whiskers = min to max", y=1.02)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # --------------------------------------------------------------------------- statistics
@@ -394,7 +394,7 @@ def critical_difference_diagram(
     fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.32 * len(ranks)))
     sp.critical_difference_diagram(ranks, pvalues, alpha=alpha, ax=ax)  # CD value is in the title
     ax.set_title(title, fontsize=10, pad=28)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 BAYES_COLOURS = {"better": "#2471a3", "equivalent": "#bdc3c7", "worse": "#c0392b"}
@@ -431,7 +431,7 @@ def bayesian_comparison(table: pd.DataFrame, path: Path, rope: str) -> Path:
     ax.set_xlabel("posterior probability (A = better-ranked loss of the pair)")
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8, frameon=False)
     ax.grid(axis="y", visible=False)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def win_rate_heatmap(rates: pd.DataFrame, order: Sequence[str], path: Path, confidence: float = 0.95) -> Path:
@@ -464,7 +464,7 @@ def win_rate_heatmap(rates: pd.DataFrame, order: Sequence[str], path: Path, conf
     ax.set_xlabel("opponent")
     ax.set_ylabel("")
     ax.set_title(f"Win rates with {int(confidence * 100)}% Wilson intervals (ties left out)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # --------------------------------------------------------------------------- papers vs reality
@@ -566,7 +566,7 @@ def papers_vs_reality(
     fig.legend(
         handles=handles, fontsize=8, loc="upper center", ncol=len(handles), frameon=False, bbox_to_anchor=(0.5, 1.005)
     )
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _year_axis(frames: Sequence[pd.DataFrame]) -> dict[float, int]:
@@ -729,4 +729,4 @@ def papers_absolute(
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7.5, frameon=False, bbox_to_anchor=(0.5, -0.06))
     fig.suptitle("What papers claimed, what they compared against, and what re-runs under one protocol measured", y=1.0)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -12,6 +12,7 @@ links of any kind and device files (no dataset archive has them).
 from __future__ import annotations
 
 import shutil
+import sys
 import stat
 import tarfile
 import zipfile
@@ -21,33 +22,15 @@ from typing import Callable
 
 from pydantic import Field
 
-from dmlbench.config import StrictModel
-from dmlbench.data.base import DatasetParams, SourceParams
+from dmlbench.data.base import Archive, DatasetParams, SourceParams
+from dmlbench.data.download import download, file_md5
 from dmlbench.errors import DataError
 from dmlbench.io import atomic_dir, write_json
+from dmlbench.schema import StrictModel
 
 ARCHIVES_RECORD = "archives.json"
 MD5_PATTERN = r"^[0-9a-f]{32}$"
 URL_PATTERN = r"^https?://\S+$"
-
-
-@dataclass(frozen=True)
-class Archive:
-    """One file a dataset needs.
-
-    ``key``: its name under ``datasets.<name>.source`` in params.yaml; ``url``: ``None`` where
-    no public download works (the file must be placed in ``data/``); ``md5``: ``None`` where no
-    checksum is published; ``size`` in bytes (``None`` if unknown); ``extract``: unpack a
-    tar/zip archive (else the file is copied as is); ``how_to_get``: one sentence for the user.
-    """
-
-    key: str
-    filename: str
-    url: str | None
-    md5: str | None
-    size: int | None = None
-    extract: bool = True
-    how_to_get: str = ""
 
 
 class ArchiveSource(StrictModel):
@@ -167,10 +150,38 @@ def missing_archives_error(dataset: str, missing: list[ResolvedArchive], dropbox
     )
 
 
+def ensure_archive(dataset: str, item: ResolvedArchive, dropbox: Path) -> tuple[Path, str]:
+    """``dropbox/<filename>`` verified against the md5 (downloaded there first if absent): (path, md5)."""
+    from tqdm import tqdm
+
+    local = Path(dropbox) / item.filename
+    fix = (
+        f"replace it with an intact copy (or set datasets.{dataset}.source.{item.archive.key}.md5 for another release)"
+    )
+    if local.exists():
+        if item.size is not None and local.stat().st_size != item.size:
+            raise DataError(f"{local}: {local.stat().st_size:,} bytes, expected {item.size:,}; {fix}")
+        got = file_md5(local)
+        if item.md5 is not None and got != item.md5:
+            raise DataError(f"{local}: md5 is {got}, expected {item.md5}; {fix}")
+    elif item.url is None:
+        raise missing_archives_error(dataset, [item], Path(dropbox))
+    else:
+        try:
+            got = download(item.url, local, item.md5, item.size)
+        except DataError as exc:
+            raise DataError(f"{dataset}: {exc}; or place {item.describe()} in {dropbox}/") from None
+    if item.md5 is None:
+        tqdm.write(
+            f"{dataset}: {item.filename} has no published md5; its md5 {got} is recorded in archives.json "
+            f"(pin it with datasets.{dataset}.source.{item.archive.key}.md5)",
+            file=sys.stderr,
+        )
+    return local, got
+
+
 def fetch_archives(dataset: str, archives: tuple[Archive, ...], source: SourceParams, raw_dir: Path, dropbox: Path):
     """Make every archive available in ``dropbox`` (verified), then unpack all into ``raw_dir`` atomically."""
-    from dmlbench.data.download import ensure_archive
-
     resolved = resolve(archives, source)
     missing = [item for item in resolved if item.url is None and not (dropbox / item.filename).exists()]
     if missing:  # fail before any download starts

@@ -13,16 +13,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import Any, Callable, Literal
 
 import pandas as pd
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
-from dmlbench.config import StrictModel
 from dmlbench.errors import DataError
-
-if TYPE_CHECKING:
-    from dmlbench.data.archives import Archive
+from dmlbench.schema import StrictModel
 
 ANNOTATION_COLUMNS = ("path", "label", "class_name", "split")
 OFFICIAL_SPLITS = ("train", "test", "query", "gallery")
@@ -101,6 +98,25 @@ class DatasetParams(StrictModel):
     def canvas_size(self) -> int:
         """Side ``L`` of the square canvas each prepared image sits in (top-left)."""
         return math.ceil(self.image_size * self.max_aspect - 1e-9)
+
+
+@dataclass(frozen=True)
+class Archive:
+    """One file a dataset needs.
+
+    ``key``: its name under ``datasets.<name>.source`` in params.yaml; ``url``: ``None`` where
+    no public download works (the file must be placed in ``data/``); ``md5``: ``None`` where no
+    checksum is published; ``size`` in bytes (``None`` if unknown); ``extract``: unpack a
+    tar/zip archive (else the file is copied as is); ``how_to_get``: one sentence for the user.
+    """
+
+    key: str
+    filename: str
+    url: str | None
+    md5: str | None
+    size: int | None = None
+    extract: bool = True
+    how_to_get: str = ""
 
 
 @dataclass(frozen=True)

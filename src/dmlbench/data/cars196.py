@@ -14,14 +14,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dmlbench.data.archives import Archive, ArchiveSource, ArchiveSourceParams, archive_fetcher
-from dmlbench.data.base import DatasetParams, DatasetSpec
+from dmlbench.data.archives import ArchiveSource, ArchiveSourceParams, archive_fetcher
+from dmlbench.data.base import Archive, DatasetParams, DatasetSpec
 
 TRAIN_CLASSES = 98  # class ids 1..98 train, 99..196 test
 ANNOTATIONS = "cars_annos.mat"
 
-# md5s: powerful-benchmarker (metric-learning) datasets/cars196.py, via
-# /work/shared/reference/oml_roth_proxyanchor_datasets.md §4. Both URLs are dead: url=None.
+# md5s: powerful-benchmarker (branch metric-learning) src/powerful_benchmarker/datasets/cars196.py.
+# Both URLs are dead (pytorch/vision issues #7545, #7681): url=None.
 HOW_TO_GET = (
     "the original Stanford release (formerly ai.stanford.edu/~jkrause/car196/), e.g. from a colleague "
     "or a lab mirror; Kaggle re-uploads use other file layouts"

@@ -13,15 +13,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dmlbench.data.archives import Archive, ArchiveSource, ArchiveSourceParams, archive_fetcher
-from dmlbench.data.base import DatasetParams, DatasetSpec
+from dmlbench.data.archives import ArchiveSource, ArchiveSourceParams, archive_fetcher
+from dmlbench.data.base import Archive, DatasetParams, DatasetSpec
 
 ROOT = "CUB_200_2011"
 TRAIN_CLASSES = 100  # class ids 1..100 train, 101..200 test
 
-# URL: the CaltechDATA record that replaced the dead vision.caltech.edu link (PML datasets/cub.py);
-# md5: powerful-benchmarker datasets/cub200.py; size: TFDS url_checksums/caltech_birds2011.txt
-# (both via /work/shared/reference/oml_roth_proxyanchor_datasets.md §4).
+# URL: the CaltechDATA record that replaced the dead vision.caltech.edu link (pytorch-metric-learning
+# src/pytorch_metric_learning/datasets/cub.py; lenscloth/RKD issue #24); md5: powerful-benchmarker
+# (branch metric-learning) src/powerful_benchmarker/datasets/cub200.py; size: TensorFlow Datasets
+# url_checksums/caltech_birds2011.txt.
 ARCHIVE = Archive(
     key="archive",
     filename="CUB_200_2011.tgz",

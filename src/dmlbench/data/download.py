@@ -22,7 +22,6 @@ import urllib.request
 from pathlib import Path
 
 from dmlbench import __version__
-from dmlbench.data.archives import ResolvedArchive, missing_archives_error
 from dmlbench.errors import DataError
 
 RETRIES = 5
@@ -149,33 +148,3 @@ def download(
         raise DataError(f"{url}: md5 is {got}, expected {md5}; the download was deleted")
     os.replace(part, dest)
     return got
-
-
-def ensure_archive(dataset: str, item: ResolvedArchive, dropbox: Path) -> tuple[Path, str]:
-    """``dropbox/<filename>`` verified against the md5 (downloaded there first if absent): (path, md5)."""
-    from tqdm import tqdm
-
-    local = Path(dropbox) / item.filename
-    fix = (
-        f"replace it with an intact copy (or set datasets.{dataset}.source.{item.archive.key}.md5 for another release)"
-    )
-    if local.exists():
-        if item.size is not None and local.stat().st_size != item.size:
-            raise DataError(f"{local}: {local.stat().st_size:,} bytes, expected {item.size:,}; {fix}")
-        got = file_md5(local)
-        if item.md5 is not None and got != item.md5:
-            raise DataError(f"{local}: md5 is {got}, expected {item.md5}; {fix}")
-    elif item.url is None:
-        raise missing_archives_error(dataset, [item], Path(dropbox))
-    else:
-        try:
-            got = download(item.url, local, item.md5, item.size)
-        except DataError as exc:
-            raise DataError(f"{dataset}: {exc}; or place {item.describe()} in {dropbox}/") from None
-    if item.md5 is None:
-        tqdm.write(
-            f"{dataset}: {item.filename} has no published md5; its md5 {got} is recorded in archives.json "
-            f"(pin it with datasets.{dataset}.source.{item.archive.key}.md5)",
-            file=sys.stderr,
-        )
-    return local, got

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from dmlbench.data.archives import Archive, ArchiveSource, ArchiveSourceParams, archive_fetcher
-from dmlbench.data.base import DatasetParams, DatasetSpec
+from dmlbench.data.archives import ArchiveSource, ArchiveSourceParams, archive_fetcher
+from dmlbench.data.base import Archive, DatasetParams, DatasetSpec
 from dmlbench.errors import DataError
 
 PARTITION = "list_eval_partition.txt"
 DRIVE_FOLDER = "https://drive.google.com/drive/folders/0B7EVK8r0v71pVDZFQXRsMDZCX1E"
 
-# Google Drive ids from public code (via /work/shared/reference/oml_roth_proxyanchor_datasets.md §4);
+# Google Drive folder and file ids of the DeepFashion In-shop release (the folder is linked from
+# the DeepFashion project page, mmlab.ie.cuhk.edu.hk/projects/DeepFashion.html);
 # no checksum is published: the md5 is recorded in archives.json on first use and can be pinned.
 IMAGES = Archive(
     key="images",

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from dmlbench.data.archives import Archive, ArchiveSource, ArchiveSourceParams, archive_fetcher
-from dmlbench.data.base import DatasetParams, DatasetSpec
+from dmlbench.data.archives import ArchiveSource, ArchiveSourceParams, archive_fetcher
+from dmlbench.data.base import Archive, DatasetParams, DatasetSpec
 
 ROOT = "Stanford_Online_Products"
 
-# URL: the HTTP face of ftp://cs.stanford.edu/cs/cvgl/ (chainer/chainercv#643); md5:
-# powerful-benchmarker datasets/stanford_online_products.py; size: TFDS url_checksums
-# (via /work/shared/reference/oml_roth_proxyanchor_datasets.md §4).
+# URL: the HTTP face of ftp://cs.stanford.edu/cs/cvgl/ (chainer/chainercv issue #643); md5:
+# powerful-benchmarker (branch metric-learning) datasets/stanford_online_products.py; size:
+# TensorFlow Datasets url_checksums; Google Drive id: pytorch-metric-learning datasets/sop.py.
 ARCHIVE = Archive(
     key="archive",
     filename="Stanford_Online_Products.zip",

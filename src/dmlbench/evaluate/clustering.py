@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from dmlbench.evaluate.knn import _full_fp32_matmul, faiss_available, faiss_gpus, normalize_rows
+from dmlbench.evaluate.knn import faiss_available, faiss_gpus
+from dmlbench.evaluate.ranking import full_fp32_matmul, normalize_rows
 from dmlbench.evaluate.screen import NearestCentroids, fast_bf16_matmul
 
 SPLIT_EPS = 1 / 1024  # faiss's perturbation when an empty cluster takes half of another
@@ -111,7 +112,7 @@ class ExactNearestCentroids:
         cents = torch.from_numpy(np.ascontiguousarray(centroids, dtype=np.float32)).to(self.device)
         half_norms = 0.5 * (cents * cents).sum(dim=1)
         block = max(1, self.budget_bytes // (4 * len(cents)))
-        with torch.no_grad(), _full_fp32_matmul():
+        with torch.no_grad(), full_fp32_matmul():
             parts = [
                 (self.points[s : s + block] @ cents.T - half_norms).argmax(dim=1)
                 for s in range(0, len(self.points), block)
@@ -222,7 +223,7 @@ def _kmeans_lloyd(x: np.ndarray, k: int, niter: int, seed: int, device: str) -> 
             [(points[s : s + chunk] @ centroids.T - half_norms).argmax(dim=1) for s in range(0, len(points), chunk)]
         )
 
-    with torch.no_grad(), _full_fp32_matmul():
+    with torch.no_grad(), full_fp32_matmul():
         for _ in range(niter):
             labels = assign()
             sums = torch.zeros_like(centroids).index_add_(0, labels, points)

@@ -23,14 +23,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from dmlbench.evaluate.knn import normalize_rows
-from dmlbench.evaluate.metrics import _as_numpy, retrieval_metrics
+from dmlbench.evaluate.metrics import as_numpy, retrieval_metrics
 
 
 def concatenate_embeddings(fold_embeddings: Sequence[Any]) -> np.ndarray:
     """``[n x d_1, ..., n x d_k]`` -> ``n x sum(d_i)``: normalise each, concatenate, normalise."""
     if len(fold_embeddings) == 0:
         raise ValueError("concatenate_embeddings needs at least one fold's embeddings")
-    arrays = [normalize_rows(_as_numpy(e)) for e in fold_embeddings]
+    arrays = [normalize_rows(as_numpy(e)) for e in fold_embeddings]
     rows = {len(a) for a in arrays}
     if len(rows) != 1:
         raise ValueError(f"fold embeddings must embed the same images; row counts differ: {sorted(rows)}")

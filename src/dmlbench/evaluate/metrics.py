@@ -28,7 +28,7 @@ from dmlbench.evaluate.knn import normalize_rows, rank_neighbours
 RANKING_METRICS = ("precision_at_1", "r_precision", "map_at_r")
 
 
-def _as_numpy(x: Any) -> np.ndarray:
+def as_numpy(x: Any) -> np.ndarray:
     if hasattr(x, "detach"):
         x = x.detach().cpu().numpy()
     return np.asarray(x)
@@ -64,13 +64,13 @@ def per_query_metrics(
     No reference set: the queries are their own references and each query's own row is
     excluded. With a reference set: nothing is excluded (query/gallery protocol).
     """
-    queries = _as_numpy(query_embeddings)
-    q_labels = _as_numpy(query_labels)
+    queries = as_numpy(query_embeddings)
+    q_labels = as_numpy(query_labels)
     same_set = reference_embeddings is None
     if same_set != (reference_labels is None):
         raise ValueError("give both reference_embeddings and reference_labels, or neither")
-    refs = queries if same_set else _as_numpy(reference_embeddings)
-    r_labels = q_labels if same_set else _as_numpy(reference_labels)
+    refs = queries if same_set else as_numpy(reference_embeddings)
+    r_labels = q_labels if same_set else as_numpy(reference_labels)
     _check_embeddings("query_embeddings", queries, q_labels)
     if not same_set:
         _check_embeddings("reference_embeddings", refs, r_labels)

@@ -145,14 +145,14 @@ def rank_screened(
     """Same contract and result as :func:`dmlbench.evaluate.knn.rank_neighbours` (CPU)."""
     import torch
 
-    from dmlbench.evaluate.knn import Ranking, _positive_index_matrix, _rank_torch
+    from dmlbench.evaluate.ranking import Ranking, positive_index_matrix, rank_torch
 
     m, n = len(queries), len(references)
     available = n - (1 if self_index is not None else 0)
     length = min(k + SCREEN_MARGIN, available)
     block = min(chunk or _rows_within_budget(SCREEN_BLOCK, n), m)
     r_max = int(np.bincount(np.unique(reference_labels, return_inverse=True)[1]).max())
-    positives = _positive_index_matrix(query_labels, reference_labels, self_index, r_max)
+    positives = positive_index_matrix(query_labels, reference_labels, self_index, r_max)
     hits_out = np.empty((m, k), dtype=bool)
     first_out = np.empty(m, dtype=np.int64)
     uncertain: list[np.ndarray] = []
@@ -203,7 +203,7 @@ def rank_screened(
                 progress(rows)
     redo = np.concatenate(uncertain)
     if len(redo):  # no certificate: the exact fp32 ranking for these queries
-        exact_ranking = _rank_torch(
+        exact_ranking = rank_torch(
             queries[redo], query_labels[redo], references, reference_labels, k, first_limit,
             None if self_index is None else self_index[redo], "cpu", None, None,
         )  # fmt: skip
@@ -214,7 +214,7 @@ def rank_screened(
 
 def _rows_within_budget(rows: int, width: int) -> int:
     """``rows``, fewer when a bf16 block of ``rows`` x ``width`` would pass ``CHUNK_BYTES``."""
-    from dmlbench.evaluate.knn import CHUNK_BYTES
+    from dmlbench.evaluate.ranking import CHUNK_BYTES
 
     return max(1, min(rows, CHUNK_BYTES // (2 * width)))
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Literal
 from pydantic import NonNegativeFloat, PositiveFloat, model_validator
 from torch import nn
 
-from dmlbench.config import StrictModel
+from dmlbench.schema import StrictModel
 
 
 class LossParams(StrictModel):

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from dmlbench.config import StrictModel
+from dmlbench.schema import StrictModel
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,8 @@ moved into place only when the sha256 matches (``torch.hub.download_url_to_file`
 failed or wrong download leaves nothing that looks valid. Every failure says which file to put
 where (or which param to set), in one line.
 
-``missing_weights`` / ``require_weights`` are the pre-flight check ``python -m
-dmlbench.pipeline`` runs before any stage: every weights file the grid needs (each backbone's
-:meth:`~dmlbench.models.base.BackboneParams.weights_files`, when the protocol has ``pretrained:
-true``) must be here with its pinned checksum, or its URL must answer an HTTP ``HEAD`` request.
+``weights_file_problem`` is what the pre-flight check (:mod:`dmlbench.preflight`) asks of each
+file the grid needs: here with its pinned checksum, or its URL answering an HTTP ``HEAD``.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from urllib.parse import urlparse
 
 from pydantic import Field
 
-from dmlbench.config import Params
 from dmlbench.errors import DmlbenchError
 from dmlbench.models.base import BackboneParams, WeightsFile
 
@@ -144,7 +141,7 @@ def url_unreachable(url: str, timeout: float = HEAD_TIMEOUT) -> str | None:
     return None if 200 <= status < 300 else f"HTTP {status}"
 
 
-def _check(file: WeightsFile, timeout: float) -> str | None:
+def weights_file_problem(file: WeightsFile, timeout: float = HEAD_TIMEOUT) -> str | None:
     """What is wrong with one weights file (one line), or None when it is here or downloadable."""
     if file.path.is_file():
         return _mismatch(file, file.path)
@@ -158,33 +155,6 @@ def _check(file: WeightsFile, timeout: float) -> str | None:
         f"backbones.{file.backbone}: {name} is not at {file.path} and {file.url} cannot be reached ({reason}); "
         + _how_to_fix(file)
     )
-
-
-def missing_weights(params: Params, timeout: float = HEAD_TIMEOUT) -> list[str]:
-    """One line per pretrained weights file the grid needs that is neither here (with its pinned
-    sha256) nor downloadable now; empty when the protocol is not pretrained (no file, no network)."""
-    if not params.protocol.pretrained:
-        return []
-    problems: list[str] = []
-    seen: set[Path] = set()
-    for backbone, backbone_params in params.backbones.items():
-        for file in backbone_params.weights_files(backbone):
-            if file.path not in seen:
-                seen.add(file.path)
-                problem = _check(file, timeout)
-                if problem:
-                    problems.append(problem)
-    return problems
-
-
-def require_weights(params: Params, timeout: float = HEAD_TIMEOUT) -> None:
-    """Raise :class:`WeightsError` listing every missing weights file (one line each), before any work."""
-    problems = missing_weights(params, timeout)
-    if problems:
-        raise WeightsError(
-            f"protocol {params.protocol_name!r} (pretrained: true) needs {len(problems)} pretrained weights "
-            "file(s) that are neither here nor downloadable:\n" + "\n".join(problems)
-        )
 
 
 def load_state_dict(backbone: str, path: Path) -> dict[str, Any]:

@@ -1,0 +1,41 @@
+"""Pre-flight: what must be in place before any stage runs (``make repro`` and the ``validate``
+stage call it), so that a missing input fails in seconds, not after download and prepare.
+
+Today: every pinned pretrained weights file the grid needs, when the protocol is pretrained
+(:meth:`dmlbench.models.base.BackboneParams.weights_files`), is here with its sha256 or its URL
+answers an HTTP HEAD (:func:`dmlbench.models.weights.weights_file_problem`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dmlbench.config import Params
+from dmlbench.models.weights import HEAD_TIMEOUT, WeightsError, weights_file_problem
+
+
+def missing_weights(params: Params, timeout: float = HEAD_TIMEOUT) -> list[str]:
+    """One line per pretrained weights file the grid needs that is neither here (with its pinned
+    sha256) nor downloadable now; empty when the protocol is not pretrained (no file, no network)."""
+    if not params.protocol.pretrained:
+        return []
+    problems: list[str] = []
+    seen: set[Path] = set()
+    for backbone, backbone_params in params.backbones.items():
+        for file in backbone_params.weights_files(backbone):
+            if file.path not in seen:
+                seen.add(file.path)
+                problem = weights_file_problem(file, timeout)
+                if problem:
+                    problems.append(problem)
+    return problems
+
+
+def require_weights(params: Params, timeout: float = HEAD_TIMEOUT) -> None:
+    """Raise :class:`WeightsError` listing every missing weights file (one line each), before any work."""
+    problems = missing_weights(params, timeout)
+    if problems:
+        raise WeightsError(
+            f"protocol {params.protocol_name!r} (pretrained: true) needs {len(problems)} pretrained weights "
+            "file(s) that are neither here nor downloadable:\n" + "\n".join(problems)
+        )
