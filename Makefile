@@ -21,7 +21,7 @@ export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow.db
 export MLFLOW_DISABLE_TELEMETRY := true
 export MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT := true
 export DVC_NO_ANALYTICS := 1
-ORIGINAL_PATH := $(PATH)
+ORIGINAL_PATH := $(subst $(CURDIR)/$(BIN):,,$(PATH))# without the venv, also when make runs inside make test
 GPU_PYTHON ?= python3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from dmlbench.data.augment import eval_transform
+from dmlbench.evaluate import embed as embed_module
 from dmlbench.evaluate.embed import compute_embeddings
 from dmlbench.models import BACKBONES, build_model
 
@@ -99,3 +100,61 @@ def test_cuda_pinned_staging_is_bit_identical_to_the_reference():
     for part in (None, sizes):
         got = compute_embeddings(model, images, RESIZE, CROP, BATCH, "cuda", sizes=part)
         assert np.array_equal(got, reference_embeddings(model, images, RESIZE, CROP, BATCH, "cuda", sizes=part))
+
+
+class _FakeLibc:
+    """Records glibc mallopt/malloc_trim calls; ``refuse``: parameters whose mallopt returns 0."""
+
+    def __init__(self, refuse=()):
+        self.calls, self.refuse = [], set(refuse)
+        libc = self
+
+        class _Function:
+            def __init__(self, name):
+                self.name, self.argtypes = name, None
+
+            def __call__(self, *args):
+                libc.calls.append((self.name, *args))
+                return 0 if self.name == "mallopt" and args[0] in libc.refuse else 1
+
+        self.mallopt, self.malloc_trim = _Function("mallopt"), _Function("malloc_trim")
+
+
+@pytest.mark.parametrize("refuse", [(), (embed_module.M_TRIM_THRESHOLD,), (embed_module.M_MMAP_MAX,)])
+def test_heap_kept_sets_and_leaves_glibc_malloc_in_a_known_state(monkeypatch, refuse):
+    import ctypes
+
+    fake = _FakeLibc(refuse)
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: fake)
+    monkeypatch.setattr(embed_module.sys, "platform", "linux")
+    monkeypatch.setattr(embed_module, "_confstr", lambda name: "glibc 2.36")
+    with embed_module.heap_kept() as done:
+        inside = list(fake.calls)
+    m = embed_module
+    if not refuse:
+        assert done.startswith("glibc mallopt") and inside == [
+            ("mallopt", m.M_MMAP_MAX, 0),
+            ("mallopt", m.M_TRIM_THRESHOLD, -1),
+        ]
+        assert fake.calls[2:] == [
+            ("mallopt", m.M_MMAP_MAX, m.DEFAULT_MMAP_MAX),
+            ("mallopt", m.M_MMAP_THRESHOLD, 32 << 20),
+            ("mallopt", m.M_TRIM_THRESHOLD, 64 << 20),
+            ("malloc_trim", 0),
+        ]
+    elif refuse == (m.M_TRIM_THRESHOLD,):  # half applied: the first setting is undone at once
+        assert done.startswith("unchanged") and inside[-1] == ("mallopt", m.M_MMAP_MAX, m.DEFAULT_MMAP_MAX)
+        assert fake.calls == inside
+    else:
+        assert done.startswith("unchanged") and fake.calls == [("mallopt", m.M_MMAP_MAX, 0)]
+
+
+def test_heap_kept_is_a_no_op_without_glibc(monkeypatch):
+    import ctypes
+
+    fake = _FakeLibc()
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: fake)
+    monkeypatch.setattr(embed_module, "_confstr", lambda name: "")  # musl, macOS, ...
+    with embed_module.heap_kept() as done:
+        pass
+    assert done.startswith("unchanged") and fake.calls == []

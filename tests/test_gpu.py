@@ -26,14 +26,21 @@ BF16_LOSS_RTOL, BF16_LOSS_ATOL, BF16_GRAD_COSINE = 0.05, 0.02, 0.9
 RESUME_METRIC_ATOL, RESUME_LOSS_RTOL = 0.03, 0.05
 
 
-def _clustered(seed: int, n: int, dim: int, classes: int) -> tuple[np.ndarray, np.ndarray]:
+def _clustered(seed: int, n: int, dim: int, classes: int, support: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """Unit vectors of ``support`` entries +-1/sqrt(support) (16: +-1/4): every dot product is a
+    multiple of 1/support, exact in fp32 whatever the order of summation, so GPU and CPU compute
+    the same similarities and near-ties are real ties, which the tie rule breaks the same way."""
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, classes, n)
     labels[:classes] = np.arange(classes)
     labels[classes : 2 * classes] = np.arange(classes)  # every class at least twice
-    x = rng.normal(size=(classes, dim))[labels] + 1.5 * rng.normal(size=(n, dim))
-    x[5] = x[6]  # an exact duplicate: a tie that the pessimistic rule must break the same way
-    return normalize_rows(x.astype(np.float32)), labels
+    prototypes = np.zeros((classes, dim), dtype=np.float32)
+    for row in prototypes:
+        row[rng.choice(dim, support, replace=False)] = rng.choice([-1.0, 1.0], support)
+    x = prototypes[labels] * np.where(rng.random((n, dim)) < 0.2, -1.0, 1.0).astype(np.float32)
+    x = x / np.float32(np.sqrt(support))
+    assert np.array_equal(normalize_rows(x), x)  # already unit norm, exactly
+    return x, labels
 
 
 def test_knn_on_cuda_equals_the_cpu_results():

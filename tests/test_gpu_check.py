@@ -42,7 +42,11 @@ def test_gpu_check_names_missing_packages(monkeypatch):
 
 
 def test_make_gpu_check_uses_the_python_that_is_there_not_the_venv():
-    dry = subprocess.run(["make", "-n", "gpu-check", "GPU_PYTHON=python3"], cwd=ROOT, capture_output=True, text=True)
+    # as under `make test` or an activated venv: the venv's bin/ first on PATH
+    env = dict(os.environ, PATH=f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}")
+    dry = subprocess.run(
+        ["make", "-n", "gpu-check", "GPU_PYTHON=python3"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     assert dry.returncode == 0, dry.stderr
     command = dry.stdout.strip().splitlines()[-1]
     assert "python3 -m dmlbench.gpu_check" in command and f'PYTHONPATH="{ROOT}/src' in command
@@ -66,6 +70,7 @@ def test_protocol_settings_are_the_protocols_in_params_yaml():
         )
         assert list(setting.crop_scale) == protocol["augment"]["crop_scale"]
         assert setting.image_size == protocol["augment"]["eval_resize"] and setting.frozen_bn == protocol["frozen_bn"]
+        assert setting.grad_clip == protocol["grad_clip"]
 
 
 def test_forward_flops_count_convolutions_and_products_exactly():
@@ -107,7 +112,7 @@ def test_real_size_run_goes_through_the_training_loop_on_the_cpu(tmp_path):
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="tests.test_gpu" name="test_a" time="1.5"/>
 <testcase classname="tests.test_gpu" name="test_b[x]" time="0.2"><failure message="assert 1 == 2&#10;more">tb</failure></testcase>
-<testcase classname="tests.test_gpu" name="test_c" time="0.0"><skipped message="faiss has no GPU here">s</skipped></testcase>
+<testcase classname="tests.test_gpu" name="test_faiss_gpu_equals_faiss_cpu" time="0.0"><skipped message="faiss has no GPU here">s</skipped></testcase>
 </testsuite></testsuites>"""
 
 
@@ -133,11 +138,17 @@ def test_junit_rows_verdicts_and_the_table(tmp_path):
     assert [(r["name"], r["outcome"]) for r in rows] == [
         ("test_gpu::test_a", "passed"),
         ("test_gpu::test_b[x]", "failed"),
-        ("test_gpu::test_c", "skipped"),
+        ("test_gpu::test_faiss_gpu_equals_faiss_cpu", "skipped"),
     ]
     assert rows[1]["detail"] == "assert 1 == 2" and rows[2]["detail"] == "faiss has no GPU here"
     good = [r for r in rows if r["outcome"] != "failed"]
     assert gpu_check.verdicts(_report(good)) == dict.fromkeys(("tests", "throughput", "eval_speed", "real_size"), True)
+    assert not gpu_check.verdicts(_report([{**r, "outcome": "skipped"} for r in good]))["tests"]  # nothing ran
+    unknown_skip = [
+        {"name": "test_gpu::test_a", "outcome": "passed"},
+        {"name": "test_gpu::test_x", "outcome": "skipped"},
+    ]
+    assert not gpu_check.verdicts(_report(unknown_skip))["tests"]
     bad = gpu_check.verdicts(_report(rows, ratio=0.59, total=2.0, decreased=False))
     assert bad == dict.fromkeys(("tests", "throughput", "eval_speed", "real_size"), False)
     table = gpu_check.format_table(_report(rows, ratio=0.5))

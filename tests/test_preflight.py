@@ -27,9 +27,12 @@ RESNET_FILE = "resnet50-0676ba61.pth"
 
 
 @pytest.fixture
-def server(tmp_path):
+def server(tmp_path, monkeypatch):
     """A local HTTP server over ``tmp_path/www``; ``/moved/<name>`` redirects (302) to ``/<name>``.
-    Yields (root, url, requests) with ``requests`` the (method, path) of every request."""
+    Yields (root, url, requests) with ``requests`` the (method, path) of every request. Proxy
+    settings of the environment are removed (urllib would send 127.0.0.1 through them)."""
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
     root = tmp_path / "www"
     root.mkdir()
     requests: list[tuple[str, str]] = []

@@ -202,3 +202,32 @@ def test_torch_kmeans_without_faiss_is_a_seeded_lloyd(monkeypatch):
     means = np.stack([x[first == c].mean(axis=0) for c in used])
     nearest = used[np.argmin(((x[:, None, :] - means[None]) ** 2).sum(axis=2), axis=1)]
     assert np.array_equal(nearest, first) and len(used) >= 5
+
+
+def test_exact_nearest_centroids_give_the_same_answer_in_any_number_of_blocks():
+    from dmlbench.evaluate.clustering import ExactNearestCentroids
+
+    rng = np.random.default_rng(11)
+    x = normalize_rows(rng.normal(size=(500, 16)).astype(np.float32))
+    centroids = x[rng.choice(500, 40, replace=False)] * np.float32(0.9)
+    centroids[7] = centroids[3]  # equal centroids: the lower index wins, as faiss's top-1
+    whole = ExactNearestCentroids(x, "cpu")(centroids)
+    for budget in (4 * 40, 4 * 40 * 7, 4 * 40 * 499):  # 1, 7 and 499 rows per block
+        assert np.array_equal(ExactNearestCentroids(x, "cpu", budget_bytes=budget)(centroids), whole)
+    expected = np.argmin(((x[:, None, :].astype(np.float64) - centroids[None]) ** 2).sum(axis=2), axis=1)
+    assert np.array_equal(whole, expected) and (whole == 3).any() and not (whole == 7).any()
+
+
+def test_nan_similarities_are_ordered_as_the_tie_rule_orders_them():
+    import torch
+
+    from dmlbench.evaluate.ranking import canonical_hits, canonical_hits_sorted
+
+    values = np.array([[0.9, 0.5, 0.2, 0.1], [0.8, 0.7, 0.6, 0.5]], dtype=np.float32)
+    values[0, 2] = np.nan
+    hits = np.array([[True, False, True, False], [False, True, False, True]])
+    top_values, order = torch.topk(torch.from_numpy(values), 4, dim=1)
+    top_hits = torch.from_numpy(hits).gather(1, order)
+    sorted_hits, sorted_ties = canonical_hits_sorted(top_values, top_hits, 3)
+    expected_hits, expected_ties = canonical_hits(top_values.numpy(), top_hits.numpy(), 3)
+    assert np.array_equal(sorted_hits, expected_hits) and np.array_equal(sorted_ties, expected_ties)

@@ -5,7 +5,7 @@ needed: ``PYTHONPATH=src python3 -m dmlbench.gpu_check``). In a few minutes it p
 also written to ``reports/gpu_check.json``:
 
 1. the CUDA tests (``pytest -m gpu``: every test file that carries the ``gpu`` marker);
-2. training throughput at the protocols' settings (:data:`PROTOCOL_SETTINGS`): the full step
+2. training throughput at the protocols' settings (:func:`protocol_settings`): the full step
    vs the same model on synthetic on-device input (target: >= 60 %), and the model FLOP
    utilisation (:mod:`dmlbench.train.throughput`);
 3. ``benchmarks/eval_speed.py --device cuda`` at SOP size (target: every metric, intervals
@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 REPORT = Path("reports") / "gpu_check.json"
 RATIO_TARGET = 0.6  # full step / synthetic-input step
 EVAL_TARGET_S = 2.0  # SOP-size evaluation, every metric and the intervals
+SKIPPABLE = {"test_gpu::test_faiss_gpu_equals_faiss_cpu"}  # skips where faiss-gpu is not installed
 
 # import name -> distribution to install (the packages the checks import besides torch)
 REQUIRED = {
@@ -64,9 +65,9 @@ def protocol_settings():
 
     return (
         ThroughputSetting("reality_check", "bn_inception", 227, 32, 4, 128, crop_scale=(0.16, 1.0)),
-        ThroughputSetting("thesis", "resnet50", 224, 100, 5, 512),
-        ThroughputSetting("thesis", "bn_inception", 224, 180, 5, 512),
-        ThroughputSetting("thesis", "googlenet", 224, 180, 5, 512),
+        ThroughputSetting("thesis", "resnet50", 224, 100, 5, 512, grad_clip=10.0),
+        ThroughputSetting("thesis", "bn_inception", 224, 180, 5, 512, grad_clip=10.0),
+        ThroughputSetting("thesis", "googlenet", 224, 180, 5, 512, grad_clip=10.0),
     )
 
 
@@ -187,7 +188,8 @@ def verdicts(report: dict[str, Any]) -> dict[str, bool]:
     tests = report.get("tests", [])
     phases = {p["phase"]: p for p in report.get("eval_speed", {}).get("phases", [])}
     return {
-        "tests": bool(tests) and all(t["outcome"] in ("passed", "skipped") for t in tests),
+        "tests": any(t["outcome"] == "passed" for t in tests)
+        and all(t["outcome"] == "passed" or (t["outcome"] == "skipped" and t["name"] in SKIPPABLE) for t in tests),
         "throughput": bool(report.get("throughput")) and all(r["ratio"] >= RATIO_TARGET for r in report["throughput"]),
         "eval_speed": "total" in phases and phases["total"]["wall_s"] < EVAL_TARGET_S,
         "real_size": bool(report.get("real_size", {}).get("loss_decreased")),

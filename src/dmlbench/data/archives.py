@@ -12,8 +12,8 @@ links of any kind and device files (no dataset archive has them).
 from __future__ import annotations
 
 import shutil
-import sys
 import stat
+import sys
 import tarfile
 import zipfile
 from dataclasses import dataclass

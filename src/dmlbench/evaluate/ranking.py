@@ -70,15 +70,17 @@ def canonical_hits(values: np.ndarray, hits: np.ndarray, k: int) -> tuple[np.nda
 
 def canonical_hits_sorted(values, hits, k: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`canonical_hits` of ``torch.topk`` output (values already descending), as numpy:
-    only rows holding equal values need reordering, so only those leave the device whole."""
+    only rows holding equal values (or NaN) need reordering, so only those leave the device whole."""
     import torch
 
-    ordered = hits[:, :k].cpu().numpy()
+    ordered = np.array(hits[:, :k].cpu().numpy())  # a copy: on the CPU .numpy() shares the caller's tensor
     if values.shape[1] > k:
         boundary_tie = (values[:, k - 1] == values[:, k]).cpu().numpy()
     else:
         boundary_tie = np.zeros(len(ordered), dtype=bool)
-    tied = np.flatnonzero((values[:, 1:] == values[:, :-1]).any(dim=1).cpu().numpy())
+    # rows with equal neighbours, or with NaN (topk puts NaN first, the tie rule's lexsort last)
+    unordered = (values[:, 1:] == values[:, :-1]).any(dim=1) | torch.isnan(values).any(dim=1)
+    tied = np.flatnonzero(unordered.cpu().numpy())
     if len(tied):
         rows = torch.from_numpy(tied).to(values.device)
         ordered[tied] = canonical_hits(values[rows].cpu().numpy(), hits[rows].cpu().numpy(), k)[0]

@@ -14,6 +14,7 @@ file the grid needs: here with its pinned checksum, or its URL answering an HTTP
 from __future__ import annotations
 
 import hashlib
+import http.client
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -80,7 +81,10 @@ def _mismatch(file: WeightsFile, path: Path) -> str | None:
     """Why ``path`` is not the pinned file (its sha256 differs), or None when it is (or nothing is pinned)."""
     if file.sha256 is None:
         return None
-    actual = sha256_file(path)
+    try:
+        actual = sha256_file(path)
+    except OSError as exc:
+        return f"backbones.{file.backbone}: {path} cannot be read ({exc.strerror or exc}); " + _how_to_fix(file)
     if actual.startswith(file.sha256):
         return None
     return f"backbones.{file.backbone}: {path} has sha256 {actual}, expected {file.sha256}...; " + _how_to_fix(file)
@@ -136,8 +140,8 @@ def url_unreachable(url: str, timeout: float = HEAD_TIMEOUT) -> str | None:
             status = response.status
     except urllib.error.HTTPError as exc:
         return f"HTTP {exc.code} {exc.reason}"
-    except (OSError, ValueError) as exc:  # URLError (refused, DNS), timeout, malformed URL
-        return str(getattr(exc, "reason", None) or exc)
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, DNS, timeout, bad URL or reply
+        return str(getattr(exc, "reason", None) or exc) or type(exc).__name__
     return None if 200 <= status < 300 else f"HTTP {status}"
 
 

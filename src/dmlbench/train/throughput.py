@@ -46,6 +46,7 @@ class ThroughputSetting:
     crop_scale: tuple[float, float] = (0.08, 1.0)
     loss: str = "multi_similarity"
     frozen_bn: bool = True
+    grad_clip: float | None = None
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ def measure_throughput(
     optimizers = [torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)]
     if loss_spec.has_parameters:
         optimizers.append(torch.optim.AdamW(loss_fn.parameters(), lr=1e-3))
-    step = TrainStep(model.train(), loss_fn, loss_spec.miner(loss_params), optimizers, fast)
+    step = TrainStep(model.train(), loss_fn, loss_spec.miner(loss_params), optimizers, fast, setting.grad_clip)
 
     rng = np.random.default_rng(0)
     side = setting.image_size
