@@ -183,9 +183,9 @@ def test_kmeans_auto_choice_covers_every_branch(monkeypatch):
     assert clustering.resolve_kmeans_backend("cpu") == "torch"  # no faiss: plain Lloyd
     # device None follows torch's view of the machine
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert clustering.default_device(None) == "cuda" and clustering.default_device("cpu") == "cpu"
+    assert clustering.resolve_kmeans_backend(str(clustering.default_device(None))) == "torch"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert clustering.default_device(None) == "cpu"
+    assert clustering.default_device(None) == torch.device("cpu")
 
 
 def test_torch_kmeans_without_faiss_is_a_seeded_lloyd(monkeypatch):

@@ -76,10 +76,24 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def md5_file(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
-    """MD5 of a file's bytes (what DVC records for a file output)."""
+def md5_file(path: str | os.PathLike, chunk_size: int = 1 << 20, progress: bool = False) -> str:
+    """MD5 of a file's bytes (what DVC records for a file output); ``progress``: a progress bar
+    (dataset archives are gigabytes)."""
+    path = Path(path)
     digest = hashlib.md5()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(chunk_size), b""):
-            digest.update(block)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        size = path.stat().st_size
+        bar = tqdm(total=size, desc=f"md5 {path.name}", unit="B", unit_scale=True, mininterval=1.0, leave=False)
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(chunk_size), b""):
+                digest.update(block)
+                if bar is not None:
+                    bar.update(len(block))
+    finally:
+        if bar is not None:
+            bar.close()
     return digest.hexdigest()

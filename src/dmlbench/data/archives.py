@@ -23,9 +23,9 @@ from typing import Callable
 from pydantic import Field
 
 from dmlbench.data.base import Archive, DatasetParams, SourceParams
-from dmlbench.data.download import download, file_md5
+from dmlbench.data.download import CHUNK_BYTES, download
 from dmlbench.errors import DataError
-from dmlbench.io import atomic_dir, write_json
+from dmlbench.io import atomic_dir, md5_file, write_json
 from dmlbench.schema import StrictModel
 
 ARCHIVES_RECORD = "archives.json"
@@ -161,7 +161,7 @@ def ensure_archive(dataset: str, item: ResolvedArchive, dropbox: Path) -> tuple[
     if local.exists():
         if item.size is not None and local.stat().st_size != item.size:
             raise DataError(f"{local}: {local.stat().st_size:,} bytes, expected {item.size:,}; {fix}")
-        got = file_md5(local)
+        got = md5_file(local, CHUNK_BYTES, progress=True)
         if item.md5 is not None and got != item.md5:
             raise DataError(f"{local}: md5 is {got}, expected {item.md5}; {fix}")
     elif item.url is None:

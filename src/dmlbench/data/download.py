@@ -11,7 +11,6 @@ resumes it.
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import os
 import re
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from dmlbench import __version__
 from dmlbench.errors import DataError
+from dmlbench.io import md5_file
 
 RETRIES = 5
 BACKOFF_SECONDS = 2.0  # waits 2, 4, 8, 16, 32 s
@@ -37,23 +37,6 @@ class TransientError(Exception):
 
 def partial_path(dest: Path) -> Path:
     return dest.with_name(f".{dest.name}.part")
-
-
-def file_md5(path: Path, chunk_size: int = CHUNK_BYTES) -> str:
-    """MD5 of a file, with a progress bar (archives are gigabytes)."""
-    from tqdm import tqdm
-
-    digest = hashlib.md5()
-    with (
-        open(path, "rb") as handle,
-        tqdm(
-            total=path.stat().st_size, desc=f"md5 {path.name}", unit="B", unit_scale=True, mininterval=1.0, leave=False
-        ) as bar,
-    ):
-        for block in iter(lambda: handle.read(chunk_size), b""):
-            digest.update(block)
-            bar.update(len(block))
-    return digest.hexdigest()
 
 
 def _content_range_start(value: str | None) -> int | None:
@@ -142,7 +125,7 @@ def download(
     if size is not None and got_size != size:
         part.unlink()
         raise DataError(f"{url}: got {got_size:,} bytes, expected {size:,}; the download was deleted")
-    got = file_md5(part)
+    got = md5_file(part, CHUNK_BYTES, progress=True)
     if md5 is not None and got != md5:
         part.unlink()
         raise DataError(f"{url}: md5 is {got}, expected {md5}; the download was deleted")

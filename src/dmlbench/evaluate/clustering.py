@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from dmlbench.devices import default_device
 from dmlbench.evaluate.knn import faiss_available, faiss_gpus
 from dmlbench.evaluate.ranking import full_fp32_matmul, normalize_rows
 from dmlbench.evaluate.screen import NearestCentroids, fast_bf16_matmul
@@ -54,7 +55,7 @@ def kmeans_assign(
     x = np.ascontiguousarray(x, dtype=np.float32)
     if not 1 <= k <= len(x):
         raise ValueError(f"k-means needs 1 <= k <= n points; got k={k}, n={len(x)}")
-    device = default_device(device)
+    device = str(default_device(device))
     if backend == "auto":
         backend = resolve_kmeans_backend(device)
     if backend == "screened":
@@ -71,15 +72,6 @@ def kmeans_assign(
     if backend == "torch":
         return _kmeans_torch(x, k, niter, seed, device)
     raise ValueError(f"k-means backend must be auto, faiss, screened or torch; got {backend!r}")
-
-
-def default_device(device: str | None) -> str:
-    """``device``, or ``cuda`` when torch sees a GPU, else ``cpu``."""
-    if device is not None:
-        return str(device)
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def resolve_kmeans_backend(device: str) -> str:

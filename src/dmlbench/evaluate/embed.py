@@ -29,6 +29,7 @@ import torch
 from dmlbench import paths
 from dmlbench.config import Params, RunSpec, config_hash
 from dmlbench.data.augment import eval_transform
+from dmlbench.devices import default_device
 from dmlbench.errors import ConfigError, DataError
 
 EMBEDDINGS = "embeddings.npz"
@@ -177,10 +178,6 @@ def compute_embeddings(
     return result
 
 
-def _default_device(device: torch.device | str | None) -> torch.device:
-    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-
-
 def load_trained_model(
     params: Params, run: RunSpec, device: torch.device, fold: int | None = None
 ) -> tuple[torch.nn.Module, dict]:
@@ -258,7 +255,7 @@ def embed_stage(params: Params, run: RunSpec, device: torch.device | str | None 
     from dmlbench.io import atomic_dir, md5_file, read_json, write_json
 
     params.check_run(run)
-    device = _default_device(device)
+    device = default_device(device)
     metas = []
     with atomic_dir(paths.embedding_dir(run)) as tmp:
         for fold in paths.folds_in(paths.model_dir(run)):
@@ -296,7 +293,7 @@ def embed_pretrained_stage(
     for key, value, allowed in (("datasets", dataset, params.datasets), ("backbones", backbone, params.backbones)):
         if value not in allowed:
             raise ConfigError(f"{key}: {value!r} is not in params.yaml; listed: {', '.join(sorted(allowed))}")
-    device = _default_device(device)
+    device = default_device(device)
     protocol = params.protocol
     torch.manual_seed(PRETRAINED_INIT_SEED)
     model = build_model(

@@ -25,6 +25,7 @@ from typing import Callable
 
 import numpy as np
 
+from dmlbench.devices import default_device
 from dmlbench.evaluate.ranking import (
     Ranking,
     canonical_hits,
@@ -62,10 +63,8 @@ def resolve_backend(backend: str = "auto", device: str | None = None) -> tuple[s
     than fp32 torch at SOP scale), else torch. ``screened`` asked for on CUDA runs ``torch``."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
-    import torch
 
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = str(default_device(device))
     if backend == "auto":
         on_cuda = str(device).startswith("cuda")
         if faiss_gpus() > 0 or (not on_cuda and not fast_bf16_matmul()):

@@ -35,6 +35,7 @@ from dmlbench.config import Params, Protocol, RunSpec, config_hash
 from dmlbench.data import DATASETS
 from dmlbench.data.augment import train_transform
 from dmlbench.data.cache import PreparedDataset, SplitData
+from dmlbench.devices import default_device
 from dmlbench.errors import TrainingDiverged
 from dmlbench.evaluate.embed import compute_embeddings
 from dmlbench.evaluate.metrics import retrieval_metrics
@@ -103,10 +104,6 @@ def restore_rng_state(state: dict[str, Any], generator: torch.Generator) -> None
         torch.cuda.set_rng_state_all(state["cuda"])
     pml_common.NUMPY_RANDOM.set_state(state["pml_sampler"])
     generator.set_state(state["augment"])
-
-
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def finite_check_interval(device: torch.device) -> int:

@@ -23,10 +23,11 @@ import yaml
 from dmlbench import paths
 from dmlbench.config import Params, RunSpec, config_hash
 from dmlbench.data.cache import PreparedDataset
+from dmlbench.devices import default_device
 from dmlbench.io import atomic_dir, md5_file, read_json, write_json
 from dmlbench.tracking import TrackedRun, start_training_run
 from dmlbench.train.checkpoint import clear_checkpoint, code_fingerprint, load_checkpoint
-from dmlbench.train.loop import default_device, train
+from dmlbench.train.loop import train
 
 MODEL = "model.pt"
 HISTORY = "history.json"
