@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from dmlbench.errors import TrainingDiverged
 from dmlbench.evaluate.embed import compute_embeddings
 from dmlbench.evaluate.metrics import retrieval_metrics
 from dmlbench.models import build_model
-from dmlbench.train.checkpoint import load_checkpoint
+from dmlbench.train.checkpoint import TrainState, load_checkpoint
 from dmlbench.train.loop import train
 
 
@@ -82,7 +83,7 @@ def test_resume_after_interruption_gives_identical_results(small_raw_params, pre
             extra_state={"mlflow_run_id": "abc"},
         )
     state = load_checkpoint(tmp_path, config_hash(params.resolved(run)))
-    assert state is not None and state["epoch"] == 2 and state["extra"] == {"mlflow_run_id": "abc"}
+    assert state is not None and state.epoch == 2 and state.extra == {"mlflow_run_id": "abc"}
     resumed = train(run, params, data, checkpoint_dir=tmp_path, resume=state, device=torch.device("cpu"))
     assert resumed.resumed_from_epoch == 2
     assert [h["epoch"] for h in resumed.history] == [1, 2, 3]
@@ -199,7 +200,10 @@ def test_warmup_epochs_train_only_the_head_and_loss_parameters(small_raw_params,
     assert after_warmup["optimizers"][1]["state"], "the proxies' own optimiser stepped during warm-up"
     assert torch.isfinite(proxies).all()
     # Epoch 2 trains the trunk too.
-    train(run, params, data, checkpoint_dir=tmp_path, resume=after_warmup, device=torch.device("cpu"))
+    train(
+        run, params, data, checkpoint_dir=tmp_path, resume=TrainState.from_checkpoint(after_warmup),
+        device=torch.device("cpu"),
+    )  # fmt: skip
     epoch_2 = torch.load(tmp_path / "last.pt", weights_only=False)["model"]
     assert all(not torch.equal(epoch_2[k], initial[k]) for k in trunk)
 
@@ -297,3 +301,28 @@ def test_stage_resumes_into_the_same_mlflow_run_logging_each_epoch_once(
     assert run_json["test_feedback"]["best_value"] == max(h["test_feedback/precision_at_1"] for h in history)
     assert tracked.data.metrics["test_feedback/best_precision_at_1"] == run_json["test_feedback"]["best_value"]
     assert tracked.data.params["protocol.warmup_epochs"] == "0" and tracked.data.params["loss.miner_epsilon"] == "0.1"
+
+
+def test_train_state_round_trips_through_a_checkpoint_file(tmp_path):
+    from dataclasses import fields
+
+    from dmlbench.train.checkpoint import save_checkpoint
+
+    state = TrainState(
+        config_hash="abc", epoch=3, elapsed=1.5, history=[{"epoch": 1, "train/loss": 0.5}], extra={"k": 1}
+    )
+    state.model = {"w": torch.arange(3.0)}
+    save_checkpoint(tmp_path, state)
+    loaded = load_checkpoint(tmp_path, "abc")
+    assert loaded is not None and loaded.epoch == 3 and loaded.history == state.history and loaded.extra == {"k": 1}
+    assert torch.equal(loaded.model["w"], torch.arange(3.0)) and loaded.best == {
+        "epoch": 0,
+        "value": -math.inf,
+        "since": 0,
+    }
+    assert load_checkpoint(tmp_path, "other config") is None
+    raw = torch.load(tmp_path / "last.pt", weights_only=False)
+    assert set(raw) == {f.name for f in fields(TrainState)}  # one key per field: the file format
+    del raw["rng"]
+    with pytest.raises(ValueError, match="not a training checkpoint: no rng"):
+        TrainState.from_checkpoint(raw)

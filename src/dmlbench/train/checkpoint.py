@@ -7,6 +7,8 @@ run: a run restarted after a code change starts over instead of mixing two versi
 from __future__ import annotations
 
 import hashlib
+import math
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -29,12 +31,54 @@ def code_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-def save_checkpoint(directory: Path, state: dict[str, Any]) -> None:
+def _no_best() -> dict[str, Any]:
+    return {"epoch": 0, "value": -math.inf, "since": 0}
+
+
+@dataclass
+class TrainState:
+    """Everything a resumed run needs, saved after every epoch (``last.pt`` holds
+    :meth:`to_checkpoint`'s plain dict, one key per field).
+
+    ``model``/``loss``/``optimizers``/``schedulers``: state dicts; ``rng``: every RNG state
+    (:func:`dmlbench.train.loop.rng_state`); ``sampler``: the next epoch's sampler seed;
+    ``history``: one metrics dict per finished epoch; ``best``: the selected epoch so far
+    (``epoch``, ``value`` of the selection metric, validations ``since`` it); ``best_state``:
+    its weights (CPU tensors); ``extra``: the caller's data (e.g. the MLflow run id).
+    """
+
+    config_hash: str
+    epoch: int = 0
+    elapsed: float = 0.0  # training seconds so far
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best: dict[str, Any] = field(default_factory=_no_best)
+    best_state: dict[str, Any] | None = None
+    model: dict[str, Any] = field(default_factory=dict)
+    loss: dict[str, Any] = field(default_factory=dict)
+    optimizers: list[dict[str, Any]] = field(default_factory=list)
+    schedulers: list[dict[str, Any]] = field(default_factory=list)
+    rng: dict[str, Any] = field(default_factory=dict)
+    sampler: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    code: str = field(default_factory=lambda: code_fingerprint())
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_checkpoint(cls, state: dict[str, Any]) -> "TrainState":
+        missing = [f.name for f in fields(cls) if f.name not in state]
+        if missing:
+            raise ValueError(f"not a training checkpoint: no {', '.join(missing)}")
+        return cls(**{f.name: state[f.name] for f in fields(cls)})
+
+
+def save_checkpoint(directory: Path, state: TrainState) -> None:
     with atomic_path(directory / LAST) as tmp:
-        torch.save(state, tmp)
+        torch.save(state.to_checkpoint(), tmp)
 
 
-def load_checkpoint(directory: Path, config_hash: str) -> dict[str, Any] | None:
+def load_checkpoint(directory: Path, config_hash: str) -> TrainState | None:
     """The saved state if it belongs to this exact config and code, else None."""
     path = directory / LAST
     if not path.exists():
@@ -42,7 +86,7 @@ def load_checkpoint(directory: Path, config_hash: str) -> dict[str, Any] | None:
     state = torch.load(path, map_location="cpu", weights_only=False)
     if state.get("config_hash") != config_hash or state.get("code") != code_fingerprint():
         return None
-    return state
+    return TrainState.from_checkpoint(state)
 
 
 def clear_checkpoint(directory: Path) -> None:

@@ -21,7 +21,6 @@ resumed run repeats exactly what an uninterrupted run would have done (on CPU).
 from __future__ import annotations
 
 import copy
-import math
 import random
 import time
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from dmlbench.evaluate.embed import compute_embeddings
 from dmlbench.evaluate.metrics import retrieval_metrics
 from dmlbench.losses import LOSSES
 from dmlbench.models import EmbeddingModel, build_model
-from dmlbench.train.checkpoint import code_fingerprint, save_checkpoint
+from dmlbench.train.checkpoint import TrainState, save_checkpoint
 from dmlbench.train.optim import make_loss_optimizer, make_optimizer, make_scheduler
 from dmlbench.train.sampling import epoch_batches
 from dmlbench.train.step import FastPath, ImageSource, TrainStep
@@ -145,12 +144,83 @@ class _Scorer:
         return retrieval_metrics(queries, split.labels, self._embed(model, gallery), gallery.labels, self.recall_ks)
 
 
+@dataclass
+class _Parts:
+    """The trainable pieces of a run and the step that updates them."""
+
+    model: EmbeddingModel
+    loss_fn: torch.nn.Module
+    optimizers: list[torch.optim.Optimizer]
+    schedulers: list[Any]
+    step: TrainStep
+
+    def load(self, state: TrainState) -> None:
+        self.model.load_state_dict(state.model)
+        self.loss_fn.load_state_dict(state.loss)
+        for opt, saved in zip(self.optimizers, state.optimizers, strict=True):
+            opt.load_state_dict(saved)
+        for sched, saved in zip(self.schedulers, state.schedulers, strict=True):
+            sched.load_state_dict(saved)
+
+    def save_into(self, state: TrainState) -> TrainState:
+        state.model, state.loss = self.model.state_dict(), self.loss_fn.state_dict()
+        state.optimizers = [opt.state_dict() for opt in self.optimizers]
+        state.schedulers = [sched.state_dict() for sched in self.schedulers]
+        return state
+
+
+def _build_parts(run: RunSpec, params: Params, protocol: Protocol, num_classes: int, fast: FastPath) -> _Parts:
+    """Model, loss (+ miner), optimisers and schedulers, built in a fixed order (seeded RNG)."""
+    loss_spec, loss_params = LOSSES[run.loss], params.loss_params(run)
+    model = build_model(
+        run.backbone,
+        params.backbones[run.backbone],
+        run.dim,
+        pooling=protocol.pooling,
+        pretrained=protocol.pretrained,
+        frozen_bn=protocol.frozen_bn,
+    )
+    model = fast.prepare_model(model)
+    loss_fn = loss_spec.build(loss_params, num_classes, run.dim).to(fast.device)
+    miner = loss_spec.miner(loss_params)
+    optimizers = [make_optimizer(protocol.optimizer, model.parameters(), protocol.optimizer.lr)]
+    if loss_spec.has_parameters:
+        optimizers.append(make_loss_optimizer(protocol, loss_params, loss_fn.parameters()))
+    schedulers = [make_scheduler(protocol.scheduler, opt, protocol.epochs) for opt in optimizers]
+    return _Parts(
+        model, loss_fn, optimizers, schedulers, TrainStep(model, loss_fn, miner, optimizers, fast, protocol.grad_clip)
+    )
+
+
+@dataclass(frozen=True)
+class _Splits:
+    """The splits one run reads: training images with labels 0..C-1, validation, and the
+    test-set feedback split (the test split against itself, or queries vs gallery)."""
+
+    train: SplitData
+    labels: np.ndarray
+    num_classes: int
+    val: SplitData
+    test: SplitData
+    gallery: SplitData | None
+
+    @classmethod
+    def of(cls, data: PreparedDataset, fold: int | None) -> "_Splits":
+        train_split = data.split("train", fold=fold)
+        test_split, gallery_split = data.split("test"), None
+        if len(test_split) == 0 and len(data.split("query")) > 0:
+            test_split, gallery_split = data.split("query"), data.split("gallery")
+        classes = np.unique(train_split.labels)
+        labels = np.searchsorted(classes, train_split.labels)
+        return cls(train_split, labels, len(classes), data.split("val", fold=fold), test_split, gallery_split)
+
+
 def train(
     run: RunSpec,
     params: Params,
     data: PreparedDataset,
     checkpoint_dir: Path | None = None,
-    resume: dict[str, Any] | None = None,
+    resume: TrainState | None = None,
     on_epoch: EpochCallback | None = None,
     device: torch.device | None = None,
     extra_state: dict[str, Any] | None = None,
@@ -166,159 +236,140 @@ def train(
     (e.g. the MLflow run id); ``on_epoch(epoch, metrics)`` is called after each epoch, after
     its checkpoint. ``fast_path``: None = on for CUDA devices (see :mod:`dmlbench.train.step`).
     """
-    from tqdm import tqdm
-
     device = device or default_device()
     fast = FastPath.for_device(device, fast_path)
     protocol = params.protocol_for(run)
     chash = config_hash(params.resolved(run))
-    loss_spec, loss_params = LOSSES[run.loss], params.loss_params(run)
-    augment = protocol.augment
-    hflip = augment.hflip and DATASETS[run.dataset].hflip_invariant
+    splits = _Splits.of(data, fold)
     score = _Scorer(protocol, params.evaluate.recall_ks(run.dataset), fast)
-    per_class = protocol.sampling_for(loss_spec.sampler)
-    early = protocol.early_stopping
-
-    train_split, val_split = data.split("train", fold=fold), data.split("val", fold=fold)
-    # Test-set feedback (analysis only): the test split against itself, or queries vs gallery.
-    test_split, gallery_split = data.split("test"), None
-    if len(test_split) == 0 and len(data.split("query")) > 0:
-        test_split, gallery_split = data.split("query"), data.split("gallery")
-    classes = np.unique(train_split.labels)
-    train_labels = np.searchsorted(classes, train_split.labels)
-    num_classes = len(classes)
-    has_val = len(val_split) > 0
-    test_feedback = protocol.test_feedback and len(test_split) > 0
+    has_val = len(splits.val) > 0
+    test_feedback = protocol.test_feedback and len(splits.test) > 0
 
     generator = seed_everything(run.seed)
-    model = build_model(
-        run.backbone,
-        params.backbones[run.backbone],
-        run.dim,
-        pooling=protocol.pooling,
-        pretrained=protocol.pretrained,
-        frozen_bn=protocol.frozen_bn,
-    )
-    model = fast.prepare_model(model)
-    loss_fn = loss_spec.build(loss_params, num_classes, run.dim).to(device)
-    miner = loss_spec.miner(loss_params)
-    optimizers = [make_optimizer(protocol.optimizer, model.parameters(), protocol.optimizer.lr)]
-    if loss_spec.has_parameters:
-        optimizers.append(make_loss_optimizer(protocol, loss_params, loss_fn.parameters()))
-    schedulers = [make_scheduler(protocol.scheduler, opt, protocol.epochs) for opt in optimizers]
-    step = TrainStep(model, loss_fn, miner, optimizers, fast, protocol.grad_clip)
-
-    history: list[dict[str, float]] = []
-    best = {"epoch": 0, "value": -math.inf, "since": 0}
-    best_state: dict[str, Any] | None = None
-    start_epoch, elapsed = 0, 0.0
+    parts = _build_parts(run, params, protocol, splits.num_classes, fast)
+    state = TrainState(config_hash=chash, extra=extra_state or {})
     if resume is not None:
-        if resume.get("config_hash") != chash:
+        if resume.config_hash != chash:
             raise ValueError("resume checkpoint belongs to a different config")
-        model.load_state_dict(resume["model"])
-        loss_fn.load_state_dict(resume["loss"])
-        for opt, saved in zip(optimizers, resume["optimizers"], strict=True):
-            opt.load_state_dict(saved)
-        for sched, saved in zip(schedulers, resume["schedulers"], strict=True):
-            sched.load_state_dict(saved)
-        history, best, best_state = resume["history"], resume["best"], resume["best_state"]
-        start_epoch, elapsed = resume["epoch"], resume["elapsed"]
-        restore_rng_state(resume["rng"], generator)
-
-    images = ImageSource(train_split.images, device, train_split.sizes)
-    targets = torch.from_numpy(train_labels).to(device)
-    check_every = finite_check_interval(device)
-    stopped_early = bool(history) and history[-1].get("stopped_early", False)
+        parts.load(resume)
+        state.epoch, state.elapsed, state.history = resume.epoch, resume.elapsed, resume.history
+        state.best, state.best_state = resume.best, resume.best_state
+        restore_rng_state(resume.rng, generator)
+    start_epoch = state.epoch
+    epochs = _Epochs(run, protocol, splits, parts, device)
+    stopped_early = bool(state.history) and state.history[-1].get("stopped_early", False)
 
     for epoch in range(start_epoch + 1, protocol.epochs + 1):
         if stopped_early:
             break
+        generator, metrics = epochs.train_one(epoch)
+        state.elapsed += metrics["train/epoch_seconds"]
+        metrics["train/elapsed_seconds"] = state.elapsed
+        validate = epoch % protocol.early_stopping.validate_every == 0 or epoch == protocol.epochs
+        if validate and has_val:
+            metrics.update({f"val/{k}": v for k, v in score(parts.model, splits.val).items()})
+            stopped_early = _select(state, parts.model, epoch, metrics[f"val/{protocol.selection_metric}"], protocol)
+        if validate and test_feedback:
+            test_metrics = score(parts.model, splits.test, splits.gallery)
+            metrics.update({f"{TEST_FEEDBACK}/{name}": value for name, value in test_metrics.items()})
+        state.history.append({"epoch": epoch, **metrics, **({"stopped_early": True} if stopped_early else {})})
+        state.epoch = epoch
+        if checkpoint_dir is not None:
+            state.rng = rng_state(generator)
+            state.sampler = {"epoch_seed": epoch_seed(run.seed, epoch + 1), "per_class": epochs.per_class}
+            save_checkpoint(checkpoint_dir, parts.save_into(state))
+        if on_epoch is not None:
+            on_epoch(epoch, metrics)
+    return _outcome(state, parts.model, protocol, has_val, splits.num_classes, start_epoch, stopped_early)
+
+
+class _Epochs:
+    """One training epoch: the epoch's seeded batches, augmentation on the cache's device, the
+    step on each batch, a finiteness check every ``finite_check_interval`` batches, schedulers."""
+
+    def __init__(self, run: RunSpec, protocol: Protocol, splits: _Splits, parts: _Parts, device: torch.device):
+        self.run, self.protocol, self.parts, self.device = run, protocol, parts, device
+        self.labels = splits.labels
+        self.per_class = protocol.sampling_for(LOSSES[run.loss].sampler)
+        self.hflip = protocol.augment.hflip and DATASETS[run.dataset].hflip_invariant
+        self.images = ImageSource(splits.train.images, device, splits.train.sizes)
+        self.targets = torch.from_numpy(splits.labels).to(device)
+        self.check_every = finite_check_interval(device)
+
+    def train_one(self, epoch: int) -> tuple[torch.Generator, dict[str, float]]:
+        """Train epoch ``epoch``; return its augmentation generator (for the checkpoint) and metrics."""
+        from tqdm import tqdm
+
+        run, protocol, parts, augment = self.run, self.protocol, self.parts, self.protocol.augment
         generator = seed_everything(epoch_seed(run.seed, epoch))
-        batches = epoch_batches(train_labels, protocol.batch_size, per_class, protocol.iterations_per_epoch)
-        set_warmup(model, epoch <= protocol.warmup_epochs)
-        model.train()
-        loss_fn.train()
+        batches = epoch_batches(self.labels, protocol.batch_size, self.per_class, protocol.iterations_per_epoch)
+        set_warmup(parts.model, epoch <= protocol.warmup_epochs)
+        parts.model.train()
+        parts.loss_fn.train()
         started = time.perf_counter()
         losses: list[torch.Tensor] = []
         checked = 0
         desc = f"{run.key} epoch {epoch}/{protocol.epochs}"
         for index, batch in enumerate(tqdm(batches, desc=desc, unit="batch", mininterval=2.0, leave=False), 1):
             inputs = train_transform(
-                images.batch(batch),
+                self.images.batch(batch),
                 augment.crop_size,
                 augment.crop_scale,
                 augment.crop_ratio,
-                hflip,
+                self.hflip,
                 generator,
-                sizes=images.sizes_of(batch),
+                sizes=self.images.sizes_of(batch),
             )
-            losses.append(step(inputs, targets[torch.from_numpy(batch).to(device)]))
-            if index % check_every == 0 or index == len(batches):
+            losses.append(parts.step(inputs, self.targets[torch.from_numpy(batch).to(self.device)]))
+            if index % self.check_every == 0 or index == len(batches):
                 _check_finite(losses, checked, run, epoch)
                 checked = index
-        lr = optimizers[0].param_groups[0]["lr"]
-        for sched in schedulers:
+        lr = parts.optimizers[0].param_groups[0]["lr"]
+        for sched in parts.schedulers:
             sched.step()
         seconds = time.perf_counter() - started
-        elapsed += seconds
-
-        metrics: dict[str, float] = {
+        return generator, {
             "train/loss": float(torch.stack(losses).float().mean()),
             "train/lr": lr,
             "train/epoch_seconds": seconds,
             "train/images_per_second": batches.size / seconds,
-            "train/elapsed_seconds": elapsed,
         }
-        validate = epoch % early.validate_every == 0 or epoch == protocol.epochs
-        if validate and has_val:
-            val_metrics = score(model, val_split)
-            metrics.update({f"val/{name}": value for name, value in val_metrics.items()})
-            value = val_metrics[protocol.selection_metric]
-            if value > best["value"]:
-                best = {"epoch": epoch, "value": value, "since": 0}
-                best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
-            else:
-                best["since"] += 1
-            if early.patience is not None and best["since"] >= early.patience and epoch < protocol.epochs:
-                stopped_early = True
-        if validate and test_feedback:
-            test_metrics = score(model, test_split, gallery_split)
-            metrics.update({f"{TEST_FEEDBACK}/{name}": value for name, value in test_metrics.items()})
-        history.append({"epoch": epoch, **metrics, **({"stopped_early": True} if stopped_early else {})})
-        if checkpoint_dir is not None:
-            save_checkpoint(
-                checkpoint_dir,
-                {
-                    "config_hash": chash,
-                    "code": code_fingerprint(),
-                    "epoch": epoch,
-                    "elapsed": elapsed,
-                    "model": model.state_dict(),
-                    "loss": loss_fn.state_dict(),
-                    "optimizers": [opt.state_dict() for opt in optimizers],
-                    "schedulers": [sched.state_dict() for sched in schedulers],
-                    "rng": rng_state(generator),
-                    "sampler": {"epoch_seed": epoch_seed(run.seed, epoch + 1), "per_class": per_class},
-                    "history": history,
-                    "best": best,
-                    "best_state": best_state,
-                    "extra": extra_state or {},
-                },
-            )
-        if on_epoch is not None:
-            on_epoch(epoch, metrics)
 
-    last_epoch = history[-1]["epoch"]
+
+def _select(state: TrainState, model: torch.nn.Module, epoch: int, value: float, protocol: Protocol) -> bool:
+    """Keep the weights of the best validation ``value`` so far; True when early stopping ends the run."""
+    best = state.best
+    if value > best["value"]:
+        state.best = {"epoch": epoch, "value": value, "since": 0}
+        state.best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
+    else:
+        best["since"] += 1
+    patience = protocol.early_stopping.patience
+    return patience is not None and state.best["since"] >= patience and epoch < protocol.epochs
+
+
+def _outcome(
+    state: TrainState,
+    model: torch.nn.Module,
+    protocol: Protocol,
+    has_val: bool,
+    num_classes: int,
+    start_epoch: int,
+    stopped_early: bool,
+) -> TrainOutcome:
+    """The selected weights (best validation epoch; the last epoch without validation) and the run's record."""
+    history = state.history
     if has_val:
+        best_state = state.best_state
         selection = {
             "split": "val",
             "metric": protocol.selection_metric,
-            "epoch": best["epoch"],
-            "value": best["value"],
+            "epoch": state.best["epoch"],
+            "value": state.best["value"],
         }
     else:
         best_state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        selection = {"split": None, "metric": None, "epoch": last_epoch, "value": None}
+        selection = {"split": None, "metric": None, "epoch": history[-1]["epoch"], "value": None}
     return TrainOutcome(
         model_state=best_state,
         history=[{k: v for k, v in h.items() if k != "stopped_early"} for h in history],

@@ -104,15 +104,15 @@ def train_member(
         print(f"{name}: already trained (kept from an interrupted stage)")
         return done
     resume = load_checkpoint(checkpoints, chash)
-    resume_run_id = resume["extra"].get("mlflow_run_id") if resume else None
+    resume_run_id = resume.extra.get("mlflow_run_id") if resume else None
     if resume:
-        print(f"{name}: resuming after epoch {resume['epoch']} from {checkpoints}")
+        print(f"{name}: resuming after epoch {resume.epoch} from {checkpoints}")
 
     tracked = start_training_run(
         run, resolved, chash, params.tracking.experiment, resume_run_id=resume_run_id, fold=fold
     )
     if resume:  # the same run (or, if it was deleted meanwhile, a new one) gets every epoch once
-        _log_missing_epochs(tracked, resume["history"])
+        _log_missing_epochs(tracked, resume.history)
     tracked.set_tags({"device": _device_name(device)})
     write_json(checkpoints / CHECKPOINT_STATUS, {"state": "running", "mlflow_run_id": tracked.run_id})
     monitor = tracked.start_system_metrics()
