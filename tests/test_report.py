@@ -11,10 +11,10 @@ import pytest
 
 from dmlbench import paths
 from dmlbench.analysis.report import format_interval, format_signed_interval, report_stage, table_metrics
-from dmlbench.analysis.report_run import log_report
 from dmlbench.config import Combo
 from dmlbench.errors import DataError
 from dmlbench.io import read_json, write_json
+from dmlbench.tracking.report_run import log_report
 
 METRICS = ["precision_at_1", "recall_at_1", "recall_at_2", "recall_at_4", "recall_at_8", "r_precision", "map_at_r"]
 QUALITY = {"contrastive": 0.5, "triplet": 0.3, "multi_similarity": 0.7, "proxy_anchor": 0.6}

@@ -6,7 +6,7 @@ ignored): per-run test metrics (``artifacts/evaluation``), training histories an
 dataset summaries (``artifacts/prepared``), plus the published numbers in
 :mod:`dmlbench.analysis.literature`. Every measured number in the report carries n and a 95%
 interval. The report and its figures are also logged to MLflow as one "report" run per
-report content (:mod:`dmlbench.analysis.report_run`).
+report content (:mod:`dmlbench.tracking.report_run`).
 """
 
 from __future__ import annotations
@@ -1570,7 +1570,7 @@ def report_stage(params: Params, report_dir: Path | None = None, log_to_mlflow: 
     with atomic_path(path, suffix=".md") as tmp:
         tmp.write_text(text)
     if log_to_mlflow:
-        from dmlbench.analysis.report_run import log_report
+        from dmlbench.tracking.report_run import log_report
 
         log_report(params, path, report_dir / FIGURES, report_metrics(analysis))
     return path
