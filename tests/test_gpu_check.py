@@ -45,10 +45,14 @@ def test_make_gpu_check_uses_the_python_that_is_there_not_the_venv():
     # as under `make test` or an activated venv: the venv's bin/ first on PATH
     env = dict(os.environ, PATH=f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}")
     dry = subprocess.run(
-        ["make", "-n", "gpu-check", "GPU_PYTHON=python3"], cwd=ROOT, env=env, capture_output=True, text=True
-    )
+        ["make", "--no-print-directory", "-n", "gpu-check", "GPU_PYTHON=python3"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )  # under `make test` this make is a sub-make: no "Entering directory" lines
     assert dry.returncode == 0, dry.stderr
-    command = dry.stdout.strip().splitlines()[-1]
+    [command] = [line for line in dry.stdout.splitlines() if "dmlbench.gpu_check" in line]
     assert "python3 -m dmlbench.gpu_check" in command and f'PYTHONPATH="{ROOT}/src' in command
     assert ".venv" not in command  # neither the venv's python nor its bin/ first on PATH
     assert "pip install" not in dry.stdout
