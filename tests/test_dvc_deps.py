@@ -56,7 +56,7 @@ it reads the whole section. ``{protocol}`` is the active protocol; a key under i
 ``protocol``, which a ``${protocol}`` in the stage's params template provides. A stage's
 params cover a key when they list it, a parent of it, or the whole ``params.yaml``.
 ``NARROWED`` lists the places where a stage may list less than the check derives, each with
-its reason, and ``GUARDS`` the reads that only refuse stale inputs.
+its reason, and ``GUARDS`` the calls whose reads only refuse stale inputs.
 """
 
 from __future__ import annotations
@@ -112,8 +112,9 @@ PARAMS_API: dict[str, tuple[tuple[str, ...], str | None]] = {
     ),
     "combos": (("datasets", "backbones", "losses", "dims"), None),
     "runs": (("datasets", "backbones", "losses", "dims", "seeds"), None),
-    # A guard on the stage's own arguments: DVC generates them from these very lists.
+    # Guards on the stage's own arguments: DVC generates them from these very lists.
     "check_run": ((), None),
+    "check_listed": ((), None),
 }
 WHOLE_FILE = "params.yaml"
 
@@ -125,15 +126,18 @@ NARROWED = {
     "download": {"datasets.{dataset}": "datasets.{dataset}.source"},
 }
 
-# Reads that only refuse stale inputs and never shape a stage's outputs:
-# function -> {member of Params read there: why it needs no params entry}
+# Calls that hand Params over only to refuse stale inputs, never to shape a stage's outputs
+# beyond what the stage's listed params and deps already fix:
+# function -> {function it hands Params to: why what that reads needs no params entry}
 GUARDS = {
-    "dmlbench.evaluate.embed.load_trained_model": {
-        # embed: a model trained with other params than params.yaml has now is refused, by its
-        # config hash. train depends on every key that hash covers and embed on train's model, so
-        # a change re-runs embed through the model; listing the keys would only mark embed stale
-        # before train has run (tests/test_pipeline.py: a loss hyperparameter makes only train stale).
-        "resolved": "compared with the config hash saved with the model",
+    "dmlbench.evaluate.embed.embed_stage": {
+        # embed: a model trained with other params than params.yaml has now is refused, by the
+        # config hash of the run's RunConfig. train depends on every key that hash covers and embed
+        # on train's model, so a change re-runs embed through the model; listing the keys would only
+        # mark embed stale before train has run (tests/test_pipeline.py: a loss hyperparameter makes
+        # only train stale). The model is rebuilt from the same RunConfig (backbone, dim, pooling,
+        # frozen_bn: keys dvc.yaml lists for embed, and the hash covers).
+        "dmlbench.run_config.run_config": "its config hash is compared with the one saved with the model",
     },
 }
 
@@ -698,7 +702,7 @@ def params_problems(stage: Stage, reads: list[Read], data: dict[str, Any]) -> li
     narrowed = {_fill(k, stage, active): _fill(v, stage, active) for k, v in NARROWED.get(stage.group, {}).items()}
     problems: dict[str, str] = {}
     for read in reads:
-        if read.chain and read.chain[0][0] == "attr" and read.chain[0][1] in GUARDS.get(read.trail[-1], {}):
+        if any(callee in GUARDS.get(caller, {}) for caller, callee in zip(read.trail, read.trail[1:])):
             continue
         for key in read_keys(read, stage, data):
             listed = stage.params
@@ -913,8 +917,9 @@ def test_a_new_params_read_fails(tmp_path, params_data):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     stage_py = tmp_path / "src" / PACKAGE / "train" / "stage.py"
     text = stage_py.read_text()
-    assert "    params.check_run(run)\n" in text
-    text = text.replace("    params.check_run(run)\n", "    params.check_run(run)\n    print(params.report.title)\n", 1)
+    line = "    config = run_config(params, run)\n"
+    assert line in text
+    text = text.replace(line, f"{line}    print(params.report.title)\n", 1)
     stage_py.write_text(text)
     flow = ParamsFlow(Source(tmp_path))
     stages = [s for s in dvc_stages(_read_dvc_yaml()) if s.group == "train"]
@@ -941,6 +946,6 @@ def test_reads_are_derived_through_calls_and_aliases(source, stages, params_data
     train = keys("train")
     assert {"evaluate", "tracking.experiment", "protocol", f"protocols.{active}"} <= train
     pretrained = keys("embed_pretrained")
-    assert f"protocols.{active}.augment.crop_size" in pretrained and f"protocols.{active}.pooling" in pretrained
+    assert f"protocols.{active}.augment" in pretrained and f"protocols.{active}.pooling" in pretrained
     assert f"protocols.{active}" not in pretrained and not any(k.startswith("losses") for k in pretrained)
     assert keys("report") >= {"report", "evaluate.confidence", "datasets", "losses", WHOLE_FILE}

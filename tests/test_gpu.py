@@ -138,6 +138,7 @@ class _Killed(Exception):
 
 def test_kill_and_resume_on_the_gpu_gives_the_same_selection(tmp_path, prepared_glyphs, small_raw_params):
     from dmlbench.config import RunSpec, config_hash, parse_params
+    from dmlbench.run_config import run_config
     from dmlbench.train.checkpoint import load_checkpoint
     from dmlbench.train.loop import train
 
@@ -146,17 +147,17 @@ def test_kill_and_resume_on_the_gpu_gives_the_same_selection(tmp_path, prepared_
     params = parse_params(raw)
     _, data = prepared_glyphs
     run = RunSpec("glyphs", "tiny_cnn", "proxy_anchor", 32, 0)  # a second optimiser, proxies on the GPU
-    whole = train(run, params, data, device=CUDA)
+    whole = train(run_config(params, run), data, device=CUDA)
 
     def killed_after_epoch_2(epoch, metrics):
         if epoch == 2:
             raise _Killed
 
     with pytest.raises(_Killed):
-        train(run, params, data, checkpoint_dir=tmp_path, on_epoch=killed_after_epoch_2, device=CUDA)
+        train(run_config(params, run), data, checkpoint_dir=tmp_path, on_epoch=killed_after_epoch_2, device=CUDA)
     checkpoint = load_checkpoint(tmp_path, config_hash(params.resolved(run)))
     assert checkpoint is not None and checkpoint.epoch == 2
-    resumed = train(run, params, data, checkpoint_dir=tmp_path, resume=checkpoint, device=CUDA)
+    resumed = train(run_config(params, run), data, checkpoint_dir=tmp_path, resume=checkpoint, device=CUDA)
     assert resumed.resumed_from_epoch == 2 and [h["epoch"] for h in resumed.history] == [1, 2, 3, 4, 5]
     assert resumed.selected_epoch == whole.selected_epoch
     for ours, theirs in zip(resumed.history, whole.history, strict=True):

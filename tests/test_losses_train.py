@@ -25,6 +25,7 @@ from dmlbench.evaluate.embed import compute_embeddings
 from dmlbench.evaluate.metrics import retrieval_metrics
 from dmlbench.losses import LOSSES
 from dmlbench.models import build_model
+from dmlbench.run_config import run_config
 from dmlbench.train.loop import train
 
 # The demo protocol's lr (1e-3) is 10x the thesis's (1e-4): the thesis loss's proxies get 10x instead
@@ -70,7 +71,7 @@ def test_every_loss_trains_the_tiny_trunk_in_two_epochs(small_raw_params, prepar
     params = parse_params(raw)
     run = RunSpec("glyphs", "tiny_cnn", loss, 32, 0)
     before = _train_r_at_1(params, run, data)
-    outcome = train(run, params, data, device=torch.device("cpu"))
+    outcome = train(run_config(params, run), data, device=torch.device("cpu"))
     after = _train_r_at_1(params, run, data, outcome.model_state)
     assert [h["epoch"] for h in outcome.history] == [1, 2] and outcome.selection["split"] == "val"
     assert all(np.isfinite(h["train/loss"]) for h in outcome.history)

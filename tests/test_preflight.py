@@ -5,12 +5,12 @@ stops and lists each missing file and where to put it."""
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
-import sys
 import hashlib
 import http.server
+import os
 import socket
+import subprocess
+import sys
 import threading
 import urllib.request
 from pathlib import Path

@@ -14,6 +14,7 @@ from dmlbench.errors import TrainingDiverged
 from dmlbench.evaluate.embed import compute_embeddings
 from dmlbench.evaluate.metrics import retrieval_metrics
 from dmlbench.models import build_model
+from dmlbench.run_config import run_config
 from dmlbench.train.checkpoint import TrainState, load_checkpoint
 from dmlbench.train.loop import train
 
@@ -48,7 +49,7 @@ def test_each_demo_loss_beats_its_untrained_model_on_training_classes(small_raw_
     params = _params(small_raw_params, epochs=4, iterations_per_epoch=60, test_feedback=False)
     run = RunSpec("glyphs", "tiny_cnn", loss, 32, 0)
     before = _train_r_at_1(params, run, data)
-    outcome = train(run, params, data, device=torch.device("cpu"))
+    outcome = train(run_config(params, run), data, device=torch.device("cpu"))
     after = _train_r_at_1(params, run, data, outcome.model_state)
     assert after >= before + 0.20, (before, after)
     assert [h["epoch"] for h in outcome.history] == [1, 2, 3, 4]
@@ -63,7 +64,7 @@ def test_resume_after_interruption_gives_identical_results(small_raw_params, pre
     _, data = prepared_glyphs
     params = _params(small_raw_params, epochs=3)
     run = RunSpec("glyphs", "tiny_cnn", "proxy_anchor", 32, 1)  # has a second optimiser and a sampler
-    uninterrupted = train(run, params, data, device=torch.device("cpu"))
+    uninterrupted = train(run_config(params, run), data, device=torch.device("cpu"))
 
     class Killed(Exception):
         pass
@@ -74,8 +75,7 @@ def test_resume_after_interruption_gives_identical_results(small_raw_params, pre
 
     with pytest.raises(Killed):
         train(
-            run,
-            params,
+            run_config(params, run),
             data,
             checkpoint_dir=tmp_path,
             on_epoch=kill_after_epoch_2,
@@ -84,7 +84,7 @@ def test_resume_after_interruption_gives_identical_results(small_raw_params, pre
         )
     state = load_checkpoint(tmp_path, config_hash(params.resolved(run)))
     assert state is not None and state.epoch == 2 and state.extra == {"mlflow_run_id": "abc"}
-    resumed = train(run, params, data, checkpoint_dir=tmp_path, resume=state, device=torch.device("cpu"))
+    resumed = train(run_config(params, run), data, checkpoint_dir=tmp_path, resume=state, device=torch.device("cpu"))
     assert resumed.resumed_from_epoch == 2
     assert [h["epoch"] for h in resumed.history] == [1, 2, 3]
     for a, b in zip(uninterrupted.history, resumed.history, strict=True):
@@ -105,7 +105,7 @@ def test_nan_loss_stops_with_a_clear_message(small_raw_params, prepared_glyphs, 
         ContrastiveLoss, "forward", lambda self, *args, **kwargs: torch.tensor(float("nan"), requires_grad=True)
     )
     with pytest.raises(TrainingDiverged, match=r"loss is nan at epoch 1, batch 1; lower the learning rate"):
-        train(RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0), params, data, device=torch.device("cpu"))
+        train(run_config(params, RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0)), data, device=torch.device("cpu"))
 
 
 def test_without_validation_split_the_last_epoch_is_kept(small_raw_params, prepared_glyphs):
@@ -114,7 +114,9 @@ def test_without_validation_split_the_last_epoch_is_kept(small_raw_params, prepa
     no_val = type(data)(
         data.name, data.manifest.assign(split=data.manifest.split.replace("val", "train")), data.images, data.info
     )
-    outcome = train(RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0), params, no_val, device=torch.device("cpu"))
+    outcome = train(
+        run_config(params, RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0)), no_val, device=torch.device("cpu")
+    )
     assert outcome.selection == {"split": None, "metric": None, "epoch": 2, "value": None}
     assert "val/map_at_r" not in outcome.history[-1]
 
@@ -144,7 +146,9 @@ def test_early_stopping_and_test_feedback_are_recorded_but_never_select(small_ra
     _, data = prepared_glyphs
     _ScriptedScores(val=[0.1, 0.3, 0.2, 0.25, 0.9, 0.9], test=[0.5, 0.2, 0.7, 0.1, 0.0, 0.0]).install(monkeypatch)
     params = _params(small_raw_params, epochs=6, early_stopping={"validate_every": 1, "patience": 2})
-    outcome = train(RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0), params, data, device=torch.device("cpu"))
+    outcome = train(
+        run_config(params, RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0)), data, device=torch.device("cpu")
+    )
     # Best validation at epoch 2; epochs 3 and 4 do not improve: stop after 4 of 6 epochs.
     assert [h["epoch"] for h in outcome.history] == [1, 2, 3, 4] and outcome.stopped_early
     assert outcome.selection == {"split": "val", "metric": "map_at_r", "epoch": 2, "value": 0.3}
@@ -165,7 +169,9 @@ def test_validation_interval(small_raw_params, prepared_glyphs, monkeypatch):
     params = _params(
         small_raw_params, epochs=5, early_stopping={"validate_every": 2, "patience": None}, iterations_per_epoch=3
     )
-    outcome = train(RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0), params, data, device=torch.device("cpu"))
+    outcome = train(
+        run_config(params, RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0)), data, device=torch.device("cpu")
+    )
     validated = [h["epoch"] for h in outcome.history if "val/map_at_r" in h]
     assert validated == [2, 4, 5] and outcome.selected_epoch == 5  # every 2 epochs, and the last
     assert all(h["train/images_per_second"] > 0 for h in outcome.history)
@@ -190,7 +196,7 @@ def test_warmup_epochs_train_only_the_head_and_loss_parameters(small_raw_params,
         raise Stop
 
     with pytest.raises(Stop):
-        train(run, params, data, checkpoint_dir=tmp_path, on_epoch=stop, device=torch.device("cpu"))
+        train(run_config(params, run), data, checkpoint_dir=tmp_path, on_epoch=stop, device=torch.device("cpu"))
     after_warmup = torch.load(tmp_path / "last.pt", weights_only=False)
     model = after_warmup["model"]
     trunk = [k for k in model if k.startswith("trunk.") and k.endswith("weight")]
@@ -201,7 +207,7 @@ def test_warmup_epochs_train_only_the_head_and_loss_parameters(small_raw_params,
     assert torch.isfinite(proxies).all()
     # Epoch 2 trains the trunk too.
     train(
-        run, params, data, checkpoint_dir=tmp_path, resume=TrainState.from_checkpoint(after_warmup),
+        run_config(params, run), data, checkpoint_dir=tmp_path, resume=TrainState.from_checkpoint(after_warmup),
         device=torch.device("cpu"),
     )  # fmt: skip
     epoch_2 = torch.load(tmp_path / "last.pt", weights_only=False)["model"]

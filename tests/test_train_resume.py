@@ -60,11 +60,14 @@ def test_killed_dvc_repro_resumes_to_the_same_result(tmp_path, default_raw_param
     # The same training, uninterrupted, in this process on the same prepared data.
     from dmlbench.config import RunSpec, parse_params
     from dmlbench.data.cache import PreparedDataset
+    from dmlbench.run_config import run_config
     from dmlbench.train.loop import train
 
     params = parse_params(raw)
     data = PreparedDataset.load(root / "artifacts" / "prepared" / "glyphs")
-    reference = train(RunSpec("glyphs", "tiny_cnn", "proxy_anchor", 32, 0), params, data, device=torch.device("cpu"))
+    reference = train(
+        run_config(params, RunSpec("glyphs", "tiny_cnn", "proxy_anchor", 32, 0)), data, device=torch.device("cpu")
+    )
     assert [h["epoch"] for h in resumed] == [1, 2, 3, 4, 5, 6]
     for ours, theirs in zip(resumed, reference.history, strict=True):
         for key in ("train/loss", "val/map_at_r", "val/precision_at_1", "test_feedback/precision_at_1"):

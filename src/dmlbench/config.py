@@ -14,6 +14,10 @@ Layout of ``params.yaml`` (the DVC ``matrix`` iterates over the keys of the firs
 * ``dims``, ``seeds``  - embedding sizes and seeds of the grid;
 * ``protocol``         - the key of ``protocols`` used for training (optimiser, batch, ...);
 * ``evaluate``, ``report``, ``tracking`` - evaluation, report and MLflow settings.
+
+The section models live in :mod:`dmlbench.protocol` and :mod:`dmlbench.settings` (re-exported
+here), the one-line error messages in :mod:`dmlbench.messages`; one run's resolved settings
+are a :class:`dmlbench.run_config.RunConfig`.
 """
 
 from __future__ import annotations
@@ -22,317 +26,68 @@ import dataclasses
 import hashlib
 import json
 import os
-import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any
 
 import yaml
-from pydantic import (
-    BaseModel,
-    Field,
-    NonNegativeFloat,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
 from dmlbench.data import DATASETS
 from dmlbench.errors import ConfigError
 from dmlbench.grid import Combo, RunSpec
 from dmlbench.losses import LOSSES
+from dmlbench.messages import join_names, one_line
 from dmlbench.models import BACKBONES
+from dmlbench.protocol import (
+    OVERRIDABLE_KEYS,
+    SELECTION_METRICS,
+    AugmentConfig,
+    EarlyStoppingConfig,
+    OptimizerConfig,
+    Protocol,
+    ProtocolOverride,
+    SchedulerConfig,
+    deep_merge,
+)
 from dmlbench.schema import StrictModel
+from dmlbench.settings import (
+    BootstrapConfig,
+    DatasetEvaluateConfig,
+    EvaluateConfig,
+    GalleryConfig,
+    ReportConfig,
+    TrackingConfig,
+)
 
 PARAMS_FILE = "params.yaml"
 
-SELECTION_METRICS = ("precision_at_1", "r_precision", "map_at_r")
-
-
-# --------------------------------------------------------------------------- protocol
-
-
-class OptimizerConfig(StrictModel):
-    """Optimiser of the trunk and embedding head; ``lr`` in 1/step units of the optimiser."""
-
-    name: Literal["adamw", "adam", "rmsprop", "sgd"] = "adamw"
-    lr: PositiveFloat
-    weight_decay: NonNegativeFloat = 0.0
-    momentum: NonNegativeFloat = 0.0
-
-
-class SchedulerConfig(StrictModel):
-    """Learning-rate schedule, stepped once per epoch. ``step``: lr *= gamma every step_size epochs."""
-
-    name: Literal["constant", "step", "cosine"] = "constant"
-    step_size: PositiveInt = 10
-    gamma: PositiveFloat = 0.1
-
-
-class AugmentConfig(StrictModel):
-    """Image transforms. Train: RandomResizedCrop(crop_size, scale, ratio) + optional flip.
-    Eval: resize short side to ``eval_resize`` px, then centre crop ``crop_size`` px."""
-
-    crop_size: PositiveInt
-    eval_resize: PositiveInt
-    crop_scale: tuple[PositiveFloat, PositiveFloat] = (0.16, 1.0)
-    crop_ratio: tuple[PositiveFloat, PositiveFloat] = (3 / 4, 4 / 3)
-    hflip: bool = True
-
-    @model_validator(mode="after")
-    def _check(self) -> "AugmentConfig":
-        if self.eval_resize < self.crop_size:
-            raise ValueError(f"eval_resize ({self.eval_resize}) must be >= crop_size ({self.crop_size})")
-        if not (0 < self.crop_scale[0] <= self.crop_scale[1] <= 1):
-            raise ValueError(f"crop_scale must satisfy 0 < low <= high <= 1, got {list(self.crop_scale)}")
-        if not (self.crop_ratio[0] <= self.crop_ratio[1]):
-            raise ValueError(f"crop_ratio must satisfy low <= high, got {list(self.crop_ratio)}")
-        return self
-
-
-class EarlyStoppingConfig(StrictModel):
-    """Validation schedule: every ``validate_every`` epochs; stop after ``patience`` validations
-    without a new best ``selection_metric`` (None: never stop early). Reality Check: CUB every
-    2 epochs with patience 9 (powerful-benchmarker ``save_interval``/``patience``)."""
-
-    validate_every: PositiveInt = 1
-    patience: PositiveInt | None = None
-
-
-# Protocol keys that an override may change for some datasets/backbones. Keys that change the
-# model or the evaluation (augment, pooling, pretrained, selection) stay the same for the
-# whole grid: the embed and report stages read them from the protocol itself.
-OVERRIDABLE_KEYS = (
-    "epochs",
-    "iterations_per_epoch",
-    "batch_size",
-    "samples_per_class",
-    "classification_samples_per_class",
-    "optimizer",
-    "scheduler",
-    "warmup_epochs",
-    "loss_lr_multiplier",
-    "frozen_bn",
-    "grad_clip",
-    "early_stopping",
-    "losses",
-)
-
-
-class ProtocolOverride(StrictModel):
-    """Row of a protocol's per-dataset/backbone table (e.g. thesis Table 3: lr and step size by
-    dataset x backbone). Applies to runs whose dataset is in ``datasets`` and backbone in
-    ``backbones`` (a missing list matches all); ``set`` holds protocol keys (nested keys merge)."""
-
-    datasets: list[str] | None = Field(None, min_length=1)
-    backbones: list[str] | None = Field(None, min_length=1)
-    set: dict[str, Any] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _check(self) -> "ProtocolOverride":
-        unknown = sorted(set(self.set) - set(OVERRIDABLE_KEYS))
-        if unknown:
-            raise ValueError(f"set: cannot override {unknown}; allowed: {', '.join(OVERRIDABLE_KEYS)}")
-        return self
-
-    def matches(self, dataset: str, backbone: str) -> bool:
-        return (self.datasets is None or dataset in self.datasets) and (
-            self.backbones is None or backbone in self.backbones
-        )
-
-
-class Protocol(StrictModel):
-    """A training protocol, written out in full: the same for every loss, as fairness demands.
-
-    Batches: losses that need several images per class (``LossSpec.sampler == "m_per_class"``)
-    get ``batch_size / samples_per_class`` classes x ``samples_per_class`` images (PML
-    ``MPerClassSampler``); classification/proxy losses get ``classification_samples_per_class``
-    per class, or uniformly random batches (``random``), or the same as the others (unset).
-    An epoch is ``iterations_per_epoch`` batches, or one pass over the training images.
-    ``warmup_epochs``: only the embedding head and the loss's own parameters train (Proxy-Anchor).
-    ``losses.<name>``: the hyperparameters this protocol publishes for a loss (e.g. the Reality
-    Check's tuned values; per dataset through ``overrides``), validated against the loss's own
-    parameter model in :func:`parse_params`; a loss the protocol does not list keeps its defaults.
-    """
-
-    description: str = ""
-    epochs: PositiveInt
-    iterations_per_epoch: PositiveInt | None = None
-    batch_size: PositiveInt
-    samples_per_class: PositiveInt = 4
-    classification_samples_per_class: PositiveInt | Literal["random"] | None = None
-    optimizer: OptimizerConfig
-    scheduler: SchedulerConfig = SchedulerConfig()
-    warmup_epochs: NonNegativeInt = 0
-    loss_lr_multiplier: PositiveFloat | None = None  # overrides every loss's param_lr_multiplier
-    augment: AugmentConfig
-    pretrained: bool = False
-    frozen_bn: bool = False
-    pooling: Literal["gap", "gmp", "gap+gmp"] = "gap"
-    grad_clip: PositiveFloat | None = None  # clip each gradient value to [-grad_clip, grad_clip]
-    selection_metric: Literal[SELECTION_METRICS] = "map_at_r"  # type: ignore[valid-type]
-    early_stopping: EarlyStoppingConfig = EarlyStoppingConfig()
-    test_feedback: bool = True  # also score the test split at each validation (analysis only)
-    test_feedback_metric: Literal[SELECTION_METRICS] = "precision_at_1"  # type: ignore[valid-type]
-    eval_batch_size: PositiveInt = 256
-    backbones: list[str] | None = Field(None, min_length=1)  # if set, the grid may only use these
-    dims: list[PositiveInt] | None = Field(None, min_length=1)  # if set, the grid may only use these
-    losses: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    overrides: list[ProtocolOverride] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _check(self) -> "Protocol":
-        if self.batch_size % self.samples_per_class:
-            raise ValueError(
-                f"batch_size ({self.batch_size}) must be a multiple of samples_per_class ({self.samples_per_class})"
-            )
-        m = self.classification_samples_per_class
-        if isinstance(m, int) and self.batch_size % m:
-            raise ValueError(
-                f"batch_size ({self.batch_size}) must be a multiple of classification_samples_per_class ({m})"
-            )
-        if self.warmup_epochs >= self.epochs:
-            raise ValueError(f"warmup_epochs ({self.warmup_epochs}) must be < epochs ({self.epochs})")
-        for index, override in enumerate(self.overrides):
-            try:
-                self.with_override(override)
-            except ValidationError as exc:
-                err = exc.errors(include_url=False)[0]
-                where = "".join(f"{part}: " for part in [".".join(str(p) for p in err["loc"])] if part)
-                raise ValueError(f"overrides[{index}]: {where}{err['msg'].replace('Value error, ', '')}") from None
-        return self
-
-    def with_override(self, override: ProtocolOverride) -> "Protocol":
-        merged = _deep_merge(self.model_dump(exclude={"overrides"}), override.set)
-        return Protocol.model_validate(merged)
-
-    def for_run(self, dataset: str, backbone: str) -> "Protocol":
-        """This protocol with every matching override applied, in order (overrides dropped)."""
-        protocol = self.model_copy(update={"overrides": []})
-        for override in self.overrides:
-            if override.matches(dataset, backbone):
-                protocol = protocol.with_override(override)
-        return protocol
-
-    def sampling_for(self, loss_sampler: str) -> int | Literal["random"]:
-        """Images per class in a batch for a loss with ``LossSpec.sampler`` (or ``random``)."""
-        if loss_sampler == "m_per_class" or self.classification_samples_per_class is None:
-            return self.samples_per_class
-        return self.classification_samples_per_class
-
-
-def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in update.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-# --------------------------------------------------------------------------- other sections
-
-
-def _distinct_sorted(values: list[int] | None, key: str) -> list[int] | None:
-    if values is not None and len(set(values)) != len(values):
-        raise ValueError(f"{key} has repeated values: {values}")
-    return None if values is None else sorted(values)
-
-
-class DatasetEvaluateConfig(StrictModel):
-    """Per-dataset overrides of ``evaluate`` (unset keys fall back to the section's values)."""
-
-    recall_at: list[PositiveInt] | None = Field(None, min_length=1)
-    clustering: bool | None = None
-
-    @field_validator("recall_at")
-    @classmethod
-    def _recall_at(cls, values: list[int] | None) -> list[int] | None:
-        return _distinct_sorted(values, "recall_at")
-
-
-class BootstrapConfig(StrictModel):
-    """Per-query bootstrap interval of one run: ``resamples`` resamples of the test queries,
-    ``method`` as in ``scipy.stats.bootstrap`` (BCa costs O(queries^2)), seeded."""
-
-    resamples: int = Field(1000, ge=100, le=100_000)
-    method: Literal["percentile", "basic", "BCa"] = "percentile"
-    seed: NonNegativeInt = 0
-
-
-class EvaluateConfig(StrictModel):
-    """Test-set evaluation (``dmlbench.evaluate``).
-
-    ``recall_at``: the K of Recall@K; ``per_dataset.<name>`` overrides it (and
-    ``clustering``) for one dataset, e.g. ``sop: {recall_at: [1, 10, 100, 1000]}``.
-    ``clustering``: also NMI/AMI from k-means (``kmeans_niter`` iterations, k = classes).
-    ``confidence``: of the t-interval over seeds and of the per-query bootstrap interval.
-    ``backend``: neighbour search (``auto``: faiss on GPUs, torch on CUDA, the certified bf16
-    ``screened`` search on CPUs with native bf16, else faiss on the CPU); all give the same results.
-    """
-
-    recall_at: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4, 8], min_length=1)
-    per_dataset: dict[str, DatasetEvaluateConfig] = Field(default_factory=dict)
-    clustering: bool = True
-    kmeans_niter: PositiveInt = 20
-    confidence: float = Field(0.95, gt=0, lt=1)
-    bootstrap: BootstrapConfig = BootstrapConfig()
-    backend: Literal["auto", "faiss", "torch", "screened"] = "auto"
-
-    @field_validator("recall_at")
-    @classmethod
-    def _recall_at(cls, values: list[int]) -> list[int]:
-        return _distinct_sorted(values, "recall_at")
-
-    def recall_ks(self, dataset: str) -> tuple[int, ...]:
-        """The K of Recall@K for ``dataset`` (its override, else ``recall_at``), ascending."""
-        override = self.per_dataset.get(dataset)
-        return tuple(override.recall_at if override and override.recall_at else self.recall_at)
-
-    def clustering_for(self, dataset: str) -> bool:
-        override = self.per_dataset.get(dataset)
-        return self.clustering if override is None or override.clustering is None else override.clustering
-
-
-class GalleryConfig(StrictModel):
-    """Retrieval gallery: ``queries`` test images of distinct classes (drawn with ``seed``), top ``neighbours``."""
-
-    queries: PositiveInt = Field(4, le=12)
-    neighbours: PositiveInt = Field(4, le=8)
-    max_losses: PositiveInt = Field(4, le=10)
-    seed: NonNegativeInt = 0
-
-
-class ReportConfig(StrictModel):
-    """What the report ranks by and how it tests differences.
-
-    ``focus_dim``: embedding size of the backbone comparison, convergence and papers-vs-reality
-    figures (default: 512 if in ``dims``, else the largest). ``blocks``: the Friedman/Nemenyi
-    blocks, ``experiment`` (one per dataset x backbone x dim, scored by the seed mean: the
-    independent blocks Demšar 2006 asks for) or ``experiment_seed`` (each seed of each
-    experiment; seeds of one experiment are not independent, so the tests' p-values are then
-    optimistic). ``alpha``: level of the Friedman and Nemenyi tests. ``rope``: half-width of
-    the region of practical equivalence of the Bayesian comparison, in metric units
-    (0.01 = 1 point of a metric reported in percent).
-    """
-
-    primary_metric: Literal["precision_at_1", "r_precision", "map_at_r", "recall_at_1"] = "map_at_r"
-    title: str = "dmlbench report"
-    focus_dim: PositiveInt | None = None
-    blocks: Literal["experiment", "experiment_seed"] = "experiment"
-    alpha: float = Field(0.05, gt=0, lt=0.5)
-    rope: float = Field(0.01, gt=0, lt=0.5)
-    gallery: GalleryConfig = GalleryConfig()
-
-
-class TrackingConfig(StrictModel):
-    """MLflow settings; the store is ``$MLFLOW_TRACKING_URI`` or ``sqlite:///<repo>/mlflow.db``."""
-
-    experiment: str = Field("dmlbench", min_length=1)
+__all__ = [
+    "OVERRIDABLE_KEYS",
+    "PARAMS_FILE",
+    "SELECTION_METRICS",
+    "AugmentConfig",
+    "BootstrapConfig",
+    "Combo",
+    "DatasetEvaluateConfig",
+    "EarlyStoppingConfig",
+    "EvaluateConfig",
+    "GalleryConfig",
+    "OptimizerConfig",
+    "Params",
+    "Protocol",
+    "ProtocolOverride",
+    "ReportConfig",
+    "RunSpec",
+    "SchedulerConfig",
+    "TrackingConfig",
+    "config_hash",
+    "flatten",
+    "load_params",
+    "parse_params",
+    "validated_marker",
+]
 
 
 # --------------------------------------------------------------------------- top level
@@ -351,7 +106,7 @@ class _RawParams(StrictModel):
     tracking: TrackingConfig = TrackingConfig()
 
     @model_validator(mode="after")
-    def _check(self) -> "_RawParams":
+    def _check(self) -> _RawParams:
         for key in ("dims", "seeds"):
             values = getattr(self, key)
             if len(set(values)) != len(values):
@@ -421,17 +176,28 @@ class Params:
 
     def check_run(self, run: RunSpec | Combo) -> None:
         """Reject a stage argument that is not a cell of the grid in ``params.yaml``."""
+        self.check_listed(run.dataset, run.backbone, run.loss, run.dim, getattr(run, "seed", None))
+
+    def check_listed(
+        self,
+        dataset: str,
+        backbone: str | None = None,
+        loss: str | None = None,
+        dim: int | None = None,
+        seed: int | None = None,
+    ) -> None:
+        """Reject stage arguments that params.yaml does not list (None: not checked); the one
+        membership check of every stage (a run, a grid cell, a dataset x backbone, a dataset)."""
         checks = [
-            ("datasets", run.dataset, list(self.datasets)),
-            ("backbones", run.backbone, list(self.backbones)),
-            ("losses", run.loss, list(self.losses)),
-            ("dims", run.dim, self.dims),
+            ("datasets", dataset, list(self.datasets)),
+            ("backbones", backbone, list(self.backbones)),
+            ("losses", loss, list(self.losses)),
+            ("dims", dim, self.dims),
+            ("seeds", seed, self.seeds),
         ]
-        if isinstance(run, RunSpec):
-            checks.append(("seeds", run.seed, self.seeds))
         for key, value, allowed in checks:
-            if value not in allowed:
-                raise ConfigError(f"{key}: {value!r} is not in params.yaml; listed: {_join(allowed)}")
+            if value is not None and value not in allowed:
+                raise ConfigError(f"{key}: {value!r} is not in params.yaml; listed: {join_names(allowed)}")
 
     def resolved(self, run: RunSpec) -> dict[str, Any]:
         """Everything that determines one run's result, as plain data (logged and hashed)."""
@@ -504,16 +270,16 @@ def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
     try:
         top = _RawParams.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_one_line(exc, source, prefix="", model=_RawParams)) from None
+        raise ConfigError(one_line(exc, source, prefix="", model=_RawParams)) from None
 
     unknown = sorted(set(top.evaluate.per_dataset) - set(DATASETS))
     if unknown:
         raise ConfigError(
-            f"{source}: evaluate.per_dataset.{unknown[0]}: unknown dataset {unknown[0]!r}; valid: {_join(DATASETS)}"
+            f"{source}: evaluate.per_dataset.{unknown[0]}: unknown dataset {unknown[0]!r}; valid: {join_names(DATASETS)}"
         )
     if top.protocol not in top.protocols:
         raise ConfigError(
-            f"{source}: protocol: {top.protocol!r} is not a key of protocols; valid: {_join(top.protocols)}"
+            f"{source}: protocol: {top.protocol!r} is not a key of protocols; valid: {join_names(top.protocols)}"
         )
     _check_protocol_grid(top, source, BACKBONES, DATASETS)
     _check_protocol_losses(top, source, LOSSES)
@@ -549,16 +315,16 @@ def _check_protocol_losses(top: _RawParams, source: str, losses: Mapping[str, An
                 raise ConfigError(f"{source}: {where}: expected a mapping of loss names, got {type(table).__name__}")
             for loss, values in table.items():
                 if loss not in losses:
-                    raise ConfigError(f"{source}: {where}.{loss}: unknown loss {loss!r}; valid: {_join(losses)}")
+                    raise ConfigError(f"{source}: {where}.{loss}: unknown loss {loss!r}; valid: {join_names(losses)}")
                 if not isinstance(values, Mapping):
                     raise ConfigError(f"{source}: {where}.{loss}: expected a mapping of hyperparameters")
                 merged = protocol.losses.get(loss, {}) if override is not None else {}
-                merged = _deep_merge(dict(merged), values)
+                merged = deep_merge(dict(merged), values)
                 model = losses[loss].params
                 try:
                     model.model_validate(merged)
                 except ValidationError as exc:
-                    raise ConfigError(_one_line(exc, source, prefix=f"{where}.{loss}", model=model)) from None
+                    raise ConfigError(one_line(exc, source, prefix=f"{where}.{loss}", model=model)) from None
 
 
 def _check_grid_losses(params: Params, source: str) -> None:
@@ -578,7 +344,7 @@ def _check_grid_losses(params: Params, source: str) -> None:
             params.loss_params(combo)
         except ValidationError as exc:
             model = params.loss_models[combo.loss]
-            raise ConfigError(_one_line(exc, source, prefix=f"losses.{combo.loss}", model=model)) from None
+            raise ConfigError(one_line(exc, source, prefix=f"losses.{combo.loss}", model=model)) from None
 
 
 def _check_protocol_grid(
@@ -590,17 +356,21 @@ def _check_protocol_grid(
         extra = [v for v in getattr(top, key) if allowed is not None and v not in allowed]
         if extra:
             raise ConfigError(
-                f"{source}: {key}: protocol {top.protocol!r} trains only {_join(allowed)}, not {_join(extra)} "
+                f"{source}: {key}: protocol {top.protocol!r} trains only {join_names(allowed)}, not {join_names(extra)} "
                 f"(edit protocols.{top.protocol}.{key} to deviate from it knowingly)"
             )
     for name, other in top.protocols.items():
         names = [*(other.backbones or [])] + [b for o in other.overrides for b in (o.backbones or [])]
         unknown = [b for b in names if b not in backbones]
         if unknown:
-            raise ConfigError(f"{source}: protocols.{name}: unknown backbone {unknown[0]!r}; valid: {_join(backbones)}")
+            raise ConfigError(
+                f"{source}: protocols.{name}: unknown backbone {unknown[0]!r}; valid: {join_names(backbones)}"
+            )
         unknown = [d for o in other.overrides for d in (o.datasets or []) if d not in datasets]
         if unknown:
-            raise ConfigError(f"{source}: protocols.{name}: unknown dataset {unknown[0]!r}; valid: {_join(datasets)}")
+            raise ConfigError(
+                f"{source}: protocols.{name}: unknown dataset {unknown[0]!r}; valid: {join_names(datasets)}"
+            )
 
 
 def _validate_section(
@@ -609,55 +379,10 @@ def _validate_section(
     validated: dict[str, BaseModel] = {}
     for name, values in section.items():
         if name not in registry:
-            raise ConfigError(f"{source}: {key}.{name}: unknown {kind} {name!r}; valid: {_join(registry)}")
+            raise ConfigError(f"{source}: {key}.{name}: unknown {kind} {name!r}; valid: {join_names(registry)}")
         model = registry[name].params
         try:
             validated[name] = model.model_validate(values or {})
         except ValidationError as exc:
-            raise ConfigError(_one_line(exc, source, prefix=f"{key}.{name}", model=model)) from None
+            raise ConfigError(one_line(exc, source, prefix=f"{key}.{name}", model=model)) from None
     return validated
-
-
-def _one_line(exc: ValidationError, source: str, prefix: str, model: type[BaseModel]) -> str:
-    """Turn pydantic's first error into ``source: dotted.key: what is wrong (got X)``."""
-    err = exc.errors(include_url=False)[0]
-    loc = [str(part) for part in err["loc"]]
-    if loc and loc[-1] in {"[key]"}:
-        loc = loc[:-1]
-    key = ".".join(part for part in [prefix, *loc] if part)
-    if err["type"] == "extra_forbidden":
-        allowed = _allowed_keys(model, loc[:-1])
-        message = f"unknown key; allowed: {_join(allowed)}" if allowed else "unknown key"
-    elif err["type"] == "missing":
-        message = "required key is missing"
-    else:
-        message = err["msg"].replace("Value error, ", "")
-    if err["type"] not in {"missing", "extra_forbidden"} and "input" in err and not isinstance(err["input"], dict):
-        message += f" (got {err['input']!r})"
-    where = f"{key}: " if key else ""
-    return f"{source}: {where}{message}"
-
-
-def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
-    """Field names of the (possibly nested) model that ``loc`` points into."""
-    current: Any = model
-    parts = list(loc)
-    while parts:
-        part = parts.pop(0)
-        field = getattr(current, "model_fields", {}).get(part)
-        if field is None:
-            return []
-        annotation = field.annotation
-        if typing.get_origin(annotation) is dict:  # dict[str, Model]: skip the user's key
-            annotation = typing.get_args(annotation)[1]
-            if parts:
-                parts.pop(0)
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            current = annotation
-        else:
-            return []
-    return sorted(getattr(current, "model_fields", {}))
-
-
-def _join(values: Any) -> str:
-    return ", ".join(str(v) for v in sorted(values, key=str))

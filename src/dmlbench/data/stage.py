@@ -8,12 +8,10 @@ from dmlbench import paths
 from dmlbench.config import Params
 from dmlbench.data import DATASETS
 from dmlbench.data.prepare import prepare_dataset
-from dmlbench.errors import ConfigError
 
 
 def _spec_and_params(params: Params, dataset: str):
-    if dataset not in params.datasets:
-        raise ConfigError(f"datasets: {dataset!r} is not in params.yaml; listed: {', '.join(params.datasets)}")
+    params.check_listed(dataset)
     return DATASETS[dataset], params.datasets[dataset]
 
 

@@ -27,10 +27,13 @@ import numpy as np
 import torch
 
 from dmlbench import paths
-from dmlbench.config import Params, RunSpec, config_hash
+from dmlbench.config import Params
 from dmlbench.data.augment import eval_transform
 from dmlbench.devices import default_device
 from dmlbench.errors import ConfigError, DataError
+from dmlbench.grid import RunSpec
+from dmlbench.protocol import AugmentConfig
+from dmlbench.run_config import RunConfig, run_config
 
 EMBEDDINGS = "embeddings.npz"
 META = "meta.json"
@@ -179,43 +182,40 @@ def compute_embeddings(
 
 
 def load_trained_model(
-    params: Params, run: RunSpec, device: torch.device, fold: int | None = None
+    config: RunConfig, device: torch.device, fold: int | None = None
 ) -> tuple[torch.nn.Module, dict]:
-    """The selected model of ``run`` (``fold``: one fold model); refuses weights trained under a
+    """The selected model of the run (``fold``: one fold model); refuses weights trained under a
     different config."""
-    from dmlbench.models import build_model
-
+    run = config.run
     model_path = paths.model_dir(run, fold) / "model.pt"
     if not model_path.exists():
         raise DataError(f"{model_path}: missing (run the train@{run.key} stage first)")
     saved = torch.load(model_path, map_location="cpu", weights_only=False)
-    if saved["config_hash"] != config_hash(params.resolved(run)):
+    if saved["config_hash"] != config.config_hash:
         raise ConfigError(f"{model_path}: trained with other params than params.yaml now has; re-run train@{run.key}")
-    protocol = params.protocol
-    model = build_model(
-        run.backbone, params.backbones[run.backbone], run.dim, pooling=protocol.pooling, frozen_bn=protocol.frozen_bn
-    )
+    model = config.build_model(pretrained=False)  # the trained weights replace the initial ones
     model.load_state_dict(saved["state_dict"])
     return model.to(device).eval(), saved
 
 
 def embed_splits(
-    params: Params,
     dataset: str,
     model: torch.nn.Module,
     device: torch.device,
+    augment: AugmentConfig,
+    batch_size: int,
     features: bool = False,
     fold: int | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """Unit-norm embeddings and labels of every non-empty evaluation split of ``dataset``
-    (``fold``: the validation split is that fold's validation classes); on the CPU in
+    """Unit-norm embeddings and labels of every non-empty evaluation split of ``dataset``, with
+    the eval transform of ``augment`` in batches of ``batch_size`` (the protocol's
+    ``eval_batch_size``; ``fold``: the validation split is that fold's validation classes); on the CPU in
     :func:`heap_kept` (no system time for page faults, at the price of a higher peak RSS: ResNet50,
     224 px, batch 256: 3.95 -> 8.40 GB, benchmarks/embed_memory.py)."""
     from dmlbench.data.cache import PreparedDataset
     from dmlbench.evaluate.knn import normalize_rows
 
     data = PreparedDataset.load(paths.prepared_dir(dataset))
-    augment = params.protocol.augment
     arrays: dict[str, np.ndarray] = {}
     counts: dict[str, int] = {}
     for name in EMBED_SPLITS:
@@ -228,7 +228,7 @@ def embed_splits(
                 split.images,
                 augment.eval_resize,
                 augment.crop_size,
-                params.protocol.eval_batch_size,
+                batch_size,
                 device,
                 features=features,
                 sizes=getattr(split, "sizes", None),
@@ -254,14 +254,17 @@ def embed_stage(params: Params, run: RunSpec, device: torch.device | str | None 
     """Embed with the run's selected model, or with each of its fold models into ``fold<f>/``."""
     from dmlbench.io import atomic_dir, md5_file, read_json, write_json
 
-    params.check_run(run)
+    config = run_config(params, run)
+    protocol = params.protocol  # its augment and eval_batch_size are the same for every run (not overridable)
     device = default_device(device)
     metas = []
     with atomic_dir(paths.embedding_dir(run)) as tmp:
         for fold in paths.folds_in(paths.model_dir(run)):
-            model, _ = load_trained_model(params, run, device, fold)
+            model, _ = load_trained_model(config, device, fold)
             run_info = read_json(paths.model_dir(run, fold) / "run.json")
-            arrays, counts = embed_splits(params, run.dataset, model, device, fold=fold)
+            arrays, counts = embed_splits(
+                run.dataset, model, device, protocol.augment, protocol.eval_batch_size, fold=fold
+            )
             meta = {
                 "run": run.key,
                 "fold": fold,
@@ -290,12 +293,11 @@ def embed_pretrained_stage(
     """Pooled trunk features of the untrained trunk (the "Pretrained" row of the tables)."""
     from dmlbench.models import build_model
 
-    for key, value, allowed in (("datasets", dataset, params.datasets), ("backbones", backbone, params.backbones)):
-        if value not in allowed:
-            raise ConfigError(f"{key}: {value!r} is not in params.yaml; listed: {', '.join(sorted(allowed))}")
+    params.check_listed(dataset, backbone)
     device = default_device(device)
     protocol = params.protocol
     torch.manual_seed(PRETRAINED_INIT_SEED)
+    # Not a run (no loss, dim or seed): the keys are read one by one, as dvc.yaml lists them.
     model = build_model(
         backbone,
         params.backbones[backbone],
@@ -304,7 +306,7 @@ def embed_pretrained_stage(
         pretrained=protocol.pretrained,
         frozen_bn=protocol.frozen_bn,
     ).to(device)
-    arrays, counts = embed_splits(params, dataset, model, device, features=True)
+    arrays, counts = embed_splits(dataset, model, device, protocol.augment, protocol.eval_batch_size, features=True)
     meta = {
         "run": f"{paths.pretrained_key(dataset, backbone)}-{paths.PRETRAINED}",
         "mlflow_run_id": None,

@@ -33,7 +33,7 @@ import numpy as np
 
 from dmlbench import paths
 from dmlbench.config import Combo, EvaluateConfig, Params
-from dmlbench.errors import ConfigError, DataError
+from dmlbench.errors import DataError
 from dmlbench.evaluate import intervals as interval_stats
 from dmlbench.evaluate.clustering import clustering_metrics
 from dmlbench.evaluate.combine import concatenate_embeddings, fold_spread
@@ -253,8 +253,7 @@ def evaluate_stage(params: Params, combo: Combo) -> dict[str, Any]:
 
 def evaluate_pretrained_stage(params: Params, dataset: str, backbone: str) -> dict[str, Any]:
     """The untrained-trunk baseline: one run, so its interval is the per-query bootstrap."""
-    if dataset not in params.datasets or backbone not in params.backbones:
-        raise ConfigError(f"{dataset}/{backbone}: not a dataset x backbone of params.yaml")
+    params.check_listed(dataset, backbone)
     settings = params.evaluate
     info = evaluate_run(
         paths.pretrained_embedding_dir(dataset, backbone), dataset, settings, _is_query_gallery(dataset)

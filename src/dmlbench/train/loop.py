@@ -21,7 +21,6 @@ resumed run repeats exactly what an uninterrupted run would have done (on CPU).
 from __future__ import annotations
 
 import copy
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,18 +29,19 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from dmlbench.config import Params, Protocol, RunSpec, config_hash
-from dmlbench.data import DATASETS
 from dmlbench.data.augment import train_transform
 from dmlbench.data.cache import PreparedDataset, SplitData
 from dmlbench.devices import default_device
 from dmlbench.errors import TrainingDiverged
 from dmlbench.evaluate.embed import compute_embeddings
 from dmlbench.evaluate.metrics import retrieval_metrics
-from dmlbench.losses import LOSSES
-from dmlbench.models import EmbeddingModel, build_model
+from dmlbench.grid import RunSpec
+from dmlbench.models import EmbeddingModel
+from dmlbench.protocol import Protocol
+from dmlbench.run_config import RunConfig
 from dmlbench.train.checkpoint import TrainState, save_checkpoint
 from dmlbench.train.optim import make_loss_optimizer, make_optimizer, make_scheduler
+from dmlbench.train.rng import epoch_seed, restore_rng_state, rng_state, seed_everything
 from dmlbench.train.sampling import epoch_batches
 from dmlbench.train.step import FastPath, ImageSource, TrainStep
 
@@ -62,47 +62,6 @@ class TrainOutcome:
     resumed_from_epoch: int = 0
     test_feedback: dict[str, Any] | None = None
     stopped_early: bool = False
-
-
-def epoch_seed(seed: int, epoch: int) -> int:
-    """A 32-bit seed that depends only on (run seed, epoch)."""
-    return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
-
-
-def seed_everything(seed: int) -> torch.Generator:
-    """Seed python, numpy, torch and PML's sampler RNG; return a generator for augmentation."""
-    from pytorch_metric_learning.utils import common_functions as pml_common
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    pml_common.NUMPY_RANDOM = np.random.RandomState(seed)
-    return torch.Generator().manual_seed(seed)
-
-
-def rng_state(generator: torch.Generator) -> dict[str, Any]:
-    from pytorch_metric_learning.utils import common_functions as pml_common
-
-    return {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "pml_sampler": pml_common.NUMPY_RANDOM.get_state(),
-        "augment": generator.get_state(),
-    }
-
-
-def restore_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
-    from pytorch_metric_learning.utils import common_functions as pml_common
-
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    pml_common.NUMPY_RANDOM.set_state(state["pml_sampler"])
-    generator.set_state(state["augment"])
 
 
 def finite_check_interval(device: torch.device) -> int:
@@ -169,19 +128,11 @@ class _Parts:
         return state
 
 
-def _build_parts(run: RunSpec, params: Params, protocol: Protocol, num_classes: int, fast: FastPath) -> _Parts:
+def _build_parts(config: RunConfig, num_classes: int, fast: FastPath) -> _Parts:
     """Model, loss (+ miner), optimisers and schedulers, built in a fixed order (seeded RNG)."""
-    loss_spec, loss_params = LOSSES[run.loss], params.loss_params(run)
-    model = build_model(
-        run.backbone,
-        params.backbones[run.backbone],
-        run.dim,
-        pooling=protocol.pooling,
-        pretrained=protocol.pretrained,
-        frozen_bn=protocol.frozen_bn,
-    )
-    model = fast.prepare_model(model)
-    loss_fn = loss_spec.build(loss_params, num_classes, run.dim).to(fast.device)
+    protocol, loss_spec, loss_params = config.protocol, config.loss_spec, config.loss_params
+    model = fast.prepare_model(config.build_model())
+    loss_fn = loss_spec.build(loss_params, num_classes, config.dim).to(fast.device)
     miner = loss_spec.miner(loss_params)
     optimizers = [make_optimizer(protocol.optimizer, model.parameters(), protocol.optimizer.lr)]
     if loss_spec.has_parameters:
@@ -216,8 +167,7 @@ class _Splits:
 
 
 def train(
-    run: RunSpec,
-    params: Params,
+    config: RunConfig,
     data: PreparedDataset,
     checkpoint_dir: Path | None = None,
     resume: TrainState | None = None,
@@ -227,7 +177,7 @@ def train(
     fast_path: bool | None = None,
     fold: int | None = None,
 ) -> TrainOutcome:
-    """Train one run, continuing from ``resume`` (a checkpoint of this config) if given.
+    """Train the run of ``config``, continuing from ``resume`` (a checkpoint of this config) if given.
 
     ``fold``: on a cross-validation split, train on the training classes outside fold ``fold``
     and select on its validation classes (one fold model of the run).
@@ -238,15 +188,14 @@ def train(
     """
     device = device or default_device()
     fast = FastPath.for_device(device, fast_path)
-    protocol = params.protocol_for(run)
-    chash = config_hash(params.resolved(run))
+    run, protocol, chash = config.run, config.protocol, config.config_hash
     splits = _Splits.of(data, fold)
-    score = _Scorer(protocol, params.evaluate.recall_ks(run.dataset), fast)
+    score = _Scorer(protocol, config.recall_ks, fast)
     has_val = len(splits.val) > 0
     test_feedback = protocol.test_feedback and len(splits.test) > 0
 
     generator = seed_everything(run.seed)
-    parts = _build_parts(run, params, protocol, splits.num_classes, fast)
+    parts = _build_parts(config, splits.num_classes, fast)
     state = TrainState(config_hash=chash, extra=extra_state or {})
     if resume is not None:
         if resume.config_hash != chash:
@@ -256,7 +205,7 @@ def train(
         state.best, state.best_state = resume.best, resume.best_state
         restore_rng_state(resume.rng, generator)
     start_epoch = state.epoch
-    epochs = _Epochs(run, protocol, splits, parts, device)
+    epochs = _Epochs(config, splits, parts, device)
     stopped_early = bool(state.history) and state.history[-1].get("stopped_early", False)
 
     for epoch in range(start_epoch + 1, protocol.epochs + 1):
@@ -287,11 +236,12 @@ class _Epochs:
     """One training epoch: the epoch's seeded batches, augmentation on the cache's device, the
     step on each batch, a finiteness check every ``finite_check_interval`` batches, schedulers."""
 
-    def __init__(self, run: RunSpec, protocol: Protocol, splits: _Splits, parts: _Parts, device: torch.device):
-        self.run, self.protocol, self.parts, self.device = run, protocol, parts, device
+    def __init__(self, config: RunConfig, splits: _Splits, parts: _Parts, device: torch.device):
+        protocol = config.protocol
+        self.run, self.protocol, self.parts, self.device = config.run, protocol, parts, device
         self.labels = splits.labels
-        self.per_class = protocol.sampling_for(LOSSES[run.loss].sampler)
-        self.hflip = protocol.augment.hflip and DATASETS[run.dataset].hflip_invariant
+        self.per_class = protocol.sampling_for(config.loss_spec.sampler)
+        self.hflip = protocol.augment.hflip and config.dataset_spec.hflip_invariant
         self.images = ImageSource(splits.train.images, device, splits.train.sizes)
         self.targets = torch.from_numpy(splits.labels).to(device)
         self.check_every = finite_check_interval(device)

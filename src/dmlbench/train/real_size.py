@@ -22,6 +22,7 @@ from dmlbench.config import RunSpec, parse_params
 from dmlbench.data import DATASETS
 from dmlbench.data.cache import PreparedDataset
 from dmlbench.data.prepare import prepare_dataset
+from dmlbench.run_config import run_config
 from dmlbench.train.loop import train
 
 DATASET = "glyphs"
@@ -106,7 +107,9 @@ def real_size_run(base: dict, workdir: Path, device: torch.device, setting: Real
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     started = time.perf_counter()
-    outcome = train(run, params, data, device=device, on_epoch=lambda epoch, m: losses.append(m["train/loss"]))
+    outcome = train(
+        run_config(params, run), data, device=device, on_epoch=lambda epoch, m: losses.append(m["train/loss"])
+    )
     seconds = time.perf_counter() - started
     last = outcome.history[-1]
     return RealSizeResult(

@@ -21,10 +21,12 @@ import torch
 import yaml
 
 from dmlbench import paths
-from dmlbench.config import Params, RunSpec, config_hash
+from dmlbench.config import Params
 from dmlbench.data.cache import PreparedDataset
 from dmlbench.devices import default_device
+from dmlbench.grid import RunSpec
 from dmlbench.io import atomic_dir, md5_file, read_json, write_json
+from dmlbench.run_config import RunConfig, run_config
 from dmlbench.tracking import TrackedRun, start_training_run
 from dmlbench.train.checkpoint import clear_checkpoint, code_fingerprint, load_checkpoint
 from dmlbench.train.loop import train
@@ -69,13 +71,12 @@ def _finished(staged: Path, chash: str) -> dict[str, Any] | None:
 def train_stage(params: Params, run: RunSpec, device: torch.device | None = None) -> dict[str, Any]:
     """Train the run (one model, or one model per fold of a cross-validation split), then write
     ``artifacts/models/<run>/`` (``fold<f>/`` sub-directories for fold models) in one step."""
-    params.check_run(run)
-    resolved = params.resolved(run)
-    chash = config_hash(resolved)
+    config = run_config(params, run)
     device = device or default_device()
     data = PreparedDataset.load(paths.prepared_dir(run.dataset))
     folds: list[int | None] = list(range(data.num_folds)) or [None]
-    infos = [train_member(params, run, data, resolved, chash, fold, device) for fold in folds]
+    experiment = params.tracking.experiment
+    infos = [train_member(config, experiment, data, fold, device) for fold in folds]
     with atomic_dir(paths.model_dir(run)) as tmp:
         for fold in folds:
             shutil.copytree(_staged(run, fold), tmp if fold is None else tmp / f"fold{fold}", dirs_exist_ok=True)
@@ -85,16 +86,11 @@ def train_stage(params: Params, run: RunSpec, device: torch.device | None = None
 
 
 def train_member(
-    params: Params,
-    run: RunSpec,
-    data: PreparedDataset,
-    resolved: dict[str, Any],
-    chash: str,
-    fold: int | None,
-    device: torch.device,
+    config: RunConfig, experiment: str, data: PreparedDataset, fold: int | None, device: torch.device
 ) -> dict[str, Any]:
     """Train one model of the run (``fold``: one fold model) into its staging directory, with
-    its own MLflow run; resume it from its checkpoint, or skip it if it already finished."""
+    its own MLflow run in ``experiment``; resume it from its checkpoint, or skip it if it already finished."""
+    run, resolved, chash = config.run, config.resolved, config.config_hash
     name = run.key if fold is None else f"{run.key} fold {fold}"
     checkpoints = paths.checkpoint_dir(run, fold)
     checkpoints.mkdir(parents=True, exist_ok=True)
@@ -108,9 +104,7 @@ def train_member(
     if resume:
         print(f"{name}: resuming after epoch {resume.epoch} from {checkpoints}")
 
-    tracked = start_training_run(
-        run, resolved, chash, params.tracking.experiment, resume_run_id=resume_run_id, fold=fold
-    )
+    tracked = start_training_run(run, resolved, chash, experiment, resume_run_id=resume_run_id, fold=fold)
     if resume:  # the same run (or, if it was deleted meanwhile, a new one) gets every epoch once
         _log_missing_epochs(tracked, resume.history)
     tracked.set_tags({"device": _device_name(device)})
@@ -118,8 +112,7 @@ def train_member(
     monitor = tracked.start_system_metrics()
     try:
         outcome = train(
-            run,
-            params,
+            config,
             data,
             checkpoint_dir=checkpoints,
             resume=resume,
@@ -145,7 +138,7 @@ def train_member(
         "config_hash": chash,
         "code": code_fingerprint(),
         "mlflow_run_id": tracked.run_id,
-        "experiment": params.tracking.experiment,
+        "experiment": experiment,
         "device": _device_name(device),
         "selection": outcome.selection,
         "test_feedback": outcome.test_feedback,

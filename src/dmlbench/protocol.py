@@ -1,0 +1,203 @@
+"""The training protocol section of ``params.yaml`` (``protocols.<name>``): optimiser,
+schedule, augmentation, early stopping and per-dataset/backbone overrides.
+
+A leaf of the params schema: it builds only on :mod:`dmlbench.schema`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
+
+from dmlbench.schema import StrictModel
+
+SELECTION_METRICS = ("precision_at_1", "r_precision", "map_at_r")
+
+
+class OptimizerConfig(StrictModel):
+    """Optimiser of the trunk and embedding head; ``lr`` in 1/step units of the optimiser."""
+
+    name: Literal["adamw", "adam", "rmsprop", "sgd"] = "adamw"
+    lr: PositiveFloat
+    weight_decay: NonNegativeFloat = 0.0
+    momentum: NonNegativeFloat = 0.0
+
+
+class SchedulerConfig(StrictModel):
+    """Learning-rate schedule, stepped once per epoch. ``step``: lr *= gamma every step_size epochs."""
+
+    name: Literal["constant", "step", "cosine"] = "constant"
+    step_size: PositiveInt = 10
+    gamma: PositiveFloat = 0.1
+
+
+class AugmentConfig(StrictModel):
+    """Image transforms. Train: RandomResizedCrop(crop_size, scale, ratio) + optional flip.
+    Eval: resize short side to ``eval_resize`` px, then centre crop ``crop_size`` px."""
+
+    crop_size: PositiveInt
+    eval_resize: PositiveInt
+    crop_scale: tuple[PositiveFloat, PositiveFloat] = (0.16, 1.0)
+    crop_ratio: tuple[PositiveFloat, PositiveFloat] = (3 / 4, 4 / 3)
+    hflip: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> AugmentConfig:
+        if self.eval_resize < self.crop_size:
+            raise ValueError(f"eval_resize ({self.eval_resize}) must be >= crop_size ({self.crop_size})")
+        if not (0 < self.crop_scale[0] <= self.crop_scale[1] <= 1):
+            raise ValueError(f"crop_scale must satisfy 0 < low <= high <= 1, got {list(self.crop_scale)}")
+        if not (self.crop_ratio[0] <= self.crop_ratio[1]):
+            raise ValueError(f"crop_ratio must satisfy low <= high, got {list(self.crop_ratio)}")
+        return self
+
+
+class EarlyStoppingConfig(StrictModel):
+    """Validation schedule: every ``validate_every`` epochs; stop after ``patience`` validations
+    without a new best ``selection_metric`` (None: never stop early). Reality Check: CUB every
+    2 epochs with patience 9 (powerful-benchmarker ``save_interval``/``patience``)."""
+
+    validate_every: PositiveInt = 1
+    patience: PositiveInt | None = None
+
+
+# Protocol keys that an override may change for some datasets/backbones. Keys that change the
+# model or the evaluation (augment, pooling, pretrained, selection) stay the same for the
+# whole grid: the embed and report stages read them from the protocol itself.
+OVERRIDABLE_KEYS = (
+    "epochs",
+    "iterations_per_epoch",
+    "batch_size",
+    "samples_per_class",
+    "classification_samples_per_class",
+    "optimizer",
+    "scheduler",
+    "warmup_epochs",
+    "loss_lr_multiplier",
+    "frozen_bn",
+    "grad_clip",
+    "early_stopping",
+    "losses",
+)
+
+
+class ProtocolOverride(StrictModel):
+    """Row of a protocol's per-dataset/backbone table (e.g. thesis Table 3: lr and step size by
+    dataset x backbone). Applies to runs whose dataset is in ``datasets`` and backbone in
+    ``backbones`` (a missing list matches all); ``set`` holds protocol keys (nested keys merge)."""
+
+    datasets: list[str] | None = Field(None, min_length=1)
+    backbones: list[str] | None = Field(None, min_length=1)
+    set: dict[str, Any] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> ProtocolOverride:
+        unknown = sorted(set(self.set) - set(OVERRIDABLE_KEYS))
+        if unknown:
+            raise ValueError(f"set: cannot override {unknown}; allowed: {', '.join(OVERRIDABLE_KEYS)}")
+        return self
+
+    def matches(self, dataset: str, backbone: str) -> bool:
+        return (self.datasets is None or dataset in self.datasets) and (
+            self.backbones is None or backbone in self.backbones
+        )
+
+
+class Protocol(StrictModel):
+    """A training protocol, written out in full: the same for every loss, as fairness demands.
+
+    Batches: losses that need several images per class (``LossSpec.sampler == "m_per_class"``)
+    get ``batch_size / samples_per_class`` classes x ``samples_per_class`` images (PML
+    ``MPerClassSampler``); classification/proxy losses get ``classification_samples_per_class``
+    per class, or uniformly random batches (``random``), or the same as the others (unset).
+    An epoch is ``iterations_per_epoch`` batches, or one pass over the training images.
+    ``warmup_epochs``: only the embedding head and the loss's own parameters train (Proxy-Anchor).
+    ``losses.<name>``: the hyperparameters this protocol publishes for a loss (e.g. the Reality
+    Check's tuned values; per dataset through ``overrides``), validated against the loss's own
+    parameter model in :func:`parse_params`; a loss the protocol does not list keeps its defaults.
+    """
+
+    description: str = ""
+    epochs: PositiveInt
+    iterations_per_epoch: PositiveInt | None = None
+    batch_size: PositiveInt
+    samples_per_class: PositiveInt = 4
+    classification_samples_per_class: PositiveInt | Literal["random"] | None = None
+    optimizer: OptimizerConfig
+    scheduler: SchedulerConfig = SchedulerConfig()
+    warmup_epochs: NonNegativeInt = 0
+    loss_lr_multiplier: PositiveFloat | None = None  # overrides every loss's param_lr_multiplier
+    augment: AugmentConfig
+    pretrained: bool = False
+    frozen_bn: bool = False
+    pooling: Literal["gap", "gmp", "gap+gmp"] = "gap"
+    grad_clip: PositiveFloat | None = None  # clip each gradient value to [-grad_clip, grad_clip]
+    selection_metric: Literal[SELECTION_METRICS] = "map_at_r"  # type: ignore[valid-type]
+    early_stopping: EarlyStoppingConfig = EarlyStoppingConfig()
+    test_feedback: bool = True  # also score the test split at each validation (analysis only)
+    test_feedback_metric: Literal[SELECTION_METRICS] = "precision_at_1"  # type: ignore[valid-type]
+    eval_batch_size: PositiveInt = 256
+    backbones: list[str] | None = Field(None, min_length=1)  # if set, the grid may only use these
+    dims: list[PositiveInt] | None = Field(None, min_length=1)  # if set, the grid may only use these
+    losses: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    overrides: list[ProtocolOverride] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> Protocol:
+        if self.batch_size % self.samples_per_class:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be a multiple of samples_per_class ({self.samples_per_class})"
+            )
+        m = self.classification_samples_per_class
+        if isinstance(m, int) and self.batch_size % m:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be a multiple of classification_samples_per_class ({m})"
+            )
+        if self.warmup_epochs >= self.epochs:
+            raise ValueError(f"warmup_epochs ({self.warmup_epochs}) must be < epochs ({self.epochs})")
+        for index, override in enumerate(self.overrides):
+            try:
+                self.with_override(override)
+            except ValidationError as exc:
+                err = exc.errors(include_url=False)[0]
+                where = "".join(f"{part}: " for part in [".".join(str(p) for p in err["loc"])] if part)
+                raise ValueError(f"overrides[{index}]: {where}{err['msg'].replace('Value error, ', '')}") from None
+        return self
+
+    def with_override(self, override: ProtocolOverride) -> Protocol:
+        merged = deep_merge(self.model_dump(exclude={"overrides"}), override.set)
+        return Protocol.model_validate(merged)
+
+    def for_run(self, dataset: str, backbone: str) -> Protocol:
+        """This protocol with every matching override applied, in order (overrides dropped)."""
+        protocol = self.model_copy(update={"overrides": []})
+        for override in self.overrides:
+            if override.matches(dataset, backbone):
+                protocol = protocol.with_override(override)
+        return protocol
+
+    def sampling_for(self, loss_sampler: str) -> int | Literal["random"]:
+        """Images per class in a batch for a loss with ``LossSpec.sampler`` (or ``random``)."""
+        if loss_sampler == "m_per_class" or self.classification_samples_per_class is None:
+            return self.samples_per_class
+        return self.classification_samples_per_class
+
+
+def deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
