@@ -40,12 +40,12 @@ def test_cross_validation_runs_train_each_fold_and_report_concatenated_and_separ
     # An interrupted stage keeps its finished folds: fold 0 of seed 1 was trained before a kill.
     import torch
 
-    from dmlbench.config import config_hash
     from dmlbench.data.cache import PreparedDataset
+    from dmlbench.run_config import run_config
 
     data = PreparedDataset.load(paths.prepared_dir("glyphs"))
-    resolved = cv_params.resolved(second)
-    early = train_member(cv_params, second, data, resolved, config_hash(resolved), 0, torch.device("cpu"))
+    config = run_config(cv_params, second)
+    early = train_member(config, cv_params.tracking.experiment, data, 0, torch.device("cpu"))
     for run in (first, second):
         train_stage(cv_params, run, device=torch.device("cpu"))
         embed_stage(cv_params, run, device="cpu")
@@ -87,7 +87,8 @@ def test_cross_validation_runs_train_each_fold_and_report_concatenated_and_separ
 def test_report_reads_fold_models_and_says_how_runs_are_scored(in_project, mlflow_store, cv_params):
     import torch
 
-    from dmlbench.analysis.report import collect_results, report_stage
+    from dmlbench.analysis.collect import collect_results
+    from dmlbench.analysis.report import report_stage
 
     download_stage(cv_params, "glyphs")
     prepare_stage(cv_params, "glyphs")

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from dmlbench import paths
-from dmlbench.analysis.report import format_interval, format_signed_interval, report_stage, table_metrics
+from dmlbench.analysis.report import report_stage
+from dmlbench.analysis.sections.results import table_metrics
+from dmlbench.analysis.text import format_interval, format_signed_interval
 from dmlbench.config import Combo
 from dmlbench.errors import DataError
 from dmlbench.io import read_json, write_json
@@ -468,7 +470,7 @@ def test_cross_validation_table_shows_fold_models_like_the_thesis_and_the_ensemb
 def test_a_tie_for_first_has_no_winner():
     import pandas as pd
 
-    from dmlbench.analysis.report import tournament_headline
+    from dmlbench.analysis.sections.summary import tournament_headline
     from dmlbench.analysis.tournament import tournament
     from dmlbench.evaluate.intervals import t_interval
 

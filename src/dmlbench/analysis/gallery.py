@@ -76,7 +76,7 @@ def retrieval_gallery(
     """
     import matplotlib.pyplot as plt
 
-    from dmlbench.analysis.plots import save_figure
+    from dmlbench.analysis.plots.style import save_figure
 
     loaded = []
     for run in runs:

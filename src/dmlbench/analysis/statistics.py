@@ -216,6 +216,10 @@ class RatioInterval:
     n_a: int
     n_b: int
 
+    def bounds_or_estimate(self) -> tuple[float, float]:
+        """``(low, high)``, or the estimate twice where there is no interval (a sample of one)."""
+        return (self.estimate, self.estimate) if math.isnan(self.low) else (self.low, self.high)
+
 
 def relative_improvement(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> RatioInterval:
     """Relative improvement mean(a)/mean(b) - 1 of independent samples, with a t-interval.

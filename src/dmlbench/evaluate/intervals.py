@@ -22,6 +22,10 @@ class Interval:
     n: int
     confidence: float
 
+    def bounds_or_mean(self) -> tuple[float, float]:
+        """``(low, high)``, or ``(mean, mean)`` where there is no interval (n = 1): what a figure draws."""
+        return (self.mean, self.mean) if math.isnan(self.low) else (self.low, self.high)
+
     @property
     def half_width(self) -> float:
         return (self.high - self.low) / 2

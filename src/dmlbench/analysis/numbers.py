@@ -1,0 +1,314 @@
+"""Analyse: every number the report shows, computed once from the collected results.
+
+Seed means with t-intervals, the tournament, the Friedman/Nemenyi, sign and Bayesian tests, papers
+versus reality (claimed, re-measured and our relative improvements), test-set feedback and cost.
+Sections only format these numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dmlbench.analysis import bayesian as bz
+from dmlbench.analysis import literature as lit
+from dmlbench.analysis import statistics as st
+from dmlbench.analysis.collect import Results
+from dmlbench.analysis.tournament import experiment_ranks, tournament
+from dmlbench.config import Params
+from dmlbench.evaluate.intervals import t_interval
+
+BASELINES = ("contrastive", "triplet")
+
+
+TOP1 = "precision_at_1"  # = Recall@1, what papers report
+
+
+def summarize(runs: pd.DataFrame, confidence: float) -> pd.DataFrame:
+    """Mean, t-interval and n per (dataset, backbone, loss, dim, metric)."""
+    rows = []
+    for key, group in runs.groupby(["dataset", "backbone", "loss", "dim", "metric"], sort=False):
+        interval = t_interval(group["value"].to_numpy(), confidence)
+        rows.append(
+            dict(
+                zip(["dataset", "backbone", "loss", "dim", "metric"], key, strict=True),
+                mean=interval.mean,
+                low=interval.low,
+                high=interval.high,
+                n=interval.n,
+            )
+        )
+    return pd.DataFrame(rows)
+
+
+def tournament_input(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One score per (experiment, loss): the seed-mean of ``metric``; experiment = dataset/backbone/dim."""
+    selected = runs[runs["metric"] == metric]
+    scores = selected.groupby(["dataset", "backbone", "dim", "loss"], as_index=False)["value"].mean()
+    scores["experiment"] = scores["dataset"] + "/" + scores["backbone"] + "/" + scores["dim"].astype(str)
+    return scores.rename(columns={"value": "score"})[["experiment", "loss", "score"]]
+
+
+def focus_dim(params: Params) -> int:
+    """``report.focus_dim``, else 512 when the grid has it (the papers' size), else the largest dim."""
+    if params.report.focus_dim is not None:
+        return params.report.focus_dim
+    return 512 if 512 in params.dims else max(params.dims)
+
+
+def feedback_bias(results: Results) -> pd.DataFrame:
+    """Per run: test score of the best test epoch minus that of the epoch selected on validation.
+
+    From ``run.json`` ``test_feedback`` when present, else from the ``test_feedback/<metric>``
+    columns of ``history.json`` (the selection metric's). Empty when neither was recorded.
+    """
+    rows = []
+    history = results.history
+    for sel in results.selections.itertuples(index=False):
+        cell = {"dataset": sel.dataset, "backbone": sel.backbone, "loss": sel.loss, "dim": sel.dim, "seed": sel.seed}
+        if sel.tf_best_value is not None and not pd.isna(sel.tf_best_value):
+            rows.append(
+                {
+                    **cell,
+                    "metric": sel.tf_metric,
+                    "best_epoch": sel.tf_best_epoch,
+                    "best_value": sel.tf_best_value,
+                    "selected_epoch": sel.selected_epoch,
+                    "selected_value": sel.tf_selected_value,
+                }
+            )
+            continue
+        metric = sel.selection_metric or "map_at_r"
+        column = f"test_feedback/{metric}"
+        if column not in history.columns:
+            continue
+        mask = np.ones(len(history), dtype=bool)
+        for key, value in cell.items():
+            mask &= (history[key] == value).to_numpy()
+        if not pd.isna(sel.fold):  # one fold model of a cross-validation run
+            mask &= (history["fold"] == sel.fold).to_numpy()
+        curve = history.loc[mask, ["epoch", column]].dropna()
+        if curve.empty:
+            continue
+        best = curve.loc[curve[column].idxmax()]
+        at_selected = curve.loc[curve["epoch"] == sel.selected_epoch, column]
+        if at_selected.empty:
+            continue
+        rows.append(
+            {
+                **cell,
+                "metric": metric,
+                "best_epoch": int(best["epoch"]),
+                "best_value": float(best[column]),
+                "selected_epoch": sel.selected_epoch,
+                "selected_value": float(at_selected.iloc[0]),
+            }
+        )
+    frame = pd.DataFrame(rows)
+    if len(frame):
+        frame["bias"] = frame["best_value"] - frame["selected_value"]
+    return frame
+
+
+def run_costs(results: Results) -> pd.DataFrame:
+    """Per run: training seconds (sum over epochs), mean training images/s, epochs, device."""
+    history = results.history
+    keys = ["dataset", "backbone", "loss", "dim", "seed"]
+    seconds_column = "train/epoch_seconds" if "train/epoch_seconds" in history.columns else None
+    rows = []
+    for key, group in history.groupby(keys, sort=False):
+        rows.append(
+            {
+                **dict(zip(keys, key, strict=True)),
+                "train_seconds": float(group[seconds_column].sum()) if seconds_column else math.nan,
+                "images_per_second": float(group["train/images_per_second"].mean())
+                if "train/images_per_second" in group.columns
+                else math.nan,
+                "epochs": int(group["epoch"].max()),
+            }
+        )
+    costs = pd.DataFrame(rows)
+    devices = results.selections[keys + ["device"]].drop_duplicates(subset=keys)  # folds share a device
+    return costs.merge(devices, on=keys, how="left").fillna({"device": "unknown device"})
+
+
+@dataclass
+class Tests:
+    """Friedman + Nemenyi (or why they were not run), Holm-adjusted win rates, Bayesian comparison."""
+
+    blocks: str
+    scores: pd.DataFrame | None = None
+    friedman: st.FriedmanResult | None = None
+    nemenyi: pd.DataFrame | None = None
+    cd: float | None = None
+    wins: pd.DataFrame | None = None
+    skipped: str | None = None
+    grid: str = ""  # the complete experiments, e.g. "2 experiments (1 dataset x 1 backbone x 2 embedding sizes)"
+    experiments: int = 0  # independent experiment blocks
+    bayes: pd.DataFrame | None = None  # bayesian.compare_neighbours
+    rope: float = 0.01  # metric units
+
+
+@dataclass
+class Papers:
+    claimed: dict[str, pd.DataFrame]
+    reference: dict[str, pd.DataFrame]
+    ours: dict[str, pd.DataFrame]  # per baseline: our relative improvements (percent)
+    ours_absolute: pd.DataFrame  # display, year, dataset, mean, low, high (percent), n
+    literature: pd.DataFrame
+    methods: pd.DataFrame
+
+
+@dataclass
+class Analysis:
+    params: Params
+    results: Results
+    summary: pd.DataFrame
+    names: dict[str, str]
+    order: list[str]  # display names, oldest loss first
+    ranking: pd.DataFrame
+    rank_intervals: dict[str, Any]
+    tests: Tests
+    papers: Papers
+    bias: pd.DataFrame
+    costs: pd.DataFrame
+    dim: int
+
+    def display(self, frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.assign(loss=frame["loss"].map(self.names))
+
+
+def analyse(params: Params, results: Results) -> Analysis:
+    confidence = params.evaluate.confidence
+    primary = params.report.primary_metric
+    methods = lit.load_methods()
+    literature = lit.load_literature(methods=methods)
+    losses = list(params.losses)
+    names = {loss: lit.display_name(loss, methods) for loss in losses}
+    chronological = sorted(losses, key=lambda loss: (_year(loss, methods), losses.index(loss)))
+    order = [names[loss] for loss in chronological]
+
+    ranking = tournament(tournament_input(results.runs, primary))
+    ranks = experiment_ranks(tournament_input(results.runs, primary))
+    rank_intervals = {loss: t_interval(group["rank"].to_numpy(), confidence) for loss, group in ranks.groupby("loss")}
+
+    tests = Tests(blocks=params.report.blocks, rope=params.report.rope)
+    scores = st.score_matrix(results.runs, primary, params.report.blocks)
+    experiments = st.score_matrix(results.runs, primary, "experiment")
+    tests.scores, tests.experiments = scores, len(experiments)
+    tests.grid = st.grid_text(results.runs, primary)
+    tests.wins = st.win_rates(scores, confidence) if scores.shape[1] > 1 else None
+    tests.skipped = st.friedman_shortfall(scores, params.report.blocks, tests.grid)
+    if tests.skipped is None:
+        tests.friedman = st.friedman(scores)
+        tests.nemenyi = st.nemenyi(scores)
+        tests.cd = st.critical_difference(scores.shape[1], scores.shape[0], params.report.alpha)
+    if scores.shape[1] > 1:
+        seeds = st.seed_scores(results.runs, primary)
+        tests.bayes = bz.compare_neighbours(seeds, experiments, list(ranking["loss"]), params.report.rope)
+
+    return Analysis(
+        params=params,
+        results=results,
+        summary=summarize(results.runs, confidence),
+        names=names,
+        order=order,
+        ranking=ranking,
+        rank_intervals=rank_intervals,
+        tests=tests,
+        papers=papers_vs_reality(params, results, literature, methods, names, confidence),
+        bias=feedback_bias(results),
+        costs=run_costs(results),
+        dim=focus_dim(params),
+    )
+
+
+def _year(loss: str, methods: pd.DataFrame) -> float:
+    year = lit.loss_year(loss, methods)
+    return math.inf if math.isnan(year) else year
+
+
+def papers_vs_reality(
+    params: Params,
+    results: Results,
+    literature: pd.DataFrame,
+    methods: pd.DataFrame,
+    names: dict[str, str],
+    confidence: float,
+) -> Papers:
+    """Claimed and re-measured relative improvements over the baselines, and ours at the focus dim."""
+    dim = focus_dim(params)
+    claimed, reference, ours = {}, {}, {}
+    for baseline in BASELINES:
+        claims = lit.claimed_improvements(literature, baseline)
+        claimed[baseline] = claims.assign(display=claims["loss"].map(lambda x: lit.display_name(x, methods)))
+        refs = lit.reference_improvements(literature, baseline, methods)
+        reference[baseline] = refs
+        ours[baseline] = _our_improvements(results.runs, baseline, dim, names, methods, confidence)
+    top1 = results.runs[(results.runs["metric"] == TOP1) & (results.runs["dim"] == dim)]
+    rows = []
+    for (dataset, backbone, loss), group in top1.groupby(["dataset", "backbone", "loss"], sort=False):
+        interval = t_interval(group["value"].to_numpy(), confidence)
+        low, high = interval.bounds_or_mean()
+        rows.append(
+            {
+                "dataset": dataset,
+                "backbone": backbone,
+                "loss": loss,
+                "display": names[loss],
+                "year": lit.loss_year(loss, methods),
+                "mean": 100 * interval.mean,
+                "low": 100 * low,
+                "high": 100 * high,
+                "n": interval.n,
+            }
+        )
+    return Papers(claimed, reference, ours, pd.DataFrame(rows), literature, methods)
+
+
+def _our_improvements(
+    runs: pd.DataFrame, baseline: str, dim: int, names: dict[str, str], methods: pd.DataFrame, confidence: float
+) -> pd.DataFrame:
+    """Our relative P@1 improvement of each loss over ``baseline`` per dataset/backbone at ``dim`` (percent)."""
+    top1 = runs[(runs["metric"] == TOP1) & (runs["dim"] == dim)]
+    rows = []
+    for (dataset, backbone), block in top1.groupby(["dataset", "backbone"], sort=False):
+        base = block[block["loss"] == baseline]["value"].to_numpy()
+        if base.size == 0:
+            continue
+        for loss, group in block.groupby("loss", sort=False):
+            if loss == baseline:
+                continue
+            try:
+                ratio = st.relative_improvement(group["value"].to_numpy(), base, confidence)
+            except ValueError:  # a mean of 0 (collapsed embeddings): no ratio
+                continue
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "backbone": backbone,
+                    "loss": loss,
+                    "display": names[loss],
+                    "year": lit.loss_year(loss, methods),
+                    "estimate": 100 * ratio.estimate,
+                    "low": 100 * ratio.bounds_or_estimate()[0],
+                    "high": 100 * ratio.bounds_or_estimate()[1],
+                    "interval": ratio,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def dated(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose loss has a publication year (what the by-year figures can place)."""
+    return frame[frame["year"].notna()] if len(frame) else frame
+
+
+def t_bounds(values: pd.Series, confidence: float) -> tuple[float, float]:
+    """The t-interval's (low, high) of ``values`` (NaN for one value), for :func:`~.text.format_interval`."""
+    interval = t_interval(values.to_numpy(dtype=float), confidence)
+    return interval.low, interval.high

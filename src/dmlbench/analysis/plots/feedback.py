@@ -1,0 +1,57 @@
+"""Figure of the "Test-set feedback" section: the gain of picking the epoch on the test set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+from dmlbench.analysis.labels import metric_label
+from dmlbench.analysis.plots.style import save_figure, seeded_jitter, t_errorbar, theme
+
+
+def test_feedback(bias: pd.DataFrame, path: Path, order: Sequence[str], confidence: float = 0.95) -> Path:
+    """Best-on-test minus selected-on-validation score per run (percentage points), by loss and dim."""
+    theme()
+    data = bias.assign(gain=100 * bias["bias"])
+    losses = [o for o in order if o in set(data["loss"])]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(losses) + 2), 3.8))
+    with seeded_jitter():
+        sns.stripplot(
+            data=data,
+            x="loss",
+            y="gain",
+            hue="dim",
+            order=losses,
+            dodge=True,
+            alpha=0.45,
+            palette="crest",
+            ax=ax,
+            legend=False,
+            size=4,
+        )
+    sns.pointplot(
+        data=data,
+        x="loss",
+        y="gain",
+        hue="dim",
+        order=losses,
+        dodge=0.4 if data["dim"].nunique() > 1 else False,
+        errorbar=t_errorbar(confidence),
+        capsize=0.12,
+        linestyle="none",
+        palette="crest",
+        ax=ax,
+        markers="D",
+    )
+    ax.axhline(0, color="black", linewidth=0.8)
+    metric = metric_label(str(data["metric"].iloc[0]))
+    ax.set_ylabel(f"test {metric}: best epoch - selected epoch (pp)")
+    ax.set_xlabel("")
+    ax.tick_params(axis="x", rotation=30)
+    ax.set_title("What picking the epoch on the test set would have added (test-set feedback)")
+    ax.legend(title="dim", loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    return save_figure(fig, path)

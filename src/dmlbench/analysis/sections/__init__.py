@@ -1,0 +1,32 @@
+"""The report's sections in reading order. Adding a section = one module with a ``SECTION``
+(:class:`~dmlbench.analysis.sections.base.Section`) + one line here."""
+
+from dmlbench.analysis.sections import (
+    convergence,
+    cost,
+    embedding_size,
+    feedback,
+    limitations,
+    papers,
+    results,
+    retrieval,
+    setup,
+    statistical_tests,
+    summary,
+    tournament,
+)
+
+SECTIONS = (
+    summary.SECTION,
+    setup.SECTION,
+    results.SECTION,
+    tournament.SECTION,
+    statistical_tests.SECTION,
+    papers.SECTION,
+    embedding_size.SECTION,
+    convergence.SECTION,
+    feedback.SECTION,
+    cost.SECTION,
+    retrieval.SECTION,
+    limitations.SECTION,
+)

@@ -1,0 +1,50 @@
+"""A report section and the document sections write into.
+
+A section is a heading, its short name in the contents line and a ``write(analysis, doc)`` that
+adds markdown and draws its figures through :meth:`Document.figure`, the caption beside the call
+that draws it. Figures are numbered in the order the document places them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from dmlbench.analysis.numbers import Analysis
+
+FIGURES = "figures"  # the figures' folder next to report.md
+
+
+@dataclass
+class Document:
+    """Markdown lines of the report and the folder its figures are drawn into."""
+
+    figure_dir: Path
+    lines: list[str] = field(default_factory=list)
+    figure_count: int = 0
+
+    def add(self, *lines: str) -> None:
+        self.lines.extend(lines)
+
+    def figure(self, name: str, draw: Callable[[Path], Path], caption: str) -> None:
+        """Draw ``<name>.png`` with ``draw(path)`` and place it with the next figure number."""
+        path = draw(self.figure_dir / f"{name}.png")
+        self.figure_count += 1
+        self.add(
+            f"![{name.replace('_', ' ')}]({FIGURES}/{path.name})", "", f"*Figure {self.figure_count}. {caption}*", ""
+        )
+
+    def note(self, text: str) -> None:
+        """A quoted line: a figure or table the data cannot support, and why."""
+        self.add(f"> {text}", "")
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str  # the ``##`` heading
+    short: str  # its name in the contents line
+    write: Callable[[Analysis, Document], None]  # the section's body, below its heading

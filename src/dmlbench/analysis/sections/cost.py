@@ -1,0 +1,47 @@
+"""Cost: training time and throughput per loss."""
+
+from __future__ import annotations
+
+from dmlbench.analysis.numbers import Analysis, t_bounds
+from dmlbench.analysis.plots import cost as plots
+from dmlbench.analysis.sections.base import Document, Section
+from dmlbench.analysis.text import format_interval, markdown_table
+
+
+def write(analysis: Analysis, doc: Document) -> None:
+    costs = analysis.display(analysis.costs)
+    confidence = analysis.params.evaluate.confidence
+    doc.figure(
+        "cost",
+        lambda p: plots.cost(costs, p, analysis.order),
+        "Training time per run and training throughput per loss and embedding size (mean over runs, whiskers "
+        "min-max); evaluation time is not included.",
+    )
+    rows = []
+    for name in analysis.order:
+        group = costs[costs["loss"] == name]
+        rows.append(
+            [
+                name,
+                format_interval(
+                    group["train_seconds"].mean(), *t_bounds(group["train_seconds"], confidence), len(group), scale=1
+                ),
+                format_interval(
+                    group["images_per_second"].mean(),
+                    *t_bounds(group["images_per_second"], confidence),
+                    len(group),
+                    scale=1,
+                    digits=0,
+                ),
+            ]
+        )
+    doc.add(
+        f"Training cost per run ({', '.join(sorted(set(costs['device'])))}; timings on a shared machine are "
+        "indicative only):",
+        "",
+        markdown_table(["loss", "training seconds per run", "images / s"], rows),
+        "",
+    )
+
+
+SECTION = Section("Cost", "Cost", write)

@@ -1,0 +1,59 @@
+"""Limitations: what this grid's numbers cannot say."""
+
+from __future__ import annotations
+
+from dmlbench.analysis.numbers import Analysis
+from dmlbench.analysis.sections.base import Document, Section
+
+
+def write(analysis: Analysis, doc: Document) -> None:
+    params = analysis.params
+    protocol = params.protocol
+    lines = []
+    if "glyphs" in params.datasets:
+        lines.append(
+            "- `glyphs` is the offline demo dataset (characters rendered from matplotlib's fonts). It shows the "
+            "pipeline working end to end; its numbers say nothing about CUB200, CARS196, SOP or In-Shop, and its "
+            "papers-vs-reality points compare relative improvements only."
+        )
+    if len(params.seeds) < 5:
+        lines.append(
+            f"- {len(params.seeds)} seeds per cell give wide t-intervals; the Reality Check used 10 reproductions."
+        )
+    if not protocol.pretrained:
+        lines.append("- Backbones start from random weights, unlike the ImageNet-pretrained trunks of the papers.")
+    if len(params.backbones) == 1:
+        lines.append(f"- One backbone (`{next(iter(params.backbones))}`): the backbone comparison is degenerate.")
+    if 512 not in params.dims:
+        lines.append(
+            f"- The grid has no 512-d embedding (the papers' size); backbone, convergence and papers-vs-reality "
+            f"figures use dim {analysis.dim}."
+        )
+    tests = analysis.tests
+    if tests.skipped is None and tests.friedman.n_blocks < 10:
+        lines.append(
+            f"- The significance tests rest on {tests.friedman.n_blocks} blocks; with so few, only large "
+            "differences can reach significance."
+        )
+    if tests.blocks == "experiment_seed":
+        lines.append(
+            "- The Friedman, Nemenyi and sign tests treat the seeds of one experiment as separate blocks; they share "
+            "its data, so they are not independent: the p-values are optimistic and say nothing about other datasets."
+        )
+    if tests.bayes is not None and tests.bayes["better"].notna().any():
+        lines.append(
+            "- The Bayesian comparison per experiment conditions on that experiment's data split; no model pooling "
+            "seeds across experiments (hierarchical) was run."
+        )
+    if not len(analysis.bias):
+        lines.append("- Test-set feedback was not recorded for these runs, so its bias is not measured here.")
+    lines += [
+        "- Hyperparameters are the published defaults (thesis Table 4), not tuned on the validation split.",
+        "- Published numbers marked uncertain in `literature.csv` were recalled or read off a figure; papers' "
+        "claims carry no interval, and their backbones, sizes and training recipes differ.",
+        "",
+    ]
+    doc.add(*lines)
+
+
+SECTION = Section("Limitations", "Limitations", write)

@@ -1,0 +1,56 @@
+"""Numbers and tables as the report writes them: intervals with n, signed relative changes,
+p-values, posterior probabilities, markdown tables and GitHub heading anchors."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Sequence
+
+
+def format_interval(mean: float, low: float, high: float, n: int, scale: float = 100, digits: int = 1) -> str:
+    """``62.1 ± 1.8 (n=3)`` (percent by default); ``62.1 (n=1, no interval)`` for a single value."""
+    if n < 2 or math.isnan(low):
+        return f"{scale * mean:.{digits}f} (n={n}, no interval)"
+    return f"{scale * mean:.{digits}f} ± {scale * (high - low) / 2:.{digits}f} (n={n})"
+
+
+def format_bounds(mean: float, low: float, high: float, n: int, scale: float = 100, digits: int = 1) -> str:
+    """``2.6 [1.9, 3.3] (n=2000 queries)``: an interval that need not be symmetric (bootstrap)."""
+    if math.isnan(low):
+        return f"{scale * mean:.{digits}f} (n=1 run, no interval)"
+    return f"{scale * mean:.{digits}f} [{scale * low:.{digits}f}, {scale * high:.{digits}f}] (n={n} queries)"
+
+
+def format_signed_interval(estimate: float, low: float, high: float, n: str) -> str:
+    """``+12.3% [+4.0, +21.1] (n=3 vs 3)`` for relative improvements given as fractions."""
+    if math.isnan(low):
+        return f"{100 * estimate:+.1f}% ({n}, no interval)"
+    return f"{100 * estimate:+.1f}% [{100 * low:+.1f}, {100 * high:+.1f}] ({n})"
+
+
+def p_value(value: float) -> str:
+    return f"{value:.2g}" if value >= 1e-4 else f"{value:.1e}"
+
+
+def points(value: float) -> str:
+    """A difference in metric units as percentage points: ``1 point``, ``0.5 points``."""
+    return f"{100 * value:g} point{'' if 100 * value == 1 else 's'}"
+
+
+def probability(p: float) -> str:
+    """Posterior probability to 2 decimals, never rounded to a certainty: ``> 0.99``, ``< 0.01``."""
+    return "> 0.99" if p >= 0.995 else "< 0.01" if p < 0.005 else f"{p:.2f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
+    align = align or "l" + "r" * (len(header) - 1)
+    marks = {"l": ":---", "r": "---:", "c": ":---:"}
+    lines = ["| " + " | ".join(map(str, header)) + " |", "| " + " | ".join(marks[a] for a in align) + " |"]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a markdown heading: ``Test-set feedback`` -> ``test-set-feedback``."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
