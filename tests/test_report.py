@@ -151,7 +151,16 @@ def test_report_has_every_section_figure_and_interval(in_project, small_params, 
         "experiments (1 dataset x 1 backbone x 2 embedding sizes); add datasets, backbones or embedding sizes"
     )
     assert f"> Friedman and Nemenyi tests not run: {why}." in tests and "chi2(" not in tests
-    assert f"- **Friedman and Nemenyi tests not run:** {why}." in _section(text, "## Summary")
+    summary = _section(text, "## Summary")
+    assert f"- **Friedman and Nemenyi tests not run:** {why}." in summary
+    # the demo's limits where its numbers are summarised; every fake run selected epoch 3 (>= the protocol's last)
+    assert summary.startswith("\n- **Demo data:** these numbers come from the offline demo (`glyphs`")
+    runs, last = len(small_params.runs()), small_params.protocol.epochs
+    assert f"- **Still improving:** {runs} of {runs} models picked their last epoch ({last})" in summary
+    # the first loss is not separated from the others by any test that ran: no winner
+    assert "- **Tournament:** Multi-Similarity (+miner) ranks first over 2 experiments" in summary
+    assert "no test separates it from Proxy-Anchor, Contrastive and Triplet" in summary
+    assert "Tournament winner" not in summary
     assert "scored by its seed mean (independent blocks" in tests
     # win rates over the 2 experiment blocks: sign test p = 0.5, Holm over the 6 pairs: min(1, 6 x 0.5) = 1
     assert "Holm-adjusted p over the m = 6 pairs of losses" in tests
@@ -467,23 +476,89 @@ def test_cross_validation_table_shows_fold_models_like_the_thesis_and_the_ensemb
     assert cross_validation_table(runs, pd.DataFrame(), lit.load_literature(), {}, 0.95) == []
 
 
+def test_a_winner_only_when_the_tests_separate_it_from_every_other_loss():
+    """The headline says "winner" only when Nemenyi (after a significant Friedman test) or the
+    Bayesian comparison across experiments separates the first loss from every other loss."""
+    import pandas as pd
+
+    from dmlbench.analysis import bayesian as bz
+    from dmlbench.analysis.numbers import Tests
+    from dmlbench.analysis.sections.summary import tournament_headline
+    from dmlbench.analysis.statistics import FriedmanResult
+    from dmlbench.analysis.tournament import experiment_ranks, tournament
+
+    names = {"a": "A", "b": "B", "c": "C"}
+    scores = pd.DataFrame(
+        [(f"e{i}", loss, score) for i in range(6) for loss, score in (("a", 0.9), ("b", 0.5 + i / 100), ("c", 0.2))],
+        columns=["experiment", "loss", "score"],
+    )
+    ranking, ranks = tournament(scores), experiment_ranks(scores)
+
+    def headline(tests: Tests) -> str:
+        return tournament_headline(ranking, ranks, names, "MAP@R", tests, 0.05)
+
+    skipped = Tests(blocks="experiment", skipped="they need at least 5 independent blocks")
+    text = headline(skipped)
+    assert text.startswith(
+        "- **Tournament:** A ranks first over 6 experiments ranked by test MAP@R (alone at rank 1 in 6 of 6)"
+    )
+    assert "no test separates it from B and C" in text and "not run: they need at least 5" in text
+    assert "Tournament winner" not in text and text.endswith("No winner.")
+
+    friedman = FriedmanResult(12.0, 0.002, 6, 3, pd.Series({"a": 1.0, "b": 2.0, "c": 3.0}))
+    nemenyi = pd.DataFrame(
+        [[1.0, 0.04, 0.001], [0.04, 1.0, 0.04], [0.001, 0.04, 1.0]], index=list("abc"), columns=list("abc")
+    )
+    text = headline(Tests(blocks="experiment", friedman=friedman, nemenyi=nemenyi))
+    assert text.startswith("- **Tournament winner:** A ranks first")
+    assert text.endswith("the tests separate it from every other loss (Nemenyi, alpha = 0.05).")
+
+    close = nemenyi.copy()
+    close.loc["a", "b"] = close.loc["b", "a"] = 0.2  # Nemenyi cannot tell A from B
+    text = headline(Tests(blocks="experiment", friedman=friedman, nemenyi=close))
+    assert "Tournament winner" not in text
+    assert "no test separates it from B (it is separated from C: Nemenyi, alpha = 0.05)" in text
+
+    flat = FriedmanResult(1.0, 0.6, 6, 3, friedman.mean_ranks)  # Friedman finds nothing: Nemenyi does not count
+    text = headline(Tests(blocks="experiment", friedman=flat, nemenyi=nemenyi))
+    assert "no test separates it from B and C" in text and "the Friedman test finds no difference" in text
+
+    def across(better: float) -> pd.DataFrame:
+        row = {
+            "a": "a",
+            "b": "b",
+            "experiment": bz.ACROSS,
+            "test": "signed-rank",
+            "n": 6,
+            "better": better,
+            "equivalent": 1 - better,
+            "worse": 0.0,
+            "difference": 0.3,
+            "low": 0.2,
+            "high": 0.4,
+        }
+        return pd.DataFrame([row])
+
+    decided = Tests(blocks="experiment", friedman=friedman, nemenyi=close, bayes=across(0.97))
+    text = headline(decided)
+    assert text.startswith("- **Tournament winner:**")
+    assert "(Nemenyi, alpha = 0.05; Bayesian signed-rank across experiments, P >= 0.95)" in text
+    text = headline(Tests(blocks="experiment", friedman=friedman, nemenyi=close, bayes=across(0.94)))
+    assert "no test separates it from B" in text
+
+
 def test_a_tie_for_first_has_no_winner():
     import pandas as pd
 
+    from dmlbench.analysis.numbers import Tests
     from dmlbench.analysis.sections.summary import tournament_headline
-    from dmlbench.analysis.tournament import tournament
-    from dmlbench.evaluate.intervals import t_interval
+    from dmlbench.analysis.tournament import experiment_ranks, tournament
 
     names = {"a": "A", "b": "B", "c": "C"}
     results = pd.DataFrame(
         [("e1", "a", 0.5), ("e1", "b", 0.4), ("e1", "c", 0.1), ("e2", "a", 0.3), ("e2", "b", 0.6), ("e2", "c", 0.2)],
         columns=["experiment", "loss", "score"],
     )
-    ranking = tournament(results)
-    intervals = {"a": t_interval([1.0, 2.0], 0.95), "b": t_interval([2.0, 1.0], 0.95)}
-    headline = tournament_headline(ranking, intervals, names, "MAP@R")
-    assert headline.startswith("- **Tournament:** A and B tie for first, mean rank 1.50 ± 6.35 (n=2)")
-    assert "winner" not in headline
-    clear = results.assign(score=results["score"].where(results["loss"] != "a", 0.9))
-    headline = tournament_headline(tournament(clear), {"a": t_interval([1.0, 1.0], 0.95)}, names, "MAP@R")
-    assert headline.startswith("- **Tournament winner:** A, mean rank 1.00")
+    tests = Tests(blocks="experiment", skipped="they need at least 5 independent blocks")
+    headline = tournament_headline(tournament(results), experiment_ranks(results), names, "MAP@R", tests, 0.05)
+    assert headline == "- **Tournament:** A and B tie for first over 2 experiments ranked by test MAP@R; no winner."

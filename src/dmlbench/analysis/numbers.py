@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
@@ -152,6 +152,35 @@ class Tests:
     bayes: pd.DataFrame | None = None  # bayesian.compare_neighbours
     rope: float = 0.01  # metric units
 
+    def separated_from(self, best: str, others: Iterable[str], alpha: float) -> dict[str, str]:
+        """The losses among ``others`` that a test separates from ``best``, each with the test:
+        Nemenyi p < alpha after a Friedman test with p < alpha, or the Bayesian comparison across
+        experiments deciding ``best`` practically better (P >= 0.95; it compares tournament
+        neighbours only). Per-experiment Bayesian verdicts speak for one data split and do not count."""
+        found: dict[str, str] = {}
+        if self.skipped is None and self.friedman.pvalue < alpha:
+            for other in others:
+                if self.nemenyi.loc[best, other] < alpha:
+                    found[other] = f"Nemenyi, alpha = {alpha:g}"
+        if self.bayes is not None:
+            across = self.bayes[(self.bayes["experiment"] == bz.ACROSS) & (self.bayes["a"] == best)]
+            for r in across.itertuples():
+                if r.b in others and r.better >= bz.DECISION:
+                    found.setdefault(r.b, f"Bayesian signed-rank across experiments, P >= {bz.DECISION:g}")
+        return found
+
+    def why_not_separated(self, alpha: float) -> str:
+        """What keeps the tests from separating losses in this grid (for a claim that stops short)."""
+        if self.skipped is not None:
+            reason = f"the Friedman and Nemenyi tests were not run: {self.skipped}"
+        elif self.friedman.pvalue >= alpha:
+            reason = f"the Friedman test finds no difference at alpha = {alpha:g}"
+        else:
+            reason = f"Nemenyi p >= {alpha:g}"
+        if self.bayes is None or not (self.bayes["experiment"] == bz.ACROSS).any():
+            reason += f"; the Bayesian comparison across experiments needs {bz.MIN_EXPERIMENTS} experiments"
+        return reason
+
 
 @dataclass
 class Papers:
@@ -171,6 +200,7 @@ class Analysis:
     names: dict[str, str]
     order: list[str]  # display names, oldest loss first
     ranking: pd.DataFrame
+    ranks: pd.DataFrame  # experiment, loss, rank (tournament.experiment_ranks)
     rank_intervals: dict[str, Any]
     tests: Tests
     papers: Papers
@@ -218,6 +248,7 @@ def analyse(params: Params, results: Results) -> Analysis:
         names=names,
         order=order,
         ranking=ranking,
+        ranks=ranks,
         rank_intervals=rank_intervals,
         tests=tests,
         papers=papers_vs_reality(params, results, literature, methods, names, confidence),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Iterable
 
 import pandas as pd
 
 from dmlbench.analysis.labels import metric_header
-from dmlbench.analysis.numbers import Analysis
+from dmlbench.analysis.numbers import Analysis, Tests
 from dmlbench.analysis.sections.base import Document, Section
 from dmlbench.analysis.sections.papers import ours_label
 from dmlbench.analysis.sections.statistical_tests import bayes_summary, nemenyi_sentence
@@ -15,25 +15,68 @@ from dmlbench.analysis.text import format_interval, p_value
 from dmlbench.evaluate.intervals import t_interval
 
 
+def and_join(items: Iterable[str]) -> str:
+    """``A``, ``A and B``, ``A, B and C``."""
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def tournament_headline(
-    ranking: pd.DataFrame, rank_intervals: dict[str, Any], names: dict[str, str], metric: str
+    ranking: pd.DataFrame, ranks: pd.DataFrame, names: dict[str, str], metric: str, tests: Tests, alpha: float
 ) -> str:
-    """The summary's tournament bullet: the winner, or every loss sharing the best total rank (a
-    tie has no winner), with the mean rank's interval."""
+    """The summary's tournament bullet: a winner only when the tests separate the first-ranked loss
+    from every other one; otherwise whom it is not separated from and why. A tie in total rank
+    has no winner."""
     best = ranking.iloc[0]
-    interval = rank_intervals[best["loss"]]
-    rank = format_interval(interval.mean, interval.low, interval.high, interval.n, scale=1, digits=2)
+    count = int(best["experiments"])
+    over = f"{count} experiment{'' if count == 1 else 's'} ranked by test {metric}"
     tied = ranking[ranking["total_rank"] == best["total_rank"]]["loss"].tolist()
-    over = f"over {int(best['experiments'])} experiment(s) ranked by test {metric}."
     if len(tied) > 1:
-        return f"- **Tournament:** {' and '.join(names[loss] for loss in tied)} tie for first, mean rank {rank} {over}"
-    return f"- **Tournament winner:** {names[best['loss']]}, mean rank {rank} {over}"
+        return f"- **Tournament:** {and_join(names[loss] for loss in tied)} tie for first over {over}; no winner."
+    own = ranks[ranks["loss"] == best["loss"]]["rank"]
+    first = f"{names[best['loss']]} ranks first over {over} (alone at rank 1 in {int((own == 1).sum())} of {len(own)})"
+    others = [loss for loss in ranking["loss"] if loss != best["loss"]]
+    separated = tests.separated_from(best["loss"], others, alpha)
+    how = "; ".join(dict.fromkeys(separated.values()))
+    unseparated = [loss for loss in others if loss not in separated]
+    if not unseparated:
+        return f"- **Tournament winner:** {first}; the tests separate it from every other loss ({how})."
+    text = f"- **Tournament:** {first}, but no test separates it from {and_join(names[x] for x in unseparated)}"
+    if separated:
+        text += f" (it is separated from {and_join(names[x] for x in separated)}: {how})"
+    return text + f"; {tests.why_not_separated(alpha)}. No winner."
+
+
+def demo_caveat(analysis: Analysis) -> list[str]:
+    """The demo's limits, stated where its numbers are summarised; how many models picked their
+    last epoch (still improving: longer training may change the ranking) for every grid."""
+    params, selections = analysis.params, analysis.results.selections
+    protocol = params.protocol
+    lines = []
+    if "glyphs" in params.datasets:
+        lines.append(
+            "- **Demo data:** these numbers come from the offline demo (`glyphs`, characters rendered from "
+            f"matplotlib's fonts; {and_join(f'`{b}`' for b in params.backbones)} from "
+            f"{'ImageNet' if protocol.pretrained else 'random'} weights, {protocol.epochs} epochs). They rank the "
+            "losses on this data and protocol only and say nothing about CUB200, CARS196, SOP or In-Shop."
+        )
+    last = int((selections["selected_epoch"] >= protocol.epochs).sum())
+    if last:
+        lines.append(
+            f"- **Still improving:** {last} of {len(selections)} models picked their last epoch "
+            f"({protocol.epochs}) on the validation classes, so longer training may change the ranking."
+        )
+    return lines
 
 
 def write(analysis: Analysis, doc: Document) -> None:
     params = analysis.params
     primary = metric_header(params.report.primary_metric)
-    lines = [tournament_headline(analysis.ranking, analysis.rank_intervals, analysis.names, primary)]
+    lines = demo_caveat(analysis) + [
+        tournament_headline(
+            analysis.ranking, analysis.ranks, analysis.names, primary, analysis.tests, params.report.alpha
+        )
+    ]
     tests = analysis.tests
     if tests.skipped is None:
         verdict = "differ" if tests.friedman.pvalue < params.report.alpha else "cannot be told apart"
