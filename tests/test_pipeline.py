@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -37,6 +38,18 @@ def _mlflow_runs(env, kind: str | None = "train"):
 def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(project):
     root, env, first = project
     assert "Data and pipelines are up to date" in first.stdout  # the closing `dvc repro` found nothing left
+    assert "didn't change, skipping" not in first.stdout  # one line per stage, left out
+    # the closing summary: every stage ran, the report's tournament table, where to look next
+    summary = first.stdout.split("Data and pipelines are up to date.", 1)[1]
+    stages = len(yaml.safe_load((root / "dvc.lock").read_text())["stages"])
+    assert f"\n{stages} of {stages} stages run, 0 up to date, in " in summary
+    assert "| loss | total rank | mean rank | std of rank | experiments |" in summary
+    assert "Report: reports/report.md" in summary and "make ui" in summary
+    # one line per epoch in each training log: loss, the selection metric on validation, throughput
+    log = (root / "artifacts" / "logs" / "train@glyphs-tiny_cnn-contrastive-32-0.log").read_text()
+    epochs = [line for line in log.splitlines() if line.startswith("glyphs-tiny_cnn-contrastive-32-0 epoch ")]
+    assert len(epochs) == 2 and all(re.search(r"epoch \d/2: loss \d+\.\d{4}, val map_at_r 0\.\d{4}", e) for e in epochs)
+    assert "(best)" in epochs[0] and "test_feedback" not in log
     report = (root / "reports" / "report.md").read_text()
     assert "## Tournament of losses" in report and "(n=2)" in report
     assert (root / "reports" / "figures" / "metric_by_loss.png").stat().st_size > 10_000

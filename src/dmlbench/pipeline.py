@@ -31,6 +31,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+from dmlbench import paths
 from dmlbench.config import load_params
 from dmlbench.errors import DmlbenchError
 from dmlbench.preflight import require_weights
@@ -44,6 +45,7 @@ class Plan:
 
     order: list[str]
     waits_for: dict[str, set[str]]
+    total: int = 0  # pipeline stages in dvc.yaml (order: the stale ones and what follows them)
 
 
 def make_plan(root: Path = Path(".")) -> Plan:
@@ -64,7 +66,7 @@ def make_plan(root: Path = Path(".")) -> Plan:
             name: {dep.addressing for dep in graph.successors(by_name[name]) if dep.addressing in todo} for name in todo
         }
         order = [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s.addressing in todo]
-    return Plan(order, waits_for)
+    return Plan(order, waits_for, len(by_name))
 
 
 def _log_path(stage: str) -> Path:
@@ -142,12 +144,38 @@ def run_parallel(plan: Plan, jobs: int, gpus: list[str]) -> list[str]:
     return failed
 
 
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(round(seconds), 60)
+    return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
+
+
+def closing_summary(plan: Plan | None, seconds: float, report: Path) -> str:
+    """What ``make repro`` ends with: stages run and up to date, wall time, the report's tournament
+    table and where to look next. ``plan``: None for a sequential ``dvc repro`` (its log says what ran)."""
+    if plan is None:
+        lines = [f"dvc repro finished in {_duration(seconds)}."]
+    else:
+        lines = [
+            f"{len(plan.order)} of {plan.total} stages run, {plan.total - len(plan.order)} up to date, "
+            f"in {_duration(seconds)}" + (f"; logs in {LOG_DIR}/" if plan.order else "") + "."
+        ]
+    if report.exists():
+        text = report.read_text()
+        if "## Tournament of losses\n" in text:
+            section = text.split("## Tournament of losses\n", 1)[1].split("\n## ", 1)[0]
+            table = [line for line in section.splitlines() if line.startswith("|")]
+            lines += ["", "Tournament of losses (from the report):", *table]
+        lines += ["", f"Report: {report}", "Runs: make ui (the MLflow UI on this project's tracking store)"]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=None, help="parallel stages (default: CPU cores, or one per GPU)")
     parser.add_argument("--gpus", default="", help="comma-separated GPU ids, one worker per GPU (e.g. 0,1,2,3)")
     parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args(argv)
+    started = time.perf_counter()
     try:
         params = load_params(args.params)  # bad input fails here, in one line, before any stage runs
         require_weights(params)  # so do missing pretrained weights: one line per file
@@ -159,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     if gpus and jobs > len(gpus):
         print(f"error: --jobs {jobs} exceeds the {len(gpus)} GPUs given with --gpus", file=sys.stderr)
         return 2
+    plan = None
     if jobs > 1:
         from dmlbench.tracking import ensure_experiment
 
@@ -170,8 +199,18 @@ def main(argv: list[str] | None = None) -> int:
             if failed:
                 print(f"error: {len(failed)} stage(s) failed: {', '.join(failed)}", file=sys.stderr)
                 return 1
-    # Sequential dvc repro: runs whatever is left (everything when --jobs 1), else a no-op check.
-    return subprocess.run([sys.executable, "-m", "dvc", "repro"], env=_environment()).returncode
+    # Sequential dvc repro: runs everything when --jobs 1, else checks that nothing is left (its
+    # "didn't change, skipping" line per stage left out).
+    command = [sys.executable, "-m", "dvc", "repro"]
+    if plan is None:
+        code = subprocess.run(command, env=_environment()).returncode
+    else:
+        check = subprocess.run(command, env=_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        print("\n".join(line for line in check.stdout.splitlines() if "didn't change, skipping" not in line))
+        code = check.returncode
+    if code == 0:
+        print("\n" + closing_summary(plan, time.perf_counter() - started, paths.REPORTS / "report.md"))
+    return code
 
 
 if __name__ == "__main__":

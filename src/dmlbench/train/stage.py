@@ -30,6 +30,7 @@ from dmlbench.run_config import RunConfig, run_config
 from dmlbench.tracking import TrackedRun, start_training_run
 from dmlbench.train.checkpoint import clear_checkpoint, code_fingerprint, load_checkpoint
 from dmlbench.train.loop import train
+from dmlbench.train.progress import EpochLine
 
 MODEL = "model.pt"
 HISTORY = "history.json"
@@ -110,13 +111,19 @@ def train_member(
     tracked.set_tags({"device": _device_name(device)})
     write_json(checkpoints / CHECKPOINT_STATUS, {"state": "running", "mlflow_run_id": tracked.run_id})
     monitor = tracked.start_system_metrics()
+    line = EpochLine(name, config.protocol.epochs, config.protocol.selection_metric, resume.history if resume else ())
+
+    def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
+        tracked.log_metrics(metrics, step=epoch)
+        line(epoch, metrics)
+
     try:
         outcome = train(
             config,
             data,
             checkpoint_dir=checkpoints,
             resume=resume,
-            on_epoch=lambda epoch, metrics: tracked.log_metrics(metrics, step=epoch),
+            on_epoch=on_epoch,
             device=device,
             extra_state={"mlflow_run_id": tracked.run_id},
             fold=fold,
