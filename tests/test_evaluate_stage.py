@@ -14,6 +14,7 @@ from dmlbench.config import Combo, parse_params
 from dmlbench.data import DATASETS
 from dmlbench.errors import ConfigError, DataError
 from dmlbench.evaluate.embed import EMBEDDINGS, META, embed_pretrained_stage
+from dmlbench.evaluate.intervals import bounded_t_interval
 from dmlbench.evaluate.metrics import retrieval_metrics
 from dmlbench.evaluate.stage import evaluate_arrays, evaluate_pretrained_stage, evaluate_stage
 from dmlbench.io import read_json, write_json
@@ -91,8 +92,11 @@ def test_evaluate_stage_writes_contract_files_and_logs_mlflow(in_project, mlflow
     assert on_disk == summary and on_disk["n_runs"] == 3 and on_disk["confidence"] == 0.95
     entry = on_disk["test"]["map_at_r"]
     values = [runs["runs"][f"seed{s}"]["metrics"]["map_at_r"] for s in params.seeds]
-    assert entry["mean"] == pytest.approx(np.mean(values)) and entry["n"] == 3 and entry["interval"] == "t"
-    assert entry["low"] < entry["mean"] < entry["high"]
+    assert entry["mean"] == pytest.approx(np.mean(values)) and entry["n"] == 3 and entry["interval"] == "t-logit"
+    expected = bounded_t_interval(values, 0.95, 0.0, 1.0)  # a score stays in [0, 1]
+    assert (entry["low"], entry["high"]) == pytest.approx((expected.low, expected.high))
+    assert 0 <= entry["low"] < entry["mean"] < entry["high"] <= 1
+    assert on_disk["test"]["ami"]["interval"] == "t"  # AMI can be negative: the plain t-interval
     assert set(on_disk["test"]) == {"precision_at_1", "r_precision", "map_at_r", "nmi", "ami", "f1"} | {
         f"recall_at_{k}" for k in (1, 2, 4, 8)
     }

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dmlbench.evaluate.intervals import bootstrap_interval, bootstrap_intervals, t_interval
+from dmlbench.evaluate.intervals import bootstrap_interval, bootstrap_intervals, bounded_t_interval, t_interval
 
 
 def test_t_interval_over_seeds():
@@ -17,6 +17,51 @@ def test_t_interval_over_seeds():
     assert interval.n == 3
     single = t_interval([0.5])
     assert single.n == 1 and np.isnan(single.low)
+
+
+def test_bounded_interval_stays_in_range_where_the_t_interval_leaves_it():
+    """Proxy-Anchor's P@1 over 3 seeds in an early demo run: the t-interval went below 0."""
+    seeds = [0.148, 0.113, 0.309]
+    plain = t_interval(seeds)
+    assert plain.low < 0
+    bounded = bounded_t_interval(seeds, 0.95, 0.0, 1.0)
+    mean, sem, t = np.mean(seeds), stats.sem(seeds), stats.t.ppf(0.975, 2)
+    centre, half = np.log(mean / (1 - mean)), t * sem / (mean * (1 - mean))  # logit scale, delta method
+    assert bounded.mean == pytest.approx(mean)
+    assert (bounded.low, bounded.high) == pytest.approx(
+        (1 / (1 + np.exp(-(centre - half))), 1 / (1 + np.exp(-(centre + half))))
+    )
+    assert 0 < bounded.low < mean < bounded.high < 1 and bounded.n == 3
+
+
+def test_bounded_interval_below_only_uses_the_log_scale_and_handles_degenerate_samples():
+    gains = [0.0, 0.01, 0.02, 0.0]  # a non-negative gain
+    bounded = bounded_t_interval(gains, 0.95, 0.0)
+    mean, sem, t = np.mean(gains), stats.sem(gains), stats.t.ppf(0.975, 3)
+    assert (bounded.low, bounded.high) == pytest.approx((mean * np.exp(-t * sem / mean), mean * np.exp(t * sem / mean)))
+    assert t_interval(gains).low < 0 < bounded.low
+    ranks = bounded_t_interval([1, 1, 2, 1], 0.95, 1, 4)  # a rank among 4 losses
+    assert 1 < ranks.low < 1.25 < ranks.high < 4
+    same = bounded_t_interval([0.0, 0.0, 0.0], 0.95, 0.0, 1.0)
+    assert (same.low, same.high) == (0.0, 0.0)  # every value on the bound: zero width, no division by 0
+    assert np.isnan(bounded_t_interval([0.3], 0.95, 0.0, 1.0).low)
+    assert bounded_t_interval([-1.0, 2.0, 0.5], 0.95, -np.inf) == t_interval([-1.0, 2.0, 0.5])  # no bound
+    with pytest.raises(ValueError, match=r"values outside \[0, 1\]: -0.1 to 0.5"):
+        bounded_t_interval([-0.1, 0.5], 0.95, 0.0, 1.0)
+
+
+def test_bounded_interval_covers_a_skewed_proportion_about_as_often_as_it_says():
+    """Monte Carlo: Beta(1, 12) scores (mean 1/13, skewed towards 0), 5 seeds, 4,000 draws: the
+    bounded interval covers the true mean about 95% of the time and never leaves [0, 1]."""
+    rng = np.random.default_rng(7)
+    draws = rng.beta(1, 12, size=(4000, 5))
+    intervals = [bounded_t_interval(d, 0.95, 0.0, 1.0) for d in draws]
+    covered = np.mean([i.low <= 1 / 13 <= i.high for i in intervals])
+    assert 0.90 <= covered <= 0.99
+    assert all(0 <= i.low <= i.high <= 1 for i in intervals)
+    plain = [t_interval(d) for d in draws]
+    assert np.mean([i.low < 0 for i in plain]) > 0.3  # the plain t-interval leaves the range (51% here)
+    assert covered > np.mean([i.low <= 1 / 13 <= i.high for i in plain])  # and covers less (0.89 vs 0.93 here)
 
 
 @pytest.mark.parametrize("method", ["percentile", "basic", "BCa"])

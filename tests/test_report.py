@@ -130,7 +130,7 @@ def test_report_has_every_section_figure_and_interval(in_project, small_params, 
     assert positions == sorted(positions)
     for heading in SECTIONS:
         assert _section(text, heading).strip(), f"{heading} is empty"
-    # Every results cell carries a mean, a 95% half-width and n.
+    # Every results cell carries a mean and its 95% interval inside [0, 100]; n (the same for every cell) once above.
     table = _section(text, "## Results on the test classes").split("![")[0]
     cells = [
         c.strip()
@@ -139,7 +139,10 @@ def test_report_has_every_section_figure_and_interval(in_project, small_params, 
         for c in line.split("|")[3:-1]
     ]
     assert len(cells) == len(small_params.combos()) * 6
-    assert all(re.fullmatch(r"\d+\.\d ± \d+\.\d \(n=3\)", c) for c in cells), cells[:3]
+    assert "Every trained cell: mean over n = 3 seeds [95% interval]." in table
+    bounds = [re.fullmatch(r"(\d+\.\d) \[(\d+\.\d), (\d+\.\d)\]", c) for c in cells]
+    assert all(bounds), cells[:3]
+    assert all(0 <= float(m[2]) <= float(m[1]) <= float(m[3]) <= 100 for m in bounds)
     # The tournament puts the best loss first.
     tournament = _section(text, "## Tournament of losses")
     ranked = [line.split("|")[1].strip() for line in tournament.splitlines() if line.startswith("| ")][2:]
@@ -173,7 +176,7 @@ def test_report_has_every_section_figure_and_interval(in_project, small_params, 
     )
     # Test-set feedback: the best test epoch beats the selected one by 3 points of MAP@R in every run
     feedback = _section(text, "## Test-set feedback")
-    assert "3.0 ± 0.0 (n=6)" in feedback
+    assert "3.0 [3.0, 3.0] (n=6)" in feedback  # every run gains exactly 3 points: a zero-width interval
     for figure in FIGURES:
         assert f"(figures/{figure}.png)" in text, figure
         assert (in_project / "reports" / "figures" / f"{figure}.png").read_bytes()[:8] == PNG
@@ -292,9 +295,10 @@ def test_results_columns_follow_the_metrics_of_each_dataset():
 
 
 def test_format_interval():
-    assert format_interval(0.621, 0.603, 0.639, 3) == "62.1 ± 1.8 (n=3)"
+    assert format_interval(0.621, 0.603, 0.639, 3) == "62.1 [60.3, 63.9] (n=3)"
+    assert format_interval(0.621, 0.603, 0.639, 3, show_n=False) == "62.1 [60.3, 63.9]"
     assert format_interval(0.5, float("nan"), float("nan"), 1) == "50.0 (n=1, no interval)"
-    assert format_interval(2.5, 1.0, 4.0, 4, scale=1, digits=2) == "2.50 ± 1.50 (n=4)"
+    assert format_interval(2.5, 1.0, 4.0, 4, scale=1, digits=2) == "2.50 [1.00, 4.00] (n=4)"
     assert format_signed_interval(0.123, 0.04, 0.211, "n=3 vs 3") == "+12.3% [+4.0, +21.1] (n=3 vs 3)"
 
 
@@ -462,13 +466,14 @@ def test_cross_validation_table_shows_fold_models_like_the_thesis_and_the_ensemb
         [{**cell, "seed": s, "metric": "precision_at_1", "value": v} for s, v in ((0, 0.66), (1, 0.68))]
     )
     rows = cross_validation_table(runs, folds, lit.load_literature(), {"multi_similarity": "MS"}, 0.95)
-    # t-interval over 2 seeds: 67.0 +/- t(0.975, 1) x sd / sqrt(2) = 12.71 x 1.0 = 12.7 points
+    # over 2 seeds on the logit scale: logit(0.67) -/+ t(0.975, 1) x sem / (0.67 x 0.33), sem = 0.01,
+    # t = 12.706: 0.708 -/+ 0.575, mapped back: [53.3, 78.3] (a plain t-interval: 67.0 -/+ 12.7)
     assert rows == [
         [
             "MS",
             "`cub200` / `bn_inception`",
             "512",
-            "67.0 ± 12.7 (n=2 seeds)",
+            "67.0 [53.3, 78.3] (n=2 seeds)",
             "63.6 ± 0.6 sd (n=10 models)",
             "63.61 (Table 12)",
         ]

@@ -16,7 +16,7 @@ import math
 import pandas as pd
 
 from dmlbench.evaluate.combine import fold_spread
-from dmlbench.evaluate.intervals import t_interval
+from dmlbench.evaluate.intervals import bounded_t_interval
 
 METRIC = "precision_at_1"  # = R@1, what the thesis's Table 12 reports
 CELL = ["dataset", "backbone", "loss", "dim"]
@@ -43,7 +43,7 @@ def cross_validation_table(
     for key, cell_folds in folds[folds["metric"] == METRIC].groupby(CELL, sort=False):
         cell = dict(zip(CELL, key, strict=True))
         seeds = runs[(runs[CELL] == pd.Series(cell)).all(axis=1) & (runs["metric"] == METRIC)]["value"]
-        ensemble = t_interval(seeds.to_numpy(), confidence)
+        ensemble = bounded_t_interval(seeds.to_numpy(), confidence, 0.0, 1.0)
         spread = fold_spread([{METRIC: v} for v in cell_folds["value"]])[METRIC]
         thesis = published[
             (published["loss"] == cell["loss"])
@@ -67,7 +67,7 @@ def cross_validation_table(
 def _interval(mean: float, low: float, high: float, n: int) -> str:
     if n < 2 or math.isnan(low):
         return f"{100 * mean:.1f} (n={n} seed, no interval)"
-    return f"{100 * mean:.1f} ± {100 * (high - low) / 2:.1f} (n={n} seeds)"
+    return f"{100 * mean:.1f} [{100 * low:.1f}, {100 * high:.1f}] (n={n} seeds)"
 
 
 def _spread(mean: float, std: float, n: int) -> str:

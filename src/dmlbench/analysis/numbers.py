@@ -20,7 +20,8 @@ from dmlbench.analysis import statistics as st
 from dmlbench.analysis.collect import Results
 from dmlbench.analysis.tournament import experiment_ranks, tournament
 from dmlbench.config import Params
-from dmlbench.evaluate.intervals import t_interval
+from dmlbench.evaluate.intervals import bounded_t_interval
+from dmlbench.evaluate.metrics import metric_range
 
 BASELINES = ("contrastive", "triplet")
 
@@ -29,10 +30,11 @@ TOP1 = "precision_at_1"  # = Recall@1, what papers report
 
 
 def summarize(runs: pd.DataFrame, confidence: float) -> pd.DataFrame:
-    """Mean, t-interval and n per (dataset, backbone, loss, dim, metric)."""
+    """Mean, t-interval inside the metric's range (:func:`~dmlbench.evaluate.metrics.metric_range`) and n per
+    (dataset, backbone, loss, dim, metric)."""
     rows = []
     for key, group in runs.groupby(["dataset", "backbone", "loss", "dim", "metric"], sort=False):
-        interval = t_interval(group["value"].to_numpy(), confidence)
+        interval = bounded_t_interval(group["value"].to_numpy(), confidence, *metric_range(key[-1]))
         rows.append(
             dict(
                 zip(["dataset", "backbone", "loss", "dim", "metric"], key, strict=True),
@@ -224,7 +226,11 @@ def analyse(params: Params, results: Results) -> Analysis:
 
     ranking = tournament(tournament_input(results.runs, primary))
     ranks = experiment_ranks(tournament_input(results.runs, primary))
-    rank_intervals = {loss: t_interval(group["rank"].to_numpy(), confidence) for loss, group in ranks.groupby("loss")}
+    worst = float(ranks.groupby("experiment")["loss"].nunique().max())  # ranks lie in [1, losses ranked]
+    rank_intervals = {
+        loss: bounded_t_interval(group["rank"].to_numpy(), confidence, 1.0, worst)
+        for loss, group in ranks.groupby("loss")
+    }
 
     tests = Tests(blocks=params.report.blocks, rope=params.report.rope)
     scores = st.score_matrix(results.runs, primary, params.report.blocks)
@@ -283,7 +289,7 @@ def papers_vs_reality(
     top1 = results.runs[(results.runs["metric"] == TOP1) & (results.runs["dim"] == dim)]
     rows = []
     for (dataset, backbone, loss), group in top1.groupby(["dataset", "backbone", "loss"], sort=False):
-        interval = t_interval(group["value"].to_numpy(), confidence)
+        interval = bounded_t_interval(group["value"].to_numpy(), confidence, 0.0, 1.0)
         low, high = interval.bounds_or_mean()
         rows.append(
             {
@@ -339,7 +345,8 @@ def dated(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["year"].notna()] if len(frame) else frame
 
 
-def t_bounds(values: pd.Series, confidence: float) -> tuple[float, float]:
-    """The t-interval's (low, high) of ``values`` (NaN for one value), for :func:`~.text.format_interval`."""
-    interval = t_interval(values.to_numpy(dtype=float), confidence)
+def t_bounds(values: pd.Series, confidence: float, lower: float = 0.0, upper: float = math.inf) -> tuple[float, float]:
+    """(low, high) of the t-interval of ``values`` kept inside ``[lower, upper]`` (NaN for one
+    value), for :func:`~.text.format_interval`."""
+    interval = bounded_t_interval(values.to_numpy(dtype=float), confidence, lower, upper)
     return interval.low, interval.high

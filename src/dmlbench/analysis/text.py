@@ -8,11 +8,16 @@ import re
 from typing import Any, Sequence
 
 
-def format_interval(mean: float, low: float, high: float, n: int, scale: float = 100, digits: int = 1) -> str:
-    """``62.1 ± 1.8 (n=3)`` (percent by default); ``62.1 (n=1, no interval)`` for a single value."""
+def format_interval(
+    mean: float, low: float, high: float, n: int, scale: float = 100, digits: int = 1, show_n: bool = True
+) -> str:
+    """``62.1 [59.8, 64.3] (n=3)`` (percent by default; the interval need not be symmetric: it
+    respects the quantity's range); ``62.1 (n=1, no interval)`` for a single value; ``show_n=False``
+    where the table states n once."""
     if n < 2 or math.isnan(low):
         return f"{scale * mean:.{digits}f} (n={n}, no interval)"
-    return f"{scale * mean:.{digits}f} ± {scale * (high - low) / 2:.{digits}f} (n={n})"
+    text = f"{scale * mean:.{digits}f} [{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
+    return text + (f" (n={n})" if show_n else "")
 
 
 def format_bounds(mean: float, low: float, high: float, n: int, scale: float = 100, digits: int = 1) -> str:

@@ -50,6 +50,41 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
     return Interval(mean, float(low), float(high), int(data.size), confidence)
 
 
+def bounded_t_interval(
+    values: Sequence[float], confidence: float = 0.95, lower: float = 0.0, upper: float = math.inf
+) -> Interval:
+    """Mean and a t-interval that stays inside the quantity's range ``[lower, upper]``.
+
+    The t-interval is built on a transformed scale and mapped back (delta method): for a quantity
+    bounded on both sides (a proportion, a rank) on the logit of p = (mean - lower) / (upper - lower),
+    se = sem / ((upper - lower) p (1 - p)); for one bounded below only (a non-negative gain, seconds)
+    on log(mean - lower), se = sem / (mean - lower); then bound = inverse(centre -/+ t_{(1+c)/2, n-1} se).
+    The interval is asymmetric near a bound and never crosses it. Every value equal: the
+    zero-width interval; n = 1: no interval (NaN bounds); ``lower = -inf``: the plain t-interval.
+    """
+    from scipy import stats
+    from scipy.special import expit, logit
+
+    data = np.asarray(values, dtype=np.float64)
+    if data.size and (data.min() < lower or data.max() > upper):
+        raise ValueError(f"values outside [{lower:g}, {upper:g}]: {data.min():g} to {data.max():g}")
+    plain = t_interval(data, confidence)
+    if plain.n < 2 or plain.low == plain.high or math.isinf(lower):  # no bound below: the plain interval
+        return plain
+    sem, mean = float(stats.sem(data)), plain.mean
+    quantile = float(stats.t.ppf((1 + confidence) / 2, data.size - 1))
+    if math.isinf(upper):
+        shift = mean - lower  # > 0: the values vary and none is below ``lower``
+        half = quantile * sem / shift
+        return Interval(mean, lower + shift * math.exp(-half), lower + shift * math.exp(half), plain.n, confidence)
+    width = upper - lower
+    share = (mean - lower) / width  # strictly inside (0, 1): the values vary inside the range
+    half = quantile * sem / (width * share * (1 - share))
+    centre = float(logit(share))
+    low, high = float(expit(centre - half)), float(expit(centre + half))
+    return Interval(mean, lower + width * low, lower + width * high, plain.n, confidence)
+
+
 BOOTSTRAP_METHODS = ("percentile", "basic", "BCa")
 
 

@@ -19,6 +19,7 @@ PML): :mod:`dmlbench.evaluate.clustering`.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -26,6 +27,12 @@ import numpy as np
 from dmlbench.evaluate.knn import normalize_rows, rank_neighbours
 
 RANKING_METRICS = ("precision_at_1", "r_precision", "map_at_r")
+
+
+def metric_range(metric: str) -> tuple[float, float]:
+    """Where a metric's values lie, for intervals that respect it: [0, 1] for every retrieval
+    score, NMI and F1; AMI is chance-adjusted and can fall below 0, so it has no lower bound."""
+    return (-math.inf, 1.0) if metric == "ami" else (0.0, 1.0)
 
 
 def as_numpy(x: Any) -> np.ndarray:

@@ -38,8 +38,8 @@ from dmlbench.evaluate import intervals as interval_stats
 from dmlbench.evaluate.clustering import clustering_metrics
 from dmlbench.evaluate.combine import concatenate_embeddings, fold_spread
 from dmlbench.evaluate.embed import EMBEDDINGS, META
-from dmlbench.evaluate.intervals import Interval, t_interval
-from dmlbench.evaluate.metrics import means, per_query_metrics
+from dmlbench.evaluate.intervals import Interval, bounded_t_interval
+from dmlbench.evaluate.metrics import means, metric_range, per_query_metrics
 from dmlbench.io import atomic_dir, md5_file, read_json, write_json
 from dmlbench.tracking.summary import log_summary_run
 
@@ -160,8 +160,16 @@ def evaluate_cv_run(directory: Path, dataset: str, settings: EvaluateConfig, que
     }
 
 
+def _seed_interval(values: list[float], metric: str, confidence: float) -> dict[str, Any]:
+    """Mean and t-interval over runs inside the metric's range (``t-logit``; ``t`` for AMI, which
+    has no lower bound; ``none`` for one run): :func:`~dmlbench.evaluate.intervals.bounded_t_interval`."""
+    lower, upper = metric_range(metric)
+    label = "none" if len(values) < 2 else "t" if math.isinf(lower) else "t-logit"
+    return _interval_dict(bounded_t_interval(values, confidence, lower, upper), label)
+
+
 def summarize_runs(runs: dict[str, dict], settings: EvaluateConfig) -> dict[str, Any]:
-    """Contract-5 summary: t-interval over runs, or the bootstrap interval of a single run.
+    """Contract-5 summary: t-interval over runs (inside the metric's range), or the bootstrap interval of a single run.
     Cross-validation runs add ``test_separated`` (t-interval of the fold-averaged metrics)."""
     first = next(iter(runs.values()))
     test = {}
@@ -170,8 +178,7 @@ def summarize_runs(runs: dict[str, dict], settings: EvaluateConfig) -> dict[str,
             single = first["bootstrap"].get(name)
             test[name] = single or _interval_dict(Interval(first["metrics"][name], math.nan, math.nan, 1, 0), "none")
         else:
-            interval = t_interval([r["metrics"][name] for r in runs.values()], settings.confidence)
-            test[name] = _interval_dict(interval, "t")
+            test[name] = _seed_interval([r["metrics"][name] for r in runs.values()], name, settings.confidence)
     summary = {
         "n_runs": len(runs),
         "confidence": settings.confidence,
@@ -186,10 +193,7 @@ def summarize_runs(runs: dict[str, dict], settings: EvaluateConfig) -> dict[str,
             "test_separated": "mean over folds",
         }
         summary["test_separated"] = {
-            name: _interval_dict(
-                t_interval([r["metrics_separated"][name] for r in runs.values()], settings.confidence),
-                "t" if len(runs) > 1 else "none",
-            )
+            name: _seed_interval([r["metrics_separated"][name] for r in runs.values()], name, settings.confidence)
             for name in first["metrics_separated"]
         }
         # the thesis's way (Table 12): mean +/- sample std of the fold models (of every seed)

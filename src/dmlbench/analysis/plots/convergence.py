@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -27,9 +28,11 @@ def convergence(
     if has_val:
         data = data.dropna(subset=[column]).assign(value=lambda d: 100 * d[column])
         ylabel = f"validation {metric_label(metric)} (%)"
+        bounds = (0.0, 100.0)
     else:
         data = data.assign(value=data["train/loss"])
         ylabel = "training loss (no validation split)"
+        bounds = (-math.inf, math.inf)
     if "train/elapsed_seconds" in data.columns and data["train/elapsed_seconds"].notna().any():
         data = data.assign(seconds=data["train/elapsed_seconds"])
     elif "train/epoch_seconds" in data.columns:
@@ -45,7 +48,7 @@ def convergence(
     )
     for row, panel in enumerate(panels):
         block = data[data["panel"] == panel]
-        stats = interval_frame(block, ["loss", "epoch"], "value", confidence)
+        stats = interval_frame(block, ["loss", "epoch"], "value", confidence, *bounds)
         if "seconds" in block.columns:
             seconds = block.groupby(["loss", "epoch"])["seconds"].mean().rename("seconds").reset_index()
             stats = stats.merge(seconds, on=["loss", "epoch"])

@@ -40,7 +40,7 @@ def test_feedback(bias: pd.DataFrame, path: Path, order: Sequence[str], confiden
         hue="dim",
         order=losses,
         dodge=0.4 if data["dim"].nunique() > 1 else False,
-        errorbar=t_errorbar(confidence),
+        errorbar=t_errorbar(confidence, 0.0, 100.0),  # a gain >= 0 (percentage points)
         capsize=0.12,
         linestyle="none",
         palette="crest",

@@ -16,7 +16,7 @@ import pandas as pd
 import seaborn as sns
 
 from dmlbench.analysis.labels import metric_label
-from dmlbench.evaluate.intervals import t_interval
+from dmlbench.evaluate.intervals import bounded_t_interval
 from dmlbench.io import atomic_path
 
 
@@ -30,18 +30,24 @@ def theme() -> None:
     sns.set_theme(style="whitegrid", context="notebook", font_scale=0.95)
 
 
-def t_errorbar(confidence: float):
+def t_errorbar(confidence: float, lower: float = 0.0, upper: float = 100.0):
+    """Seaborn ``errorbar``: the t-interval kept inside ``[lower, upper]`` (scores in percent by
+    default; :func:`~dmlbench.evaluate.intervals.bounded_t_interval`)."""
+
     def interval(values: pd.Series) -> tuple[float, float]:
-        return t_interval(values.to_numpy(), confidence).bounds_or_mean()
+        return bounded_t_interval(values.to_numpy(), confidence, lower, upper).bounds_or_mean()
 
     return interval
 
 
-def interval_frame(data: pd.DataFrame, keys: list[str], value: str, confidence: float) -> pd.DataFrame:
-    """mean, low, high, n of ``value`` per ``keys`` (t-interval; low = high = mean for n = 1)."""
+def interval_frame(
+    data: pd.DataFrame, keys: list[str], value: str, confidence: float, lower: float = 0.0, upper: float = 100.0
+) -> pd.DataFrame:
+    """mean, low, high, n of ``value`` per ``keys`` (t-interval kept inside ``[lower, upper]``;
+    low = high = mean for n = 1)."""
     rows = []
     for key, group in data.groupby(keys, sort=False):
-        interval = t_interval(group[value].dropna().to_numpy(), confidence)
+        interval = bounded_t_interval(group[value].dropna().to_numpy(), confidence, lower, upper)
         low, high = interval.bounds_or_mean()
         rows.append(
             {

@@ -20,13 +20,14 @@ def write(analysis: Analysis, doc: Document) -> None:
         f"dim {analysis.dim}, seed means with t-interval bands: " + _convergence_sentence(analysis),
     )
     selected = results.selections.assign(loss=results.selections["loss"].map(analysis.names))
+    trained = int(results.history["epoch"].max())  # a selected epoch lies in [1, epochs trained]
     rows = []
     for name in analysis.order:
         epochs = selected[selected["loss"] == name]["selected_epoch"]
         rows.append(
             [
                 name,
-                format_interval(epochs.mean(), *t_bounds(epochs, confidence), len(epochs), scale=1),
+                format_interval(epochs.mean(), *t_bounds(epochs, confidence, 1, trained), len(epochs), scale=1),
                 int(epochs.min()),
                 int(epochs.max()),
             ]

@@ -41,10 +41,12 @@ def write(analysis: Analysis, doc: Document) -> None:
             [
                 name,
                 format_interval(
-                    group["selected_value"].mean(), *t_bounds(group["selected_value"], confidence), len(group)
+                    group["selected_value"].mean(), *t_bounds(group["selected_value"], confidence, 0, 1), len(group)
                 ),
-                format_interval(group["best_value"].mean(), *t_bounds(group["best_value"], confidence), len(group)),
-                format_interval(group["bias"].mean(), *t_bounds(group["bias"], confidence), len(group)),
+                format_interval(
+                    group["best_value"].mean(), *t_bounds(group["best_value"], confidence, 0, 1), len(group)
+                ),
+                format_interval(group["bias"].mean(), *t_bounds(group["bias"], confidence, 0, 1), len(group)),
             ]
         )
     metric = metric_header(str(bias["metric"].iloc[0]))

@@ -34,6 +34,10 @@ def write(analysis: Analysis, doc: Document) -> None:
     for (dataset, backbone), block in analysis.summary.groupby(["dataset", "backbone"], sort=False):
         metrics = table_metrics(block["metric"])
         doc.add(f"### `{dataset}` / `{backbone}`", "")
+        seeds = set(block["n"])
+        same_n = len(seeds) == 1  # n once, above the table, when every cell has it
+        if same_n:
+            doc.add(f"Every trained cell: mean over n = {seeds.pop()} seeds [95% interval].", "")
         rows = []
         cells = sorted(
             block.groupby(["loss", "dim"], sort=False),
@@ -44,7 +48,9 @@ def write(analysis: Analysis, doc: Document) -> None:
             rows.append(
                 [analysis.names[loss], dim]
                 + [
-                    format_interval(*by_metric.loc[m, ["mean", "low", "high"]], int(by_metric.loc[m, "n"]))
+                    format_interval(
+                        *by_metric.loc[m, ["mean", "low", "high"]], int(by_metric.loc[m, "n"]), show_n=not same_n
+                    )
                     for m in metrics
                 ]
             )

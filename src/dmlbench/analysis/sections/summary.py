@@ -12,7 +12,7 @@ from dmlbench.analysis.sections.base import Document, Section
 from dmlbench.analysis.sections.papers import ours_label
 from dmlbench.analysis.sections.statistical_tests import bayes_summary, nemenyi_sentence
 from dmlbench.analysis.text import format_interval, p_value
-from dmlbench.evaluate.intervals import t_interval
+from dmlbench.evaluate.intervals import bounded_t_interval
 
 
 def and_join(items: Iterable[str]) -> str:
@@ -102,7 +102,7 @@ def write(analysis: Analysis, doc: Document) -> None:
             line += f"; {ours_label(analysis)} give {ours['estimate'].min():+.1f}% to {ours['estimate'].max():+.1f}%"
         lines.append(line + ".")
     if len(analysis.bias):
-        interval = t_interval(analysis.bias["bias"].to_numpy(), params.evaluate.confidence)
+        interval = bounded_t_interval(analysis.bias["bias"].to_numpy(), params.evaluate.confidence, 0.0, 1.0)
         lines.append(
             "- **Test-set feedback:** picking each run's epoch on the test set would have added "
             f"{format_interval(interval.mean, interval.low, interval.high, interval.n)} points of test "
