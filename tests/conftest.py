@@ -62,6 +62,7 @@ def dvc_project(root: Path, raw_params: dict, mlflow_db: Path) -> dict[str, str]
     env.pop("DVC_ROOT", None)
     run_checked(["git", "init", "-q"], root, env)
     run_checked([sys.executable, "-m", "dvc", "init", "-q"], root, env)
+    shutil.copytree(ROOT / ".dvc" / "plots", root / ".dvc" / "plots")  # the by_loss template of `dvc plots`
     run_checked(["git", "add", "-A"], root, env)
     run_checked(["git", "commit", "-q", "-m", "test project"], root, env)
     return env

@@ -47,9 +47,19 @@ def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(projec
     assert "Report: reports/report.md" in summary and "make ui" in summary
     # one line per epoch in each training log: loss, the selection metric on validation, throughput
     log = (root / "artifacts" / "logs" / "train@glyphs-tiny_cnn-contrastive-32-0.log").read_text()
-    epochs = [line for line in log.splitlines() if line.startswith("glyphs-tiny_cnn-contrastive-32-0 epoch ")]
+    epochs = [
+        line for line in log.splitlines() if re.match(r"glyphs-tiny_cnn-contrastive-32-0 epoch \d/2: loss ", line)
+    ]
     assert len(epochs) == 2 and all(re.search(r"epoch \d/2: loss \d+\.\d{4}, val map_at_r 0\.\d{4}", e) for e in epochs)
     assert "(best)" in epochs[0] and "test_feedback" not in log
+    # `dvc plots show` builds a page: one plot per experiment, one line per loss
+    curves = (root / "reports" / "curves" / "glyphs-tiny_cnn-32.csv").read_text().splitlines()
+    assert curves[0] == "epoch,loss,validation,train_loss" and len(curves) == 1 + 2 * 2  # 2 losses x 2 epochs
+    page = run_checked([sys.executable, "-m", "dvc", "plots", "show", "-o", "plots_page"], root, env)
+    assert "failed" not in page.stdout + page.stderr
+    html = (root / "plots_page" / "index.html").read_text()
+    assert "reports/curves/glyphs-tiny_cnn-32.csv" in html
+    assert '"loss": "Contrastive"' in html and '"loss": "Proxy-Anchor"' in html
     report = (root / "reports" / "report.md").read_text()
     assert "## Tournament of losses" in report and "(n=2)" in report
     assert (root / "reports" / "figures" / "metric_by_loss.png").stat().st_size > 10_000

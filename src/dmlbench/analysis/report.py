@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dmlbench import paths
 from dmlbench.analysis.collect import collect_results
+from dmlbench.analysis.curves import CURVES, write_curves
 from dmlbench.analysis.numbers import Analysis, analyse
 from dmlbench.analysis.sections import SECTIONS
 from dmlbench.analysis.sections.base import FIGURES, Document
@@ -55,6 +56,8 @@ def report_stage(params: Params, report_dir: Path | None = None, log_to_mlflow: 
     analysis = analyse(params, collect_results(params))
     with atomic_dir(report_dir / FIGURES) as tmp:  # the new figures replace the old ones only when all are drawn
         text = render(analysis, tmp)
+    with atomic_dir(report_dir / CURVES) as tmp:  # per-epoch curves for `dvc plots show`
+        write_curves(analysis.results.history, params.protocol.selection_metric, analysis.names, tmp)
     path = report_dir / REPORT
     with atomic_path(path, suffix=".md") as tmp:
         tmp.write_text(text)
