@@ -324,6 +324,7 @@ def _our_improvements(
                 ratio = st.relative_improvement(group["value"].to_numpy(), base, confidence)
             except ValueError:  # a mean of 0 (collapsed embeddings): no ratio
                 continue
+            low, high = ratio.bounds_or_estimate()
             rows.append(
                 {
                     "dataset": dataset,
@@ -332,8 +333,8 @@ def _our_improvements(
                     "display": names[loss],
                     "year": lit.loss_year(loss, methods),
                     "estimate": 100 * ratio.estimate,
-                    "low": 100 * ratio.bounds_or_estimate()[0],
-                    "high": 100 * ratio.bounds_or_estimate()[1],
+                    "low": 100 * low,
+                    "high": 100 * high,
                     "interval": ratio,
                 }
             )
