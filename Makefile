@@ -1,12 +1,15 @@
 # dmlbench: every target sets itself up (creates .venv, installs pinned dependencies).
 #   make repro   run the DVC pipeline on params.yaml (the offline demo by default)
 #   make test    run the test suite
-#   make ui      MLflow UI on http://127.0.0.1:$(PORT) over the project's tracking store
+#   make ui      MLflow UI on http://127.0.0.1:$(PORT) over the project's tracking store (prints the
+#                address of the runs table)
 #   make gpu-check   the GPU path checked and measured (CUDA tests, throughput, eval speed, a
 #                real-size run) with the Python that already holds a CUDA torch: no venv
 #                (GPU_PYTHON=python3 by default); table + reports/gpu_check.json
 # make repro runs independent stages in parallel (JOBS=n, default: CPU cores; JOBS=1 is a
 # plain sequential `dvc repro`). On a GPU box: make repro EXTRAS=gpu,test GPUS=0,1,2,3
+# A published setup: make repro PRESET=thesis-cub GPUS=0,1 runs presets/thesis-cub.yaml in its own
+# workspace, artifacts/presets/thesis-cub/ (docs/presets.md); params.yaml stays the demo.
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -25,7 +28,7 @@ ORIGINAL_PATH := $(subst $(CURDIR)/$(BIN):,,$(PATH))# without the venv, also whe
 GPU_PYTHON ?= python3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup repro test ui status clean-venv gpu-check
+.PHONY: setup repro test ui status clean-venv gpu-check example-report
 
 setup: $(STAMP)
 
@@ -41,13 +44,18 @@ $(STAMP): pyproject.toml requirements.lock
 	@touch $@
 
 repro: $(STAMP)
-	python -m dmlbench.pipeline $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS))
+	python -m dmlbench.pipeline $(if $(PRESET),--preset $(PRESET)) $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS))
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
 ui: $(STAMP)
-	mlflow ui --backend-store-uri "$(MLFLOW_TRACKING_URI)" --host 127.0.0.1 --port $(PORT)
+	python -m dmlbench.tracking.ui --host 127.0.0.1 --port $(PORT)
+
+# docs/example-report/: the demo's report as `make repro` wrote it (run after a full demo run; commit it)
+example-report: repro
+	rm -rf docs/example-report && mkdir -p docs/example-report
+	cp -r reports/report.md reports/figures docs/example-report/
 
 gpu-check:
 	PATH="$(ORIGINAL_PATH)" PYTHONPATH="$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PYTHON) -m dmlbench.gpu_check $(ARGS)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import http.server
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -473,3 +475,38 @@ def real_format_archives(tmp_path_factory) -> dict:
     for entry in built.values():
         entry["md5"] = {path.name: md5_file(path) for path in entry["files"]}
     return built
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    """A local HTTP server over ``tmp_path/www``; ``/moved/<name>`` redirects (302) to ``/<name>``.
+    Yields (root, url, requests) with ``requests`` the (method, path) of every request. Proxy
+    settings of the environment are removed (urllib would send 127.0.0.1 through them)."""
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    root = tmp_path / "www"
+    root.mkdir()
+    requests: list[tuple[str, str]] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def log_message(self, *args):
+            pass
+
+        def send_head(self):
+            requests.append((self.command, self.path))
+            if self.path.startswith("/moved/"):
+                self.send_response(302)
+                self.send_header("Location", self.path[len("/moved") :])
+                self.end_headers()
+                return None
+            return super().send_head()
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{httpd.server_address[1]}", requests
+    httpd.shutdown()
+    httpd.server_close()

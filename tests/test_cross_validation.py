@@ -57,14 +57,27 @@ def test_cross_validation_runs_train_each_fold_and_report_concatenated_and_separ
         val = data.split("val", fold=fold)
         meta = read_json(paths.embedding_dir(first, fold) / "meta.json")
         assert meta["fold"] == fold and meta["splits"]["val"] == len(val)  # each fold's own validation classes
-    assert read_json(paths.model_dir(second, 0) / "run.json")["mlflow_run_id"] == early["mlflow_run_id"]
+    assert "mlflow_run_id" not in read_json(paths.model_dir(second, 0) / "run.json")  # in the run log only
+    assert read_json(paths.runlog_file(second, 0))["mlflow_run_id"] == early["mlflow_run_id"]
     assert not any(paths.checkpoint_dir(first).rglob("final"))  # staging cleared once assembled
 
     runs = client().search_runs([client().get_experiment_by_name("dmlbench").experiment_id], "tags.kind = 'train'")
-    assert len(runs) == 8  # 2 seeds x 4 fold models, fold 0 of seed 1 not trained twice
+    assert len(runs) == 10  # 2 seeds x (the seed's run + 4 fold models), fold 0 of seed 1 not trained twice
     assert {r.data.tags["grid_key"] for r in runs} == {
-        f"glyphs/tiny_cnn/contrastive/32/seed{s}/fold{f}" for s in (0, 1) for f in range(4)
+        f"glyphs/tiny_cnn/contrastive/32/seed{s}{f}"
+        for s in (0, 1)
+        for f in ["", "/fold0", "/fold1", "/fold2", "/fold3"]
     }
+    # Nesting: cell run > seed run > fold models (fold 0 of seed 1, trained first, adopted by its seed's run).
+    by_key = {r.data.tags["grid_key"]: r for r in runs}
+    (cell,) = client().search_runs([runs[0].info.experiment_id], "tags.kind = 'summary'")
+    for s in (0, 1):
+        seed_run = by_key[f"glyphs/tiny_cnn/contrastive/32/seed{s}"]
+        assert seed_run.data.tags["mlflow.parentRunId"] == cell.info.run_id and seed_run.info.status == "FINISHED"
+        for f in range(4):
+            fold_run = by_key[f"glyphs/tiny_cnn/contrastive/32/seed{s}/fold{f}"]
+            assert fold_run.data.tags["mlflow.parentRunId"] == seed_run.info.run_id
+            assert fold_run.info.run_name == f"contrastive d32 s{s} f{f}"
 
     summary = evaluate_stage(cv_params, combo)
     assert summary["cross_validation"] == {"folds": 4, "test": "concatenated", "test_separated": "mean over folds"}
@@ -78,10 +91,12 @@ def test_cross_validation_runs_train_each_fold_and_report_concatenated_and_separ
     for name in ("precision_at_1", "r_precision", "map_at_r", "recall_at_4"):
         assert entry["metrics"][name] == pytest.approx(expected[name])
         assert entry["metrics_separated"][name] == pytest.approx(separated["mean"][name])
-    assert set(entry["mlflow_run_ids"]) == {f"fold{f}" for f in range(4)}
-    # Each fold model's MLflow run got its own test metrics.
+    assert entry["grid_key"] == first.grid_key and "mlflow_run_ids" not in entry
+    # Each fold model's MLflow run got its own test metrics, each seed's run the concatenated embedding's.
     for run in runs:
         assert "test/map_at_r" in client().get_run(run.info.run_id).data.metrics
+    seed_metrics = client().get_run(by_key[first.grid_key].info.run_id).data.metrics
+    assert seed_metrics["test/map_at_r"] == pytest.approx(expected["map_at_r"])
 
 
 def test_report_reads_fold_models_and_says_how_runs_are_scored(in_project, mlflow_store, cv_params):

@@ -36,13 +36,15 @@ def _fake_embeddings(seed: int, n: int = 120, classes: int = 12, dim: int = 32):
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32), labels
 
 
-def _write_run(params, seed: int, mlflow_run_id: str | None):
+def _write_run(params, seed: int, chash: str | None):
+    """Embeddings of one seed; ``chash``: the config hash of its training (its MLflow identity)."""
     run = COMBO.with_seed(seed)
     directory = paths.embedding_dir(run)
     directory.mkdir(parents=True, exist_ok=True)
     test, test_labels = _fake_embeddings(seed)
     np.savez(directory / EMBEDDINGS, test_embeddings=test, test_labels=test_labels)
-    write_json(directory / META, {"run": run.key, "mlflow_run_id": mlflow_run_id, "dim": 32, "splits": {"test": 120}})
+    meta = {"run": run.key, "grid_key": run.grid_key, "config_hash": chash, "dim": 32, "splits": {"test": 120}}
+    write_json(directory / META, meta)
     return test, test_labels
 
 
@@ -70,7 +72,7 @@ def _active_runs(params, kind):
 def test_evaluate_stage_writes_contract_files_and_logs_mlflow(in_project, mlflow_store, small_raw_params):
     params = _params(small_raw_params, clustering=True)
     ids = _training_runs(params)
-    data = {seed: _write_run(params, seed, ids[seed]) for seed in params.seeds}
+    data = {seed: _write_run(params, seed, f"hash{seed}") for seed in params.seeds}
 
     summary = evaluate_stage(params, COMBO)
 
@@ -81,7 +83,8 @@ def test_evaluate_stage_writes_contract_files_and_logs_mlflow(in_project, mlflow
         expected = retrieval_metrics(*data[seed])
         assert {k: v for k, v in info["metrics"].items() if k not in {"nmi", "ami", "f1"}} == pytest.approx(expected)
         assert 0 <= info["metrics"]["nmi"] <= 1 and 0 <= info["metrics"]["f1"] <= 1
-        assert info["num_queries"] == 120 and info["mlflow_run_id"] == ids[seed] and info["mode"] == "test"
+        assert info["num_queries"] == 120 and info["mode"] == "test" and "mlflow_run_id" not in info
+        assert info["grid_key"] == COMBO.with_seed(seed).grid_key and info["config_hash"] == f"hash{seed}"
         assert len(info["embeddings_md5"]) == 32 and info["recall_at"] == [1, 2, 4, 8]
         boot = info["bootstrap"]["map_at_r"]
         assert boot["low"] <= info["metrics"]["map_at_r"] <= boot["high"] and boot["n"] == 120
@@ -112,15 +115,20 @@ def test_evaluate_stage_writes_contract_files_and_logs_mlflow(in_project, mlflow
     assert summary_run.data.metrics["test/map_at_r/ci_high"] == pytest.approx(entry["high"])
     assert summary_run.data.metrics["n_runs"] == 3
 
-    # Re-running on the same embeddings changes nothing in MLflow; new embeddings replace the summary run.
+    assert summary_run.info.run_name == "contrastive d32 (cell)"
+    artifacts = {a.path for a in client().list_artifacts(summary_run.info.run_id)}
+    assert artifacts == {f"{COMBO.key}.json"}  # the metrics file; no curves: these training runs logged no epochs
+    # Re-running on the same embeddings changes nothing in MLflow; new embeddings update the same
+    # cell run (its seeds' runs stay nested under it).
     evaluate_stage(params, COMBO)
     assert [r.info.run_id for r in _active_runs(params, "summary")] == [summary_run.info.run_id]
-    _write_run(params, 0, ids[0])
+    _write_run(params, 0, "hash0")
     np.savez(paths.embedding_dir(COMBO.with_seed(0)) / EMBEDDINGS, test_embeddings=data[1][0], test_labels=data[1][1])
-    evaluate_stage(params, COMBO)
-    (replacement,) = _active_runs(params, "summary")
-    assert replacement.info.run_id != summary_run.info.run_id
-    assert client().get_run(summary_run.info.run_id).data.tags["superseded_by"] == replacement.info.run_id
+    changed = evaluate_stage(params, COMBO)
+    (updated,) = _active_runs(params, "summary")
+    assert updated.info.run_id == summary_run.info.run_id
+    assert updated.data.metrics["test/map_at_r"] == pytest.approx(changed["test"]["map_at_r"]["mean"])
+    assert changed["test"]["map_at_r"]["mean"] != pytest.approx(entry["mean"])
     assert len(_active_runs(params, "train")) == 3
 
 
@@ -181,7 +189,7 @@ def test_pretrained_baseline_embeds_untrained_trunk_and_reports_bootstrap(
         assert np.allclose(np.linalg.norm(test, axis=1), 1.0, atol=1e-5)
         assert np.array_equal(arrays["test_labels"], prepared.split("test").labels)
         assert arrays["val_embeddings"].shape[0] == len(prepared.split("val"))
-    assert meta["dim"] == 128 and meta["mlflow_run_id"] is None and "random initialisation" in meta["weights"]
+    assert meta["dim"] == 128 and "mlflow_run_id" not in meta and "random initialisation" in meta["weights"]
     first = (directory / EMBEDDINGS).read_bytes()
     embed_pretrained_stage(params, "glyphs", "tiny_cnn", device="cpu")
     assert (directory / EMBEDDINGS).read_bytes() == first  # seeded initialisation: reproducible

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dmlbench.evaluate.intervals import bootstrap_interval, bootstrap_intervals, bounded_t_interval, t_interval
+from dmlbench.evaluate.intervals import (
+    bootstrap_interval,
+    bootstrap_intervals,
+    bounded_t_interval,
+    interval_method,
+    t_interval,
+)
 
 
 def test_t_interval_over_seeds():
@@ -35,19 +41,33 @@ def test_bounded_interval_stays_in_range_where_the_t_interval_leaves_it():
 
 
 def test_bounded_interval_below_only_uses_the_log_scale_and_handles_degenerate_samples():
-    gains = [0.0, 0.01, 0.02, 0.0]  # a non-negative gain
+    gains = [0.005, 0.01, 0.02, 0.001]  # a non-negative gain, every value above its bound
     bounded = bounded_t_interval(gains, 0.95, 0.0)
     mean, sem, t = np.mean(gains), stats.sem(gains), stats.t.ppf(0.975, 3)
     assert (bounded.low, bounded.high) == pytest.approx((mean * np.exp(-t * sem / mean), mean * np.exp(t * sem / mean)))
     assert t_interval(gains).low < 0 < bounded.low
-    ranks = bounded_t_interval([1, 1, 2, 1], 0.95, 1, 4)  # a rank among 4 losses
-    assert 1 < ranks.low < 1.25 < ranks.high < 4
+    assert interval_method(gains, 0.0) == "t-log" and interval_method([0.2, 0.4], 0.0, 1.0) == "t-logit"
     same = bounded_t_interval([0.0, 0.0, 0.0], 0.95, 0.0, 1.0)
     assert (same.low, same.high) == (0.0, 0.0)  # every value on the bound: zero width, no division by 0
-    assert np.isnan(bounded_t_interval([0.3], 0.95, 0.0, 1.0).low)
+    assert np.isnan(bounded_t_interval([0.3], 0.95, 0.0, 1.0).low) and interval_method([0.3]) == "none"
     assert bounded_t_interval([-1.0, 2.0, 0.5], 0.95, -np.inf) == t_interval([-1.0, 2.0, 0.5])  # no bound
+    assert interval_method([-1.0, 2.0], -np.inf) == "t"
     with pytest.raises(ValueError, match=r"values outside \[0, 1\]: -0.1 to 0.5"):
         bounded_t_interval([-0.1, 0.5], 0.95, 0.0, 1.0)
+
+
+def test_values_on_a_bound_get_the_truncated_t_interval_not_an_exploding_transform():
+    """Test-set feedback gains of (0, 0, 4) points: on the logit of [0, 100] the delta method reached
+    ~50 points; the truncated t-interval is [0, mean + t sem]."""
+    gains = [0.0, 0.0, 4.0]
+    bounded = bounded_t_interval(gains, 0.95, 0.0, 100.0)
+    mean, sem, t = np.mean(gains), stats.sem(gains), stats.t.ppf(0.975, 2)
+    assert (bounded.low, bounded.high) == pytest.approx((0.0, mean + t * sem))  # 0 to 7.07
+    assert bounded.high < 8 and interval_method(gains, 0.0, 100.0) == "t-truncated"
+    ranks = bounded_t_interval([1, 1, 2, 1], 0.95, 1, 4)  # a rank among 4 losses, three of them on the bound
+    assert ranks.low == 1 and ranks.high == pytest.approx(1.25 + stats.t.ppf(0.975, 3) * 0.25)
+    top = bounded_t_interval([1.0, 0.9, 0.95], 0.95, 0.0, 1.0)  # a score at its upper bound
+    assert top.high == 1.0 and top.low == pytest.approx(0.95 - stats.t.ppf(0.975, 2) * stats.sem([1.0, 0.9, 0.95]))
 
 
 def test_bounded_interval_covers_a_skewed_proportion_about_as_often_as_it_says():

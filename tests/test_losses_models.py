@@ -252,15 +252,16 @@ def test_tiny_cnn_has_no_pretrained_weights():
         build_model("tiny_cnn", BACKBONES["tiny_cnn"].params(), dim=8, pretrained=True)
 
 
-def test_readme_example_loss_works(tmp_path, monkeypatch):
-    """The "Adding a loss" example in README.md is real code: it builds and trains a step."""
+@pytest.mark.parametrize("doc, heading", [("README.md", "## How to extend"), ("docs/extending.md", "## Adding a loss")])
+def test_readme_example_loss_works(tmp_path, monkeypatch, doc, heading):
+    """The "Adding a loss" example of the README and docs/extending.md is real code: it builds and trains a step."""
     import importlib.util
     import re
 
     from conftest import ROOT
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Adding a loss")[1]
+    readme = (ROOT / doc).read_text()
+    section = readme.split(heading)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     module_path = tmp_path / "supcon.py"
     module_path.write_text(code)

@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from conftest import dvc_project, run_checked, small_params_dict
@@ -43,7 +44,7 @@ def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(projec
     summary = first.stdout.split("Data and pipelines are up to date.", 1)[1]
     stages = len(yaml.safe_load((root / "dvc.lock").read_text())["stages"])
     assert f"\n{stages} of {stages} stages run, 0 up to date, in " in summary
-    assert "| loss | total rank | mean rank | std of rank | experiments |" in summary
+    assert "| loss | total rank | mean rank [95% CI] | std of rank | experiments (n) |" in summary
     assert "Report: reports/report.md" in summary and "make ui" in summary
     # one line per epoch in each training log: loss, the selection metric on validation, throughput
     log = (root / "artifacts" / "logs" / "train@glyphs-tiny_cnn-contrastive-32-0.log").read_text()
@@ -61,24 +62,27 @@ def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(projec
     assert "reports/curves/glyphs-tiny_cnn-32.csv" in html
     assert '"loss": "Contrastive"' in html and '"loss": "Proxy-Anchor"' in html
     report = (root / "reports" / "report.md").read_text()
-    assert "## Tournament of losses" in report and "(n=2)" in report
+    assert "## Tournament of losses" in report and "| experiments (n) |" in report
     assert (root / "reports" / "figures" / "metric_by_loss.png").stat().st_size > 10_000
 
+    # `dvc metrics show`: the report's headline, a row per metric and a column per loss
     shown = json.loads(run_checked([sys.executable, "-m", "dvc", "metrics", "show", "--json"], root, env).stdout)
-    files = next(iter(shown.values()))["data"]
-    combos = {Path(k).with_suffix("").as_posix(): v["data"] for k, v in files.items()}
-    assert set(combos) == {
-        "artifacts/metrics/glyphs/tiny_cnn/contrastive/32",
-        "artifacts/metrics/glyphs/tiny_cnn/proxy_anchor/32",
-        "artifacts/metrics/glyphs/tiny_cnn/pretrained",  # the untrained-trunk baseline row
-    }
-    for name, data in combos.items():
-        assert data["n_runs"] == (1 if name.endswith("pretrained") else 2)
-        mean = data["test"]["map_at_r"]["mean"]
-        assert 0 < mean <= 1 and data["test"]["map_at_r"]["low"] <= mean <= data["test"]["map_at_r"]["high"]
-    assert (
-        combos["artifacts/metrics/glyphs/tiny_cnn/pretrained"]["test"]["map_at_r"]["interval"] == "bootstrap-percentile"
-    )
+    files = {Path(k).stem: v["data"] for k, v in next(iter(shown.values()))["data"].items()}
+    assert set(files) == {"map_at_r", "precision_at_1", "mean_rank"}
+    assert all(set(row) == {"contrastive", "proxy_anchor"} for row in files.values())
+    assert all(0 < v <= 100 for name in ("map_at_r", "precision_at_1") for v in files[name].values())
+    assert sorted(files["mean_rank"].values()) in ([1.0, 2.0], [1.5, 1.5])  # 1 experiment, 2 losses
+    # every cell's full metrics file, with its interval over seeds; the baseline row's is a bootstrap
+    cell = json.loads((root / "artifacts/metrics/glyphs/tiny_cnn/contrastive/32.json").read_text())
+    mean = cell["test"]["map_at_r"]["mean"]
+    assert cell["n_runs"] == 2 and cell["test"]["map_at_r"]["low"] <= mean <= cell["test"]["map_at_r"]["high"]
+    baseline = json.loads((root / "artifacts/metrics/glyphs/tiny_cnn/pretrained.json").read_text())
+    assert baseline["n_runs"] == 1 and baseline["test"]["map_at_r"]["interval"] == "bootstrap-percentile"
+    results = pd.read_csv(root / "reports" / "results.csv")
+    assert set(results["level"]) == {"run", "cell"} and len(results[results["level"] == "run"]["seed"].unique()) == 2
+    # nothing left to do, nothing to commit: dvc status is clean (the repository ships no data.dvc)
+    status = run_checked([sys.executable, "-m", "dvc", "status"], root, env)
+    assert "up to date" in status.stdout and "not in cache" not in status.stdout
 
     all_runs = _mlflow_runs(env, kind=None)
     summaries = all_runs[all_runs["tags.kind"] == "summary"]  # one per grid cell and baseline

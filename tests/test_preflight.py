@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import http.server
 import os
 import socket
 import subprocess
 import sys
-import threading
 import urllib.request
 from pathlib import Path
 
@@ -24,41 +22,6 @@ from dmlbench.models.weights import WeightsError
 from dmlbench.preflight import missing_weights, require_weights
 
 RESNET_FILE = "resnet50-0676ba61.pth"
-
-
-@pytest.fixture
-def server(tmp_path, monkeypatch):
-    """A local HTTP server over ``tmp_path/www``; ``/moved/<name>`` redirects (302) to ``/<name>``.
-    Yields (root, url, requests) with ``requests`` the (method, path) of every request. Proxy
-    settings of the environment are removed (urllib would send 127.0.0.1 through them)."""
-    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    root = tmp_path / "www"
-    root.mkdir()
-    requests: list[tuple[str, str]] = []
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, directory=str(root), **kwargs)
-
-        def log_message(self, *args):
-            pass
-
-        def send_head(self):
-            requests.append((self.command, self.path))
-            if self.path.startswith("/moved/"):
-                self.send_response(302)
-                self.send_header("Location", self.path[len("/moved") :])
-                self.end_headers()
-                return None
-            return super().send_head()
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield root, f"http://127.0.0.1:{httpd.server_address[1]}", requests
-    httpd.shutdown()
-    httpd.server_close()
 
 
 @pytest.fixture

@@ -60,14 +60,59 @@ def test_rerun_supersedes_and_resume_reuses(mlflow_store):
     active = client().search_runs([experiment])
     assert [r.info.run_id for r in active] == [second.run_id]
     assert client().get_run(first.run_id).data.tags["superseded_by"] == second.run_id
-    # An interrupted run is resumed: same id, status RUNNING again, no new run.
+    # An interrupted run is found by its identity and resumed: same id, status RUNNING again, no new run.
     second.finish("KILLED")
-    resumed = start_training_run(RUN, RESOLVED, "hash1", "exp", resume_run_id=second.run_id)
+    resumed = start_training_run(RUN, RESOLVED, "hash1", "exp", resume=True)
     assert resumed.run_id == second.run_id and resumed.status == "RUNNING"
     assert len(client().search_runs([experiment])) == 1
+    # A finished run is not resumed, nor one of other code: a new run supersedes it.
+    resumed.finish()
+    third = start_training_run(RUN, RESOLVED, "hash1", "exp", resume=True)
+    assert third.run_id != second.run_id
+    third.finish("FAILED")
+    fourth = start_training_run(RUN, RESOLVED, "hash1", "exp", resume=True, code="other code")
+    assert fourth.run_id != third.run_id
+    assert [r.info.run_id for r in client().search_runs([experiment])] == [fourth.run_id]
     # Other hyperparameters are another training: both runs stay.
     other = start_training_run(RUN, {**RESOLVED, "seed": 1}, "hash2", "exp")
-    assert {r.info.run_id for r in client().search_runs([experiment])} == {second.run_id, other.run_id}
+    assert {r.info.run_id for r in client().search_runs([experiment])} == {fourth.run_id, other.run_id}
+
+
+def test_cell_run_is_created_once_and_parents_the_seed_runs(mlflow_store):
+    """Parallel train stages of one cell find one cell run (created under the store lock), with
+    the cell's params; new hyperparameters make a new cell run and trash the old one."""
+    from dmlbench.tracking.cells import cell_config, cell_run_name, cell_tags, ensure_cell_run
+    from dmlbench.tracking.runs import PARENT_TAG, find_training_run
+
+    code = (
+        "from dmlbench.tracking.cells import ensure_cell_run; from dmlbench.tracking.store import client; "
+        "print(ensure_cell_run(client(), 'exp', 'k', {'loss': 'contrastive'}, 'contrastive d32 (cell)', "
+        "params={'dim': 32, 'loss': {'name': 'contrastive'}}))"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-500:] for _, err in outputs]
+    assert len({out.strip().splitlines()[-1] for out, _ in outputs}) == 1
+
+    params = cell_config(RESOLVED)
+    assert "seed" not in params and params["protocol"] == RESOLVED["protocol"]
+    name = cell_run_name("contrastive", 32)
+    cell = ensure_cell_run(client(), "exp", RUN.combo.key, cell_tags(RUN.combo), name, params=params)
+    assert ensure_cell_run(client(), "exp", RUN.combo.key, cell_tags(RUN.combo), name, params=params) == cell
+    assert ensure_cell_run(client(), "exp", RUN.combo.key, {}, name) == cell  # the evaluate stage's look-up
+    seed_run = start_training_run(RUN, RESOLVED, "hash1", "exp", parent_run_id=cell)
+    found = find_training_run(RUN.grid_key, "hash1", "exp")
+    assert found.info.run_id == seed_run.run_id and found.data.tags[PARENT_TAG] == cell
+    assert found.info.run_name == "contrastive d32 s0"
+    run = client().get_run(cell)
+    assert run.info.run_name == "contrastive d32 (cell)" and run.data.tags["kind"] == "summary"
+    assert run.data.params["protocol.lr"] == "0.001" and "seed" not in run.data.params
+    changed = {**params, "dim": 64}
+    replacement = ensure_cell_run(client(), "exp", RUN.combo.key, cell_tags(RUN.combo), name, params=changed)
+    assert replacement != cell and client().get_run(cell).data.tags["superseded_by"] == replacement
 
 
 def test_system_metrics_are_logged_to_the_training_run(mlflow_store, monkeypatch):

@@ -254,7 +254,7 @@ def test_diverged_run_is_failed_in_mlflow(small_raw_params, prepared_glyphs, in_
     params = _params(small_raw_params, epochs=1)
     with pytest.raises(TrainingDiverged, match=r"loss is inf at epoch 1, batch 1"):
         train_stage(params, RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0), device=torch.device("cpu"))
-    (run,) = client().search_runs([client().get_experiment_by_name("dmlbench").experiment_id])
+    (run,) = client().search_runs([client().get_experiment_by_name("dmlbench").experiment_id], "tags.kind = 'train'")
     assert run.info.status == "FAILED"
     assert run.data.tags["failure"].startswith("TrainingDiverged: glyphs-tiny_cnn-contrastive-32-0: loss is inf")
 
@@ -291,7 +291,7 @@ def test_stage_resumes_into_the_same_mlflow_run_logging_each_epoch_once(
     assert info["resumed_from_epoch"] == 2
 
     store = client()
-    (tracked,) = store.search_runs([store.get_experiment_by_name("dmlbench").experiment_id])
+    (tracked,) = store.search_runs([store.get_experiment_by_name("dmlbench").experiment_id], "tags.kind = 'train'")
     assert tracked.info.run_id == info["mlflow_run_id"] and tracked.info.status == "FINISHED"
     for key in ("train/loss", "train/lr", "val/map_at_r", "test_feedback/precision_at_1", "train/images_per_second"):
         assert sorted(m.step for m in store.get_metric_history(tracked.info.run_id, key)) == [1, 2, 3], key

@@ -98,7 +98,7 @@ def test_protocol_errors_are_one_line():
     raw["protocols"]["demo"]["overrides"] = [{"backbones": ["resnet5O"], "set": {"epochs": 2}}]
     assert "protocols.demo: unknown backbone 'resnet5O'" in _error(raw)
     raw = _raw()
-    raw["protocols"]["demo"]["warmup_epochs"] = 6
+    raw["protocols"]["demo"].update(epochs=6, warmup_epochs=6)
     assert "warmup_epochs (6) must be < epochs (6)" in _error(raw)
     raw = _raw()
     raw["protocols"]["demo"]["classification_samples_per_class"] = 3

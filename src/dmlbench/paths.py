@@ -2,16 +2,20 @@
 
 artifacts/raw/<dataset>/                       download: extracted or generated files
 artifacts/prepared/<dataset>/                  prepare: image cache + manifest.csv
-artifacts/models/<ds>/<bb>/<loss>/<dim>/seed<k>/   train: selected model, history, MLflow run id
+artifacts/models/<ds>/<bb>/<loss>/<dim>/seed<k>/   train: selected model, history, run record
 artifacts/checkpoints/<...>/seed<k>/           train: resumable per-epoch checkpoint (persist)
+artifacts/runlog/<ds>/<bb>/<loss>/<dim>/seed<k>.json   train: timings, device, host, MLflow run id
+    (not a DVC output: what differs between two executions of the same training stays out of
+    the outputs, whose hashes are then the same on every clone; missing where outputs were
+    restored from a DVC cache)
 artifacts/embeddings/<...>/seed<k>/            embed: test/val embeddings + labels
     (with a cross-validation split, one ``fold<f>/`` sub-directory per fold model in each)
 artifacts/evaluation/<ds>/<bb>/<loss>/<dim>/   evaluate: per-run metrics and per-query values
-artifacts/metrics/<ds>/<bb>/<loss>/<dim>.json  evaluate: mean and 95% CI over seeds (dvc metrics)
+artifacts/metrics/<ds>/<bb>/<loss>/<dim>.json  evaluate: mean and 95% CI over seeds, every metric
 artifacts/{embeddings,evaluation}/<ds>/<bb>/pretrained/, artifacts/metrics/<ds>/<bb>/pretrained.json
                                                embed_pretrained/evaluate_pretrained: untrained baseline
-reports/                                       report: report.md and its figures
-data/                                          archive drop-box tracked by data.dvc (no stage dep)
+reports/                                       report: report.md, figures/, curves/, results.csv, metrics/ (dvc metrics)
+data/                                          archive drop-box (git-ignored; `dvc add data` shares it, docs/datasets.md)
 """
 
 from __future__ import annotations
@@ -50,6 +54,12 @@ def model_dir(run: RunSpec, fold: int | None = None) -> Path:
 
 def checkpoint_dir(run: RunSpec, fold: int | None = None) -> Path:
     return _member(ARTIFACTS / "checkpoints" / run.relpath, fold)
+
+
+def runlog_file(run: RunSpec, fold: int | None = None) -> Path:
+    """The run's execution record (``fold``: one fold model's, ``seed<k>/fold<f>.json``)."""
+    base = ARTIFACTS / "runlog" / run.relpath
+    return base.with_suffix(".json") if fold is None else base / f"fold{fold}.json"
 
 
 def embedding_dir(run: RunSpec, fold: int | None = None) -> Path:

@@ -13,9 +13,14 @@ models gain nothing from more threads and oversubscription slows everything. GPU
 Each stage's output goes to ``artifacts/logs/<stage>.log``; a failing stage's tail is
 printed and no new stage is started.
 
-Before any stage: ``params.yaml`` is validated and, when the protocol is pretrained, every
-pinned weights file the grid needs must be here or downloadable
-(:func:`dmlbench.preflight.require_weights`); else nothing runs.
+Before any stage: ``params.yaml`` is validated, every pinned weights file the grid needs must
+be here or downloadable when the protocol is pretrained
+(:func:`dmlbench.preflight.require_weights`), and every dataset archive must be in ``data/`` or
+downloadable (:func:`dmlbench.archive_check.require_archives`); else nothing runs.
+
+``--preset <name>`` runs ``presets/<name>.yaml`` (:mod:`dmlbench.presets`) the same way, after
+the same checks, in a workspace of its own (:mod:`dmlbench.workspace`): the main checkout's
+params.yaml and dvc.lock stay as they are.
 """
 
 from __future__ import annotations
@@ -32,9 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dmlbench import paths
-from dmlbench.config import load_params
+from dmlbench.archive_check import require_archives
+from dmlbench.config import Params, load_params
 from dmlbench.errors import DmlbenchError
 from dmlbench.preflight import require_weights
+from dmlbench.presets import Preset, listing, load_preset, params_text
+from dmlbench.workspace import environment, prepare_workspace, uncommitted_code
 
 LOG_DIR = Path("artifacts/logs")
 
@@ -169,16 +177,61 @@ def closing_summary(plan: Plan | None, seconds: float, report: Path) -> str:
     return "\n".join(lines)
 
 
+def preflight(params: Params, dropbox: Path) -> None:
+    """Every pre-flight check, all problems reported at once (one line each), before any stage."""
+    problems = []
+    for check, arguments in ((require_weights, ()), (require_archives, (dropbox,))):
+        try:
+            check(params, *arguments)
+        except DmlbenchError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise DmlbenchError("\n".join(problems))
+
+
+def run_preset(preset: Preset, params_file: Path, forwarded: list[str]) -> int:
+    """Run the pipeline (``forwarded``: its --jobs/--gpus) in the preset's own workspace."""
+    main_root = params_file.resolve().parent
+    changed = uncommitted_code(main_root)
+    workspace = prepare_workspace(main_root, preset.name, params_text(preset))
+    print(f"preset {preset.name!r}: {preset.description}")
+    print(f"workspace: {workspace.root} (git worktree at {workspace.commit[:12]}; own params.yaml and dvc.lock)")
+    if changed:
+        print(f"note: the preset runs the committed code; uncommitted changes to {', '.join(changed)} are not in it")
+    sys.stdout.flush()
+    env = environment(workspace, main_root)
+    code = subprocess.run(
+        [sys.executable, "-m", "dmlbench.pipeline", *forwarded], cwd=workspace.root, env=env
+    ).returncode
+    print(
+        f"\npreset {preset.name!r} {'finished' if code == 0 else f'stopped (exit {code})'}.\n"
+        f"Workspace: {workspace.root}\nReport:    {workspace.report}\nLogs:      {workspace.logs}/\n"
+        f"MLflow:    experiment {preset.params.tracking.experiment!r} in {env['MLFLOW_TRACKING_URI']} (make ui)"
+    )
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=None, help="parallel stages (default: CPU cores, or one per GPU)")
     parser.add_argument("--gpus", default="", help="comma-separated GPU ids, one worker per GPU (e.g. 0,1,2,3)")
     parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--preset", help="run presets/<name>.yaml in its own workspace (artifacts/presets/<name>)")
+    parser.add_argument("--list-presets", action="store_true", help="list the presets and exit")
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    params_file = Path(args.params)
+    preset = None
     try:
-        params = load_params(args.params)  # bad input fails here, in one line, before any stage runs
-        require_weights(params)  # so do missing pretrained weights: one line per file
+        if args.list_presets:
+            print(listing(params_file))
+            return 0
+        if args.preset is not None:
+            preset = load_preset(args.preset, params_file)  # unknown or bad preset: one line, nothing runs
+            params = preset.params
+        else:
+            params = load_params(params_file)  # bad input fails here, in one line, before any stage runs
+        preflight(params, params_file.parent / paths.DROPBOX)  # so do missing weights and archives
     except DmlbenchError as exc:
         print("\n".join(f"error: {line}" for line in str(exc).splitlines()), file=sys.stderr)
         return 2
@@ -187,6 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     if gpus and jobs > len(gpus):
         print(f"error: --jobs {jobs} exceeds the {len(gpus)} GPUs given with --gpus", file=sys.stderr)
         return 2
+    if preset is not None:
+        forwarded = [*(["--jobs", str(args.jobs)] if args.jobs else []), *(["--gpus", args.gpus] if gpus else [])]
+        try:
+            return run_preset(preset, params_file, forwarded)
+        except DmlbenchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     plan = None
     if jobs > 1:
         from dmlbench.tracking import ensure_experiment

@@ -3,6 +3,13 @@
 Reads exactly the grid in ``params.yaml`` (stale outputs of cells removed from the grid are ignored):
 per-run test metrics (``artifacts/evaluation``), training histories and run records
 (``artifacts/models``) and dataset summaries (``artifacts/prepared``).
+
+Wall-clock timings (``train/epoch_seconds``, ``train/images_per_second``,
+``train/elapsed_seconds``) are not in the DVC outputs but in each training's run log
+(``artifacts/runlog/``, :mod:`dmlbench.tracking.runlog`); they join the history only when every
+run of the grid has one (outputs restored from a DVC cache have none): a partial set would make
+sums and means over runs wrong, so then the history has no timing column at all and
+``Results.timings`` is False.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from dmlbench.analysis.cross_validation import fold_rows
 from dmlbench.config import Params
 from dmlbench.errors import DataError
 from dmlbench.io import read_json
+from dmlbench.tracking.runlog import TIMING_KEYS, read_runlog
 
 
 @dataclass
@@ -30,11 +38,15 @@ class Results:
     baselines: pd.DataFrame = field(default_factory=pd.DataFrame)
     # cross-validation cells: each fold model's own test metrics (dataset, backbone, loss, dim, seed, fold, metric, value)
     folds: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # whether the history has the wall-clock timing columns (every run's run log was found)
+    timings: bool = True
 
 
 def collect_results(params: Params) -> Results:
     """Load every output of the current grid; fail naming the first missing file."""
     run_rows, history_rows, selection_rows, fold_metric_rows = [], [], [], []
+    timing_rows: list[dict[str, Any]] = []
+    logs_missing = 0
     for combo in params.combos():
         runs_file = paths.evaluation_dir(combo) / "runs.json"
         if not runs_file.exists():
@@ -55,6 +67,12 @@ def collect_results(params: Params) -> Results:
                 for entry in read_json(model_dir / "history.json"):
                     history_rows.append({**cell, "seed": seed, "fold": fold, **entry})
                 info = read_json(model_dir / "run.json")
+                runlog = read_runlog(paths.runlog_file(run, fold))
+                if runlog is None or runlog.get("config_hash") != info.get("config_hash") or "epochs" not in runlog:
+                    logs_missing += 1  # restored from a cache, or the log of another training
+                else:
+                    timing_rows += [{**cell, "seed": seed, "fold": fold, **entry} for entry in runlog["epochs"]]
+                    info["device"] = runlog.get("device", info.get("device"))
                 feedback = info.get("test_feedback") or {}
                 selection_rows.append(
                     {
@@ -76,13 +94,24 @@ def collect_results(params: Params) -> Results:
         if not info_file.exists():
             raise DataError(f"{info_file}: missing (run prepare@{name} first)")
         datasets[name] = read_json(info_file)
+    history = pd.DataFrame(history_rows)
+    in_history = [c for c in TIMING_KEYS if c in history.columns]  # history.json written by older code
+    if timing_rows and logs_missing == 0:
+        keys = ["dataset", "backbone", "loss", "dim", "seed", "fold", "epoch"]
+        history = history.drop(columns=in_history).merge(pd.DataFrame(timing_rows), on=keys, how="left")
+        timed = True
+    else:
+        timed = "train/epoch_seconds" in in_history and bool(history["train/epoch_seconds"].notna().all())
+        if not timed:
+            history = history.drop(columns=in_history)
     return Results(
         pd.DataFrame(run_rows),
-        pd.DataFrame(history_rows),
+        history,
         pd.DataFrame(selection_rows),
         datasets,
         collect_baselines(params),
         pd.DataFrame(fold_metric_rows),
+        timings=timed,
     )
 
 

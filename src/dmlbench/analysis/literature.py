@@ -20,6 +20,7 @@ neighbour has the query's class", so they are compared as one metric (:func:`can
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -57,6 +58,52 @@ GROUP = ["paper", "setting", "dataset", "backbone", "dim", "metric"]
 
 THESIS = "Psomas, Metric Learning: A Deep Dive"
 REALITY_CHECK = "Musgrave et al., A Metric Learning Reality Check"
+PROXY_ANCHOR = "Kim et al., Proxy Anchor Loss for Deep Metric Learning"
+
+
+@dataclass(frozen=True)
+class PublishedSetup:
+    """Where a protocol's published numbers are: one (paper, setting) of ``literature.csv``.
+
+    ``folds``: the published embedding concatenates this many fold models of the grid's size
+    (the Reality Check's 4 x 128 = 512-d), so a published dim matches grid dim x folds."""
+
+    paper: str
+    setting: str
+    label: str  # how the report names the source
+    folds: int = 1
+
+
+# The protocols of params.yaml that follow a published setup, and where their numbers are.
+PROTOCOL_SOURCES: dict[str, tuple[PublishedSetup, ...]] = {
+    "reality_check": (PublishedSetup(REALITY_CHECK, "rc_concatenated", "Reality Check, 4 x 128-d concatenated", 4),),
+    "thesis": (PublishedSetup(THESIS, "test_selection", "thesis (epoch picked on the test set)"),),
+    "proxy_anchor": (
+        PublishedSetup(PROXY_ANCHOR, "as_published", "Proxy-Anchor paper"),
+        PublishedSetup(PROXY_ANCHOR, "official_readme", "Proxy-Anchor official README"),
+    ),
+}
+
+
+def published_for(literature: pd.DataFrame, protocol: str) -> pd.DataFrame:
+    """The numbers published under ``protocol``'s setup (:data:`PROTOCOL_SOURCES`), keyed like the
+    grid: loss, dataset, backbone, dim (the grid's), metric (canonical), value (percent), source,
+    uncertain. Empty for a protocol with no published setup (the demo)."""
+    columns = ["loss", "dataset", "backbone", "dim", "metric", "value", "source", "uncertain"]
+    parts = []
+    for setup in PROTOCOL_SOURCES.get(protocol, ()):
+        rows = literature[(literature["paper"] == setup.paper) & (literature["setting"] == setup.setting)]
+        rows = rows[rows["dim"].notna() & (rows["dim"] % setup.folds == 0)]
+        parts.append(
+            rows.assign(
+                metric=rows["metric"].map(canonical_metric),
+                dim=(rows["dim"] // setup.folds).astype(int),
+                source=setup.label,
+            )[columns]
+        )
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+
+
 # The "reference reality" series: one headline protocol of each independent re-run.
 REFERENCE_SERIES = {
     "Reality Check (BN-Inception, 4 x 128-d concatenated)": {"paper": REALITY_CHECK, "setting": "rc_concatenated"},

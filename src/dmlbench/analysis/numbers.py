@@ -18,6 +18,7 @@ from dmlbench.analysis import bayesian as bz
 from dmlbench.analysis import literature as lit
 from dmlbench.analysis import statistics as st
 from dmlbench.analysis.collect import Results
+from dmlbench.analysis.reproduction import reproduction_table
 from dmlbench.analysis.tournament import experiment_ranks, tournament
 from dmlbench.config import Params
 from dmlbench.evaluate.intervals import bounded_t_interval
@@ -209,6 +210,7 @@ class Analysis:
     bias: pd.DataFrame
     costs: pd.DataFrame
     dim: int
+    reproduction: pd.DataFrame  # reproduction.reproduction_table: published numbers of the protocol's setup
 
     def display(self, frame: pd.DataFrame) -> pd.DataFrame:
         return frame.assign(loss=frame["loss"].map(self.names))
@@ -247,10 +249,11 @@ def analyse(params: Params, results: Results) -> Analysis:
         seeds = st.seed_scores(results.runs, primary)
         tests.bayes = bz.compare_neighbours(seeds, experiments, list(ranking["loss"]), params.report.rope)
 
+    summary = summarize(results.runs, confidence)
     return Analysis(
         params=params,
         results=results,
-        summary=summarize(results.runs, confidence),
+        summary=summary,
         names=names,
         order=order,
         ranking=ranking,
@@ -261,6 +264,7 @@ def analyse(params: Params, results: Results) -> Analysis:
         bias=feedback_bias(results),
         costs=run_costs(results),
         dim=focus_dim(params),
+        reproduction=reproduction_table(summary, lit.published_for(literature, params.protocol_name)),
     )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from dmlbench import paths
 from dmlbench.analysis.collect import collect_results
 from dmlbench.analysis.curves import CURVES, write_curves
+from dmlbench.analysis.exports import code_versions, run_codes, write_exports
 from dmlbench.analysis.numbers import Analysis, analyse
 from dmlbench.analysis.sections import SECTIONS
 from dmlbench.analysis.sections.base import FIGURES, Document
@@ -25,8 +26,10 @@ from dmlbench.tracking.store import git_state
 REPORT = "report.md"
 
 
-def render(analysis: Analysis, figure_dir: Path) -> str:
-    """The report's markdown; its figures are drawn into ``figure_dir`` on the way."""
+def render(analysis: Analysis, figure_dir: Path, codes: dict[str, int] | None = None) -> str:
+    """The report's markdown; its figures are drawn into ``figure_dir`` on the way. ``codes``: runs per
+    code fingerprint (:func:`.exports.code_versions`), stated so that runs of several code versions are
+    never mixed silently."""
     params = analysis.params
     commit, dirty = git_state()
     doc = Document(figure_dir)
@@ -39,7 +42,10 @@ def render(analysis: Analysis, figure_dir: Path) -> str:
         + f". Every measured score is the mean over seeds, its {int(params.evaluate.confidence * 100)}% "
         "interval [low, high] and the number of runs n; scores are percentages. The intervals are t-intervals "
         "built on the logit scale of the quantity's range (delta method), so they never leave it: [0, 100] for "
-        "a score or a gain, [1, number of losses] for a rank.",
+        "a score or a gain, [1, number of losses] for a rank; where a value sits on a bound (a gain of exactly "
+        "0, a rank of 1) the transform degenerates and the plain t-interval is cut at the bound instead.",
+        "",
+        code_line(codes or {}),
         "",
         "**Contents:** " + " · ".join(f"[{s.short}](#{slug(s.title)})" for s in SECTIONS),
         "",
@@ -54,8 +60,10 @@ def report_stage(params: Params, report_dir: Path | None = None, log_to_mlflow: 
     """Write ``report.md`` and ``figures/`` (replacing the previous ones atomically), then log them to MLflow."""
     report_dir = Path(report_dir or paths.REPORTS)
     analysis = analyse(params, collect_results(params))
+    codes = run_codes(params)
     with atomic_dir(report_dir / FIGURES) as tmp:  # the new figures replace the old ones only when all are drawn
-        text = render(analysis, tmp)
+        text = render(analysis, tmp, code_versions(codes))
+    write_exports(analysis, codes, git_state()[0], report_dir)  # results.csv, metrics/<name>.json
     with atomic_dir(report_dir / CURVES) as tmp:  # per-epoch curves for `dvc plots show`
         write_curves(analysis.results.history, params.protocol.selection_metric, analysis.names, tmp)
     path = report_dir / REPORT
@@ -66,6 +74,20 @@ def report_stage(params: Params, report_dir: Path | None = None, log_to_mlflow: 
 
         log_report(params, path, report_dir / FIGURES, report_metrics(analysis))
     return path
+
+
+def code_line(codes: dict[str, int]) -> str:
+    """One sentence on the code versions that trained the runs (fingerprint of the package's ``.py`` files)."""
+    if len(codes) <= 1:
+        code = next(iter(codes), "unknown")
+        return f"All runs were trained by one code version (package fingerprint `{code}`)."
+    parts = ", ".join(f"`{code}` ({n} runs)" for code, n in codes.items())
+    return (
+        f"**Runs of {len(codes)} code versions are combined here:** {parts}. A fingerprint covers the whole package, "
+        "while DVC re-trains a run only when the code its stage depends on changes, so runs with an older "
+        "fingerprint were trained by the same training code as far as DVC's deps tell; "
+        "`reports/results.csv` gives each run's fingerprint."
+    )
 
 
 def report_metrics(analysis: Analysis) -> dict[str, float]:

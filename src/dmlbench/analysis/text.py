@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Sequence
+from collections import Counter
+from typing import Any, Iterable, Sequence
+
+
+def format_number(value: float, scale: float = 100, digits: int = 1) -> str:
+    """``62.1``: how every table cell and every caption rounds a number (percent by default), so a
+    caption quoting a table shows the table's digits."""
+    return f"{scale * value:.{digits}f}"
 
 
 def format_interval(
@@ -13,11 +20,23 @@ def format_interval(
 ) -> str:
     """``62.1 [59.8, 64.3] (n=3)`` (percent by default; the interval need not be symmetric: it
     respects the quantity's range); ``62.1 (n=1, no interval)`` for a single value; ``show_n=False``
-    where the table states n once."""
+    where the table states n once (a value without an interval always says its n)."""
     if n < 2 or math.isnan(low):
-        return f"{scale * mean:.{digits}f} (n={n}, no interval)"
-    text = f"{scale * mean:.{digits}f} [{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
+        return f"{format_number(mean, scale, digits)} (n={n}, no interval)"
+    text = f"{format_number(mean, scale, digits)} [{format_number(low, scale, digits)}, {format_number(high, scale, digits)}]"
     return text + (f" (n={n})" if show_n else "")
+
+
+def common_n(ns: Iterable[int]) -> int | None:
+    """The n most cells of a table share (the first of equally common ones), stated once above the
+    table; a cell whose n differs states its own. None for an empty table."""
+    counts = Counter(int(n) for n in ns)
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def signed_percent(fraction: float) -> str:
+    """``+12.3%``: a relative change given as a fraction, as tables and captions both print it."""
+    return f"{100 * fraction:+.1f}%"
 
 
 def format_bounds(mean: float, low: float, high: float, n: int, scale: float = 100, digits: int = 1) -> str:
@@ -28,10 +47,12 @@ def format_bounds(mean: float, low: float, high: float, n: int, scale: float = 1
 
 
 def format_signed_interval(estimate: float, low: float, high: float, n: str) -> str:
-    """``+12.3% [+4.0, +21.1] (n=3 vs 3)`` for relative improvements given as fractions."""
+    """``+12.3% [+4.0, +21.1] (n=3 vs 3)`` for relative improvements given as fractions; ``n=""``
+    where the table states n once."""
     if math.isnan(low):
-        return f"{100 * estimate:+.1f}% ({n}, no interval)"
-    return f"{100 * estimate:+.1f}% [{100 * low:+.1f}, {100 * high:+.1f}] ({n})"
+        return f"{signed_percent(estimate)} ({n + ', ' if n else ''}no interval)"
+    text = f"{signed_percent(estimate)} [{100 * low:+.1f}, {100 * high:+.1f}]"
+    return text + (f" ({n})" if n else "")
 
 
 def p_value(value: float) -> str:

@@ -5,7 +5,8 @@ Check's Resize(256) -> CenterCrop(227)), model in eval mode, batches of ``eval_b
 
 ``artifacts/embeddings/<run>/embeddings.npz`` holds ``<split>_embeddings`` (float32, unit L2
 norm, rows in manifest order) and ``<split>_labels`` for every non-empty split among test, val,
-query and gallery; ``meta.json`` holds run, mlflow_run_id, model_md5, splits (row counts), dim.
+query and gallery; ``meta.json`` holds run, fold, grid_key and config_hash (the training's
+identity, by which the evaluate stage finds its MLflow run), model_md5, splits (row counts), dim.
 
 The "Pretrained" baseline (``embed_pretrained``): the pooled trunk features (before the
 embedding head) of the trunk as it is before training, i.e. ImageNet weights when the
@@ -268,7 +269,8 @@ def embed_stage(params: Params, run: RunSpec, device: torch.device | str | None 
             meta = {
                 "run": run.key,
                 "fold": fold,
-                "mlflow_run_id": run_info["mlflow_run_id"],
+                "grid_key": run_info["grid_key"],
+                "config_hash": run_info["config_hash"],
                 "model_md5": md5_file(paths.model_dir(run, fold) / "model.pt"),
                 "splits": counts,
                 "dim": run.dim,
@@ -309,7 +311,6 @@ def embed_pretrained_stage(
     arrays, counts = embed_splits(dataset, model, device, protocol.augment, protocol.eval_batch_size, features=True)
     meta = {
         "run": f"{paths.pretrained_key(dataset, backbone)}-{paths.PRETRAINED}",
-        "mlflow_run_id": None,
         "model_md5": _state_md5(model),
         "weights": "pretrained"
         if protocol.pretrained

@@ -59,8 +59,13 @@ def bounded_t_interval(
     bounded on both sides (a proportion, a rank) on the logit of p = (mean - lower) / (upper - lower),
     se = sem / ((upper - lower) p (1 - p)); for one bounded below only (a non-negative gain, seconds)
     on log(mean - lower), se = sem / (mean - lower); then bound = inverse(centre -/+ t_{(1+c)/2, n-1} se).
-    The interval is asymmetric near a bound and never crosses it. Every value equal: the
-    zero-width interval; n = 1: no interval (NaN bounds); ``lower = -inf``: the plain t-interval.
+    The interval is asymmetric near a bound and never crosses it. The transform needs every value
+    strictly inside the range: when a value sits on a bound (a gain of exactly 0, a rank of exactly
+    1), the delta method degenerates (a mean of (0, 0, 4) would reach 50 points on the logit of
+    [0, 100]), so the plain t-interval truncated to ``[lower, upper]`` is used instead (its coverage
+    is the plain interval's, since the mean lies in the range). Every value equal: the zero-width
+    interval; n = 1: no interval (NaN bounds); ``lower = -inf``: the plain t-interval.
+    :func:`interval_method` names the method used.
     """
     from scipy import stats
     from scipy.special import expit, logit
@@ -71,6 +76,8 @@ def bounded_t_interval(
     plain = t_interval(data, confidence)
     if plain.n < 2 or plain.low == plain.high or math.isinf(lower):  # no bound below: the plain interval
         return plain
+    if data.min() == lower or data.max() == upper:  # a value on a bound: truncate the plain interval
+        return Interval(plain.mean, max(lower, plain.low), min(upper, plain.high), plain.n, confidence)
     sem, mean = float(stats.sem(data)), plain.mean
     quantile = float(stats.t.ppf((1 + confidence) / 2, data.size - 1))
     if math.isinf(upper):
@@ -83,6 +90,20 @@ def bounded_t_interval(
     centre = float(logit(share))
     low, high = float(expit(centre - half)), float(expit(centre + half))
     return Interval(mean, lower + width * low, lower + width * high, plain.n, confidence)
+
+
+def interval_method(values: Sequence[float], lower: float = 0.0, upper: float = math.inf) -> str:
+    """The method :func:`bounded_t_interval` uses for ``values``: ``none`` (n < 2), ``t`` (no lower bound,
+    or every value equal), ``t-truncated`` (a value on a bound), ``t-log`` (bounded below only) or
+    ``t-logit`` (bounded on both sides)."""
+    data = np.asarray(values, dtype=np.float64)
+    if data.size < 2:
+        return "none"
+    if math.isinf(lower) or data.min() == data.max():
+        return "t"
+    if data.min() == lower or data.max() == upper:
+        return "t-truncated"
+    return "t-log" if math.isinf(upper) else "t-logit"
 
 
 BOOTSTRAP_METHODS = ("percentile", "basic", "BCa")

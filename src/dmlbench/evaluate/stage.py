@@ -9,7 +9,7 @@ interval (n = its queries).
 Outputs (contract 5; keys may be added, never renamed):
 
 * ``artifacts/evaluation/<combo>/runs.json`` = {"combo", "runs": {"seed<k>": {"seed", "metrics",
-  "num_queries", "mlflow_run_id", "embeddings", "embeddings_md5", "mode", "bootstrap"}}} and
+  "num_queries", "grid_key", "config_hash", "embeddings", "embeddings_md5", "mode", "bootstrap"}}} and
   ``per_query.npz`` (``seed<k>/<metric>`` arrays, for re-sampling);
 * ``artifacts/metrics/<combo>.json`` = {"n_runs", "confidence", "test": {metric: {mean, low,
   high, n, interval}}, ...} (``dvc metrics show``): the t-interval over seeds (n = seeds), or
@@ -17,9 +17,14 @@ Outputs (contract 5; keys may be added, never renamed):
   Cross-validation cells add ``test_separated`` (t-interval of the fold-averaged metrics) and
   ``test_folds`` ({metric: {mean, std, n}} over the fold models, the thesis's Table 12 form).
 
+No output holds an MLflow run id (two clones that run the same pipeline write identical
+files): MLflow runs are found by their identity, tags ``grid_key`` + ``config_hash``.
+
 MLflow: each training run gets ``test/<metric>`` (+ ``/ci_low``, ``/ci_high``: its bootstrap
-interval); each grid cell gets one run tagged ``kind=summary`` in the same experiment holding
-the seed-mean and interval (see :func:`dmlbench.tracking.summary.log_summary_run`).
+interval; on a cross-validation split the seed's run gets the concatenated embedding's and each
+fold model's run its own); each grid cell's run (tag ``kind=summary``, the parent of its seeds'
+runs) gets the seed-mean and interval, the metrics file and the learning curves (see
+:func:`dmlbench.tracking.summary.log_summary_run`).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from dmlbench.evaluate.embed import EMBEDDINGS, META
 from dmlbench.evaluate.intervals import Interval, bounded_t_interval
 from dmlbench.evaluate.metrics import means, metric_range, per_query_metrics
 from dmlbench.io import atomic_dir, md5_file, read_json, write_json
+from dmlbench.tracking.cells import cell_run_name, cell_tags
 from dmlbench.tracking.summary import log_summary_run
 
 NOT_METRICS = {"r", "query_index"}
@@ -113,7 +119,8 @@ def evaluate_run(directory: Path, dataset: str, settings: EvaluateConfig, query_
     return {
         "metrics": metrics,
         "num_queries": int(len(values["r"])),
-        "mlflow_run_id": meta.get("mlflow_run_id"),
+        "grid_key": meta.get("grid_key"),
+        "config_hash": meta.get("config_hash"),
         "embeddings": file.as_posix(),
         "embeddings_md5": md5_file(file),
         "mode": mode,
@@ -148,8 +155,8 @@ def evaluate_cv_run(directory: Path, dataset: str, settings: EvaluateConfig, que
         "folds": {key: info["metrics"] for key, info in fold_runs.items()},
         "num_folds": len(folds),
         "num_queries": int(len(values["r"])),
-        "mlflow_run_id": None,
-        "mlflow_run_ids": {key: info["mlflow_run_id"] for key, info in fold_runs.items()},
+        "grid_key": _seed_key(next(iter(fold_runs.values()))["grid_key"]),
+        "config_hash": next(iter(fold_runs.values()))["config_hash"],
         "embeddings": directory.as_posix(),
         "embeddings_md5": {key: info["embeddings_md5"] for key, info in fold_runs.items()},
         "mode": mode,
@@ -232,25 +239,30 @@ def evaluate_stage(params: Params, combo: Combo) -> dict[str, Any]:
             if not file.exists():
                 raise DataError(f"{file}: missing (run the embed@{combo.with_seed(seed).key} stage first)")
     runs: dict[str, Any] = {}
-    trained: dict[str, Any] = {}  # what gets test metrics in MLflow: each training run / fold model
+    trained: list[dict[str, Any]] = []  # what gets test metrics in MLflow: each seed's run, each fold model's
     for seed in params.seeds:
         directory = paths.embedding_dir(combo.with_seed(seed))
         if paths.folds_in(directory) == [None]:
             info = evaluate_run(directory, combo.dataset, settings, query_gallery)
-            trained[f"seed{seed}"] = info
         else:
             info = evaluate_cv_run(directory, combo.dataset, settings, query_gallery)
-            trained.update({f"seed{seed}/{fold}": fold_info for fold, fold_info in info["_fold_runs"].items()})
+            trained += info["_fold_runs"].values()
+        trained.append(info)
         runs[f"seed{seed}"] = {"seed": seed, **info}
     summary = summarize_runs(runs, settings)
-    _log_test_metrics(trained)
+    experiment = params.tracking.experiment
+    seed_runs = _log_test_metrics(trained, experiment)
     _write_outputs(paths.evaluation_dir(combo), paths.metrics_file(combo), combo.key, runs, summary)
     log_summary_run(
-        params,
+        experiment,
+        params.protocol_name,
         combo.key,
-        {"dataset": combo.dataset, "backbone": combo.backbone, "loss": combo.loss, "dim": str(combo.dim)},
+        cell_tags(combo),
         summary,
         stage=f"evaluate@{combo.key}",
+        name=cell_run_name(combo.loss, combo.dim),
+        children=seed_runs,
+        metrics_file=paths.metrics_file(combo),
     )
     return summary
 
@@ -274,30 +286,49 @@ def evaluate_pretrained_stage(params: Params, dataset: str, backbone: str) -> di
     )
     dim = read_json(paths.pretrained_embedding_dir(dataset, backbone) / META)["dim"]
     log_summary_run(
-        params,
+        params.tracking.experiment,
+        params.protocol_name,
         key,
         {"dataset": dataset, "backbone": backbone, "loss": paths.PRETRAINED, "dim": str(dim)},
         summary,
         stage=f"evaluate_pretrained@{paths.pretrained_key(dataset, backbone)}",
+        name=cell_run_name(paths.PRETRAINED, dim),
+        metrics_file=paths.pretrained_metrics_file(dataset, backbone),
     )
     return summary
 
 
-def _log_test_metrics(runs: dict[str, Any]) -> None:
-    """Attach ``test/*`` metrics, bootstrap bounds and the embeddings reference to each training run."""
-    from dmlbench.tracking import TrackedRun
+def _seed_key(fold_key: str) -> str:
+    """``.../seed0/fold1`` -> ``.../seed0``: a fold model's seed run."""
+    return fold_key.rsplit("/", 1)[0]
 
-    for info in runs.values():
-        tracked = TrackedRun(info["mlflow_run_id"])
-        try:
-            tracked.client.get_run(info["mlflow_run_id"])
-        except Exception:
-            print(f"warning: MLflow run {info['mlflow_run_id']} not found; test metrics not logged", file=sys.stderr)
+
+def _log_test_metrics(runs: list[dict[str, Any]], experiment: str) -> list[Any]:
+    """Attach ``test/*`` metrics, bootstrap bounds and the embeddings reference to each training
+    run, found by its identity (``grid_key`` + ``config_hash``); return the seeds' runs found
+    (fold models' runs excluded)."""
+    from dmlbench.tracking import TrackedRun
+    from dmlbench.tracking.runs import find_training_run
+    from dmlbench.tracking.store import client as make_client
+
+    mlflow_client = make_client()
+    seed_runs = []
+    for info in runs:
+        found = None
+        if info.get("grid_key") and info.get("config_hash"):
+            found = find_training_run(info["grid_key"], info["config_hash"], experiment, mlflow_client)
+        if found is None:
+            print(f"warning: no MLflow run of {info.get('grid_key')}; test metrics not logged", file=sys.stderr)
             continue
+        if "fold" not in found.data.tags:
+            seed_runs.append(found)
+        tracked = TrackedRun(found.info.run_id, mlflow_client)
         metrics = {f"test/{name}": value for name, value in info["metrics"].items()}
         for name, interval in info["bootstrap"].items():
             metrics[f"test/{name}/ci_low"] = interval["low"]
             metrics[f"test/{name}/ci_high"] = interval["high"]
         metrics["test/num_queries"] = info["num_queries"]
-        tracked.log_metrics(metrics)
-        tracked.log_file_reference("embeddings", info["embeddings"], info["embeddings_md5"])
+        tracked.log_metrics({k: v for k, v in metrics.items() if v is not None})
+        if isinstance(info["embeddings_md5"], str):
+            tracked.log_file_reference("embeddings", info["embeddings"], info["embeddings_md5"])
+    return seed_runs

@@ -1,15 +1,25 @@
 """One MLflow run per training run, found again by its identity instead of duplicated.
 
 Identity = tags ``grid_key`` (``glyphs/tiny_cnn/contrastive/64/seed0``) + ``config_hash``
-(hash of every resolved hyperparameter). An interrupted run is resumed (same run id, only
-new epochs logged); when DVC re-executes a finished training (code or data changed), the
-earlier run of the same identity is tagged ``superseded_by`` and moved to MLflow's trash,
-so the active view holds exactly one run per training. Checkpoints and embeddings stay in
-the DVC cache and are referenced by path and md5 tags.
+(hash of every resolved hyperparameter); no run id is stored in a DVC output (two clones that
+train the same run write identical files), so every stage finds the run by these tags
+(:func:`find_training_run`). An interrupted run is resumed: a training that continues from
+its checkpoint takes the newest unfinished run (RUNNING, FAILED, KILLED) of its identity and
+code (same run id, only new epochs logged); when DVC re-executes a training from scratch
+(code or data changed), the earlier runs of the same identity are tagged ``superseded_by``
+and moved to MLflow's trash, so the active view holds exactly one run per training.
+Checkpoints and embeddings stay in the DVC cache and are referenced by path and md5 tags.
+
+Runs nest (tag ``mlflow.parentRunId``, see
+https://mlflow.org/docs/latest/ml/tracking/tracking-api/#nested-runs): a grid cell's run
+(:mod:`dmlbench.tracking.cells`) holds its seeds' training runs; on a cross-validation split a
+seed's run holds its fold models' runs. Names lead with what differs between siblings:
+``contrastive d32 s0``, ``contrastive d32 s0 f1``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -68,12 +78,40 @@ class TrackedRun:
         monitor.start()
         return monitor
 
+    def log_dataset(self, name: str, digest: str, source: str, profile: Mapping[str, Any], context: str) -> None:
+        """Record the dataset as an MLflow input of the run (the run page's "Datasets used" and
+        the runs table's Dataset column): ``source`` a local path, ``profile`` e.g. split sizes.
+        MLflow de-duplicates by (name, digest) per run, so a resumed run logs it once.
+        API: https://mlflow.org/docs/latest/api_reference/python_api/mlflow.client.html#mlflow.client.MlflowClient.log_inputs
+        """
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+        dataset = Dataset(
+            name=name,
+            digest=digest,
+            source_type="local",
+            source=json.dumps({"uri": source}),
+            profile=json.dumps(dict(profile), sort_keys=True),
+        )
+        self.client.log_inputs(self.run_id, [DatasetInput(dataset, [InputTag(MLFLOW_DATASET_CONTEXT, context)])])
+
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.run_id, status=status, end_time=_now_ms())
 
     @property
     def status(self) -> str:
         return self.client.get_run(self.run_id).info.status
+
+
+PARENT_TAG = "mlflow.parentRunId"
+UNFINISHED = ("RUNNING", "SCHEDULED", "FAILED", "KILLED")
+
+
+def training_run_name(run: RunSpec, fold: int | None = None) -> str:
+    """``contrastive d32 s0`` (``... f1`` for a fold model): what differs between a cell's runs
+    leads; dataset and backbone are tags and are in the cell run's name (their parent)."""
+    return f"{run.loss} d{run.dim} s{run.seed}" + ("" if fold is None else f" f{fold}")
 
 
 def run_tags(run: RunSpec, config_hash: str, protocol: str, fold: int | None = None) -> dict[str, str]:
@@ -98,42 +136,72 @@ def run_tags(run: RunSpec, config_hash: str, protocol: str, fold: int | None = N
     return tags
 
 
+def tag_filter(tags: Mapping[str, str]) -> str:
+    """An MLflow search filter matching every tag exactly (keys with dots in backticks)."""
+    return " and ".join(f"tags.`{key}` = '{value}'" for key, value in tags.items())
+
+
+def find_runs(mlflow_client: Any, experiment_id: str, tags: Mapping[str, str]) -> list[Any]:
+    """Active runs with these exact tags, newest first."""
+    from mlflow.entities import ViewType
+
+    return mlflow_client.search_runs(
+        [experiment_id],
+        filter_string=tag_filter(tags),
+        run_view_type=ViewType.ACTIVE_ONLY,
+        order_by=["attributes.start_time DESC"],
+    )
+
+
+def find_training_run(grid_key: str, config_hash: str, experiment: str, mlflow_client: Any | None = None) -> Any | None:
+    """The active training run of this identity (newest first), or None: how the embed and
+    evaluate stages reach a run without a run id in any DVC output."""
+    mlflow_client = mlflow_client or make_client()
+    experiment_id = ensure_experiment(experiment, mlflow_client)
+    found = find_runs(mlflow_client, experiment_id, {"kind": "train", "grid_key": grid_key, "config_hash": config_hash})
+    return found[0] if found else None
+
+
 def start_training_run(
     run: RunSpec,
     resolved: Mapping[str, Any],
     config_hash: str,
     experiment: str,
-    resume_run_id: str | None = None,
+    resume: bool = False,
     fold: int | None = None,
+    parent_run_id: str | None = None,
+    code: str | None = None,
 ) -> TrackedRun:
-    """Resume ``resume_run_id`` if it is still active, else create the run and log its params.
+    """Resume the newest unfinished run of this identity when ``resume`` (the training goes on
+    from a checkpoint), else create the run, log its params and supersede earlier runs of it.
 
     ``fold``: one fold model of a cross-validation run (each fold model is a training of its own:
-    grid key ``.../seed0/fold1``, tag ``fold``, run name ``<key>-fold1``).
+    grid key ``.../seed0/fold1``, tag ``fold``). ``parent_run_id``: the run it nests under (the
+    cell's run; a fold model's seed run). ``code``: a fingerprint of the training code, tagged
+    and required to match for a resume (a checkpoint of other code is not resumed either).
     """
-    from mlflow.entities import Param, ViewType
+    from mlflow.entities import Param
 
     mlflow_client = make_client()
     experiment_id = ensure_experiment(experiment, mlflow_client)
-    if resume_run_id:
-        try:
-            existing = mlflow_client.get_run(resume_run_id)
-        except Exception:
-            existing = None
-        if existing is not None and existing.info.lifecycle_stage == "active":
-            mlflow_client.update_run(resume_run_id, status="RUNNING")
-            tracked = TrackedRun(resume_run_id, mlflow_client)
-            tracked.set_tags({"resumed": "true", "dvc_stage": os.environ.get("DVC_STAGE", f"train@{run.key}")})
-            return tracked
-
     tags = run_tags(run, config_hash, resolved["protocol"]["name"], fold)
-    previous = mlflow_client.search_runs(
-        [experiment_id],
-        filter_string=f"tags.grid_key = '{tags['grid_key']}' and tags.config_hash = '{config_hash}'",
-        run_view_type=ViewType.ACTIVE_ONLY,
+    if code is not None:
+        tags["code"] = code
+    previous = find_runs(
+        mlflow_client, experiment_id, {"kind": "train", "grid_key": tags["grid_key"], "config_hash": config_hash}
     )
-    run_name = run.key if fold is None else f"{run.key}-fold{fold}"
-    created = mlflow_client.create_run(experiment_id, run_name=run_name, tags=tags)
+    if resume:
+        for existing in previous:
+            if existing.info.status in UNFINISHED and existing.data.tags.get("code") == code:
+                run_id = existing.info.run_id
+                mlflow_client.update_run(run_id, status="RUNNING")
+                tracked = TrackedRun(run_id, mlflow_client)
+                tracked.set_tags({"resumed": "true", "dvc_stage": tags["dvc_stage"]})
+                return tracked
+
+    if parent_run_id is not None:
+        tags[PARENT_TAG] = parent_run_id
+    created = mlflow_client.create_run(experiment_id, run_name=training_run_name(run, fold), tags=tags)
     run_id = created.info.run_id
     params = [Param(key, str(value)) for key, value in flatten(resolved).items()]
     mlflow_client.log_batch(run_id, params=params)

@@ -18,6 +18,12 @@ from urllib.parse import urlparse
 
 from dmlbench.paths import project_root
 
+# MLflow 3 opens an experiment in its GenAI layout (traces, evaluations) unless the experiment's
+# ``mlflow.experimentKind`` tag says it is for model training; the UI reads this tag (values
+# "genai_development" / "custom_model_development", mlflow/server/js ExperimentKind enum).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
 QUIET_ENV = {
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
@@ -44,8 +50,10 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(path.lstrip("/")).resolve()
 
 
-def _store_lock() -> Any:
-    """A file lock next to a local sqlite store (creating or migrating it is not concurrency-safe)."""
+def store_lock() -> Any:
+    """A file lock next to a local sqlite store (creating or migrating it is not concurrency-safe;
+    so is find-or-create of a shared run, :mod:`dmlbench.tracking.cells`). Not re-entrant: never
+    nest two ``with store_lock():`` blocks in one process."""
     db = sqlite_path(tracking_uri())
     if db is None:
         return contextlib.nullcontext()
@@ -60,7 +68,7 @@ def client() -> Any:
     configure_environment()
     from mlflow.tracking import MlflowClient
 
-    with _store_lock():  # the constructor opens (and for a new file creates) the store
+    with store_lock():  # the constructor opens (and for a new file creates) the store
         return MlflowClient(tracking_uri=tracking_uri())
 
 
@@ -70,18 +78,23 @@ def ensure_experiment(name: str, mlflow_client: Any | None = None) -> str:
 
     mlflow_client = mlflow_client or client()
     db = sqlite_path(tracking_uri())
-    with _store_lock():
+    with store_lock():
         experiment = mlflow_client.get_experiment_by_name(name)
         if experiment is None:
             location = (db.parent / "mlruns" / name).as_uri() if db is not None else None
             try:
-                return mlflow_client.create_experiment(name, artifact_location=location)
+                return mlflow_client.create_experiment(
+                    name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+                )
             except MlflowException as exc:  # created meanwhile by a process without our lock (a server)
                 if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                     raise
                 experiment = mlflow_client.get_experiment_by_name(name)
         if experiment.lifecycle_stage == "deleted":
             mlflow_client.restore_experiment(experiment.experiment_id)
+        if experiment.tags.get(EXPERIMENT_KIND_TAG) not in (EXPERIMENT_KIND, "genai_development"):
+            # a store made by older code, or a kind the UI only inferred; an explicit choice stays
+            mlflow_client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return experiment.experiment_id
 
 

@@ -1,69 +1,126 @@
-"""Summary runs in MLflow: one run per grid cell with its seed-mean test metrics and intervals
-(written by the evaluate stages, :mod:`dmlbench.evaluate.stage`)."""
+"""Summary runs in MLflow: each grid cell's run (:mod:`dmlbench.tracking.cells`) gets its
+seed-mean test metrics, intervals, metrics file and learning curves (written by the evaluate
+stages, :mod:`dmlbench.evaluate.stage`)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
 
-from dmlbench.config import Params
+from dmlbench.tracking.cells import ensure_cell_run
+from dmlbench.tracking.runs import PARENT_TAG
 from dmlbench.tracking.store import client as make_client
-from dmlbench.tracking.store import ensure_experiment, git_state
+from dmlbench.tracking.store import git_state
+
+CURVE_FIGURE = "learning_curves.png"
 
 
-def log_summary_run(params: Params, key: str, cell: dict[str, str], summary: dict, stage: str) -> str:
-    """One MLflow run per grid cell, tagged ``kind=summary``, holding ``test/<metric>`` (seed mean),
-    ``test/<metric>/ci_low|ci_high`` and ``n_runs``.
+def log_summary_run(
+    experiment: str,
+    protocol: str,
+    key: str,
+    cell: dict[str, str],
+    summary: dict,
+    stage: str,
+    name: str,
+    children: Sequence[Any] = (),
+    metrics_file: Path | None = None,
+) -> str:
+    """Fill the cell's run (tag ``combo_key`` = ``key``) with ``test/<metric>`` (seed mean),
+    ``test/<metric>/ci_low|ci_high`` and ``n_runs``; attach ``metrics_file`` and a figure of the
+    ``children``'s (training runs') learning curves. Return the run id.
 
-    Why a run of its own, in the training runs' experiment: the MLflow UI then lists, sorts and
-    charts grid cells side by side, filtered by ``tags.kind = 'summary'`` (training runs have
-    ``kind=train``), with no experiment to switch. Idempotent: a cell's summary run is found
-    again by ``tags.combo_key``; if its ``tags.summary_md5`` matches, nothing is logged, else a
-    new run replaces it (the old one is tagged ``superseded_by`` and moved to the trash, as
-    training runs are), so each cell has exactly one active summary run.
+    The cell's run is the parent of ``children`` when they have one (created by their
+    trainings), else found or created by ``combo_key``. Idempotent: if its ``summary_md5`` tag
+    matches this summary, nothing is logged; new results are logged into the same run (the
+    newest value of each metric is the one shown), so the children stay nested under it.
     """
-    from mlflow.entities import Metric, RunTag, ViewType
+    from mlflow.entities import Metric, RunTag
 
     digest = hashlib.md5(json.dumps(summary, sort_keys=True).encode()).hexdigest()
     mlflow_client = make_client()
-    experiment_id = ensure_experiment(params.tracking.experiment, mlflow_client)
-    existing = mlflow_client.search_runs(
-        [experiment_id],
-        filter_string=f"tags.kind = 'summary' and tags.combo_key = '{key}'",
-        run_view_type=ViewType.ACTIVE_ONLY,
-    )
-    for run in existing:
-        if run.data.tags.get("summary_md5") == digest:
-            return run.info.run_id
+    parents = {child.data.tags.get(PARENT_TAG) for child in children} - {None}
+    run_id = None
+    if len(parents) == 1:
+        parent = mlflow_client.get_run(parents.pop())
+        if parent.info.lifecycle_stage == "active":
+            run_id = parent.info.run_id
+    if run_id is None:
+        run_id = ensure_cell_run(mlflow_client, experiment, key, cell, name)
+    run = mlflow_client.get_run(run_id)
+    if run.data.tags.get("summary_md5") == digest and run.info.status == "FINISHED":
+        return run_id
     commit, dirty = git_state()
     tags = {
-        "kind": "summary",
-        "combo_key": key,
-        **cell,
         "n_runs": str(summary["n_runs"]),
         "interval": f"{summary['confidence']:.0%} "
         + ("t over seeds" if summary["n_runs"] > 1 else "per-query bootstrap"),
+        "interval_n": str(_interval_n(summary)),
         "summary_md5": digest,
         "dvc_stage": stage,
         "git_commit": commit,
         "git_dirty": str(dirty).lower(),
-        "protocol": params.protocol_name,
+        "protocol": protocol,
     }
-    created = mlflow_client.create_run(experiment_id, run_name=f"summary {key}", tags=tags)
-    run_id = created.info.run_id
-    timestamp = int(created.info.start_time)
+    timestamp = int(time.time() * 1000)
     metrics = [Metric("n_runs", float(summary["n_runs"]), timestamp, 0)]
-    for name, entry in summary["test"].items():
-        metrics.append(Metric(f"test/{name}", float(entry["mean"]), timestamp, 0))
+    for metric, entry in summary["test"].items():
+        metrics.append(Metric(f"test/{metric}", float(entry["mean"]), timestamp, 0))
         for bound in ("low", "high"):
             if entry[bound] is not None:
-                metrics.append(Metric(f"test/{name}/ci_{bound}", float(entry[bound]), timestamp, 0))
-    mlflow_client.log_batch(run_id, metrics=metrics, tags=[RunTag("interval_n", str(_interval_n(summary)))])
+                metrics.append(Metric(f"test/{metric}/ci_{bound}", float(entry[bound]), timestamp, 0))
+    mlflow_client.log_batch(run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
+    with tempfile.TemporaryDirectory() as tmp:
+        if metrics_file is not None and Path(metrics_file).exists():  # named after the cell, not "32.json"
+            named = Path(tmp) / f"{key}.json"
+            shutil.copyfile(metrics_file, named)
+            mlflow_client.log_artifact(run_id, str(named))
+        figure = learning_curves(mlflow_client, children, Path(tmp) / CURVE_FIGURE)
+        if figure is not None:
+            mlflow_client.log_artifact(run_id, str(figure))
     mlflow_client.set_terminated(run_id, status="FINISHED")
-    for old in existing:
-        mlflow_client.set_tag(old.info.run_id, "superseded_by", run_id)
-        mlflow_client.delete_run(old.info.run_id)
     return run_id
+
+
+def learning_curves(mlflow_client: Any, runs: Sequence[Any], path: Path) -> Path | None:
+    """Training loss and validation score per epoch of each run (one line per run, named by its
+    run name), from the runs' MLflow metric histories; None when no run has a history. The
+    validation metric is the run's selection metric (tag ``selection`` = ``val:map_at_r``)."""
+    curves = []
+    for run in runs:
+        selection = run.data.tags.get("selection", "")
+        val_key = f"val/{selection.split(':', 1)[1]}" if selection.startswith("val:") else None
+        loss = sorted((m.step, m.value) for m in mlflow_client.get_metric_history(run.info.run_id, "train/loss"))
+        val = (
+            sorted((m.step, m.value) for m in mlflow_client.get_metric_history(run.info.run_id, val_key))
+            if val_key
+            else []
+        )
+        if loss:
+            curves.append((run.data.tags.get("mlflow.runName", run.info.run_id[:8]), loss, val, val_key))
+    if not curves:
+        return None
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
+
+    has_val = any(val for _, _, val, _ in curves)
+    figure = Figure(figsize=(8 if has_val else 4.5, 3.2), dpi=100)
+    axes = figure.subplots(1, 2 if has_val else 1, squeeze=False)[0]
+    for label, loss, val, _ in curves:
+        axes[0].plot(*zip(*loss, strict=True), marker=".", label=label)
+        if val:
+            axes[1].plot(*zip(*val, strict=True), marker=".", label=label)
+    axes[0].set(xlabel="epoch", ylabel="training loss")
+    if has_val:
+        axes[1].set(xlabel="epoch", ylabel=next(key for _, _, val, key in curves if val))
+    axes[-1].legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path)
+    return path
 
 
 def _interval_n(summary: dict) -> int:

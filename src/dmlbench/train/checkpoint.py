@@ -44,7 +44,7 @@ class TrainState:
     (:func:`dmlbench.train.loop.rng_state`); ``sampler``: the next epoch's sampler seed;
     ``history``: one metrics dict per finished epoch; ``best``: the selected epoch so far
     (``epoch``, ``value`` of the selection metric, validations ``since`` it); ``best_state``:
-    its weights (CPU tensors); ``extra``: the caller's data (e.g. the MLflow run id).
+    its weights (CPU tensors); ``extra``: the caller's data.
     """
 
     config_hash: str

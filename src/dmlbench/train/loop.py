@@ -183,7 +183,7 @@ def train(
     and select on its validation classes (one fold model of the run).
 
     A checkpoint is written to ``checkpoint_dir`` after every epoch, carrying ``extra_state``
-    (e.g. the MLflow run id); ``on_epoch(epoch, metrics)`` is called after each epoch, after
+    (the caller's data); ``on_epoch(epoch, metrics)`` is called after each epoch, after
     its checkpoint. ``fast_path``: None = on for CUDA devices (see :mod:`dmlbench.train.step`).
     """
     device = device or default_device()

@@ -3,12 +3,18 @@
 Writes ``artifacts/models/<run>/`` (``model.pt`` = weights of the epoch selected on the
 validation split, ``history.json``, ``config.yaml``, ``run.json``) and keeps a resumable
 checkpoint in ``artifacts/checkpoints/<run>/`` (a ``persist: true`` DVC output) until the run
-is complete. On a cross-validation split (``rc_cv``, ``kfold``) the run is one model per fold,
+is complete. These outputs hold no MLflow run id and no wall-clock timing, so the same training
+gives byte-identical files on every clone; the timings, device, host and MLflow run id go to
+the run log ``artifacts/runlog/`` (:mod:`dmlbench.tracking.runlog`) and to MLflow. On a cross-validation split (``rc_cv``, ``kfold``) the run is one model per fold,
 each trained on the other folds' classes and selected on its own validation classes, each its
-own MLflow run (tag ``fold``), stored in ``fold<f>/`` sub-directories; together they are one
-reproduction of the whole cross-validation (the Reality Check's unit of repetition). A re-run after a crash or a kill resumes from the last checkpoint into the same
-MLflow run; every epoch is logged exactly once (epochs checkpointed but not yet logged when the
-process died are logged on resume, none twice). A diverged run is marked FAILED in MLflow.
+own MLflow run (tag ``fold``, nested under the seed's run), stored in ``fold<f>/``
+sub-directories; together they are one reproduction of the whole cross-validation (the Reality
+Check's unit of repetition). Every seed's run nests under its grid cell's run
+(:mod:`dmlbench.tracking.cells`), which the first training of the cell creates. A re-run after
+a crash or a kill resumes from the last checkpoint into the same MLflow run (found by its
+identity, :func:`dmlbench.tracking.runs.start_training_run`); every epoch is logged exactly
+once (epochs checkpointed but not yet logged when the process died are logged on resume, none
+twice). A diverged run is marked FAILED in MLflow.
 """
 
 from __future__ import annotations
@@ -28,7 +34,11 @@ from dmlbench.grid import RunSpec
 from dmlbench.io import atomic_dir, md5_file, read_json, write_json
 from dmlbench.run_config import RunConfig, run_config
 from dmlbench.tracking import TrackedRun, start_training_run
-from dmlbench.train.checkpoint import clear_checkpoint, code_fingerprint, load_checkpoint
+from dmlbench.tracking.cells import cell_config, cell_run_name, cell_tags, ensure_cell_run
+from dmlbench.tracking.runlog import host, now, read_runlog, split_timings, write_runlog
+from dmlbench.tracking.runs import PARENT_TAG, find_training_run
+from dmlbench.tracking.store import client as make_client
+from dmlbench.train.checkpoint import LAST, clear_checkpoint, code_fingerprint, load_checkpoint
 from dmlbench.train.loop import train
 from dmlbench.train.progress import EpochLine
 
@@ -69,6 +79,12 @@ def _finished(staged: Path, chash: str) -> dict[str, Any] | None:
     return info if info.get("config_hash") == chash and info.get("code") == code_fingerprint() else None
 
 
+def _cell_prefix(params: Params, run: RunSpec) -> str:
+    """The cell run's name leads with dataset / backbone only where the grid has several."""
+    parts = [run.dataset] * (len(params.datasets) > 1) + [run.backbone] * (len(params.backbones) > 1)
+    return "".join(f"{part} " for part in parts)
+
+
 def train_stage(params: Params, run: RunSpec, device: torch.device | None = None) -> dict[str, Any]:
     """Train the run (one model, or one model per fold of a cross-validation split), then write
     ``artifacts/models/<run>/`` (``fold<f>/`` sub-directories for fold models) in one step."""
@@ -77,7 +93,18 @@ def train_stage(params: Params, run: RunSpec, device: torch.device | None = None
     data = PreparedDataset.load(paths.prepared_dir(run.dataset))
     folds: list[int | None] = list(range(data.num_folds)) or [None]
     experiment = params.tracking.experiment
-    infos = [train_member(config, experiment, data, fold, device) for fold in folds]
+    cell_id = ensure_cell_run(
+        make_client(),
+        experiment,
+        run.combo.key,
+        cell_tags(run.combo),
+        cell_run_name(run.loss, run.dim, _cell_prefix(params, run)),
+        params=cell_config(config.resolved),
+    )
+    if folds == [None]:
+        infos = [train_member(config, experiment, data, None, device, parent_run_id=cell_id)]
+    else:
+        infos = _train_folds(config, experiment, data, folds, device, cell_id)
     with atomic_dir(paths.model_dir(run)) as tmp:
         for fold in folds:
             shutil.copytree(_staged(run, fold), tmp if fold is None else tmp / f"fold{fold}", dirs_exist_ok=True)
@@ -86,11 +113,71 @@ def train_stage(params: Params, run: RunSpec, device: torch.device | None = None
     return infos[0] if len(infos) == 1 else {"run": run.key, "folds": infos}
 
 
+def _train_folds(
+    config: RunConfig,
+    experiment: str,
+    data: PreparedDataset,
+    folds: list[int | None],
+    device: torch.device,
+    cell_id: str,
+) -> list[dict[str, Any]]:
+    """The fold models of a cross-validation run, each nested under the seed's own run (which
+    the evaluate stage gives the concatenated embedding's test metrics)."""
+    run = config.run
+    started = any((paths.checkpoint_dir(run, f) / LAST).exists() or _staged(run, f).exists() for f in folds)
+    seed_run = start_training_run(
+        run, config.resolved, config.config_hash, experiment, resume=started, parent_run_id=cell_id,
+        code=code_fingerprint(),
+    )  # fmt: skip
+    seed_run.set_tags({"folds": str(len(folds))})
+    _log_dataset(seed_run, data, None)
+    try:
+        infos = [train_member(config, experiment, data, f, device, parent_run_id=seed_run.run_id) for f in folds]
+    except KeyboardInterrupt:
+        seed_run.finish("KILLED")
+        raise
+    except BaseException:
+        seed_run.finish("FAILED")
+        raise
+    seed_run.finish("FINISHED")
+    return infos
+
+
+def _log_dataset(tracked: TrackedRun, data: PreparedDataset, fold: int | None) -> None:
+    """The prepared dataset as the run's MLflow input: digest = the manifest's md5, profile =
+    images and classes per split the run reads (its fold's, on a cross-validation split)."""
+    from dmlbench.data.prepare import MANIFEST
+
+    directory = paths.prepared_dir(data.name)
+    profile: dict[str, Any] = dict(data.info.get("splits", {}))  # from info.json: no image is read
+    if fold is not None:
+        profile.update(data.info["folds"][fold], fold=fold)
+    manifest = directory / MANIFEST
+    digest = md5_file(manifest)[:12] if manifest.exists() else "unknown"
+    tracked.log_dataset(data.name, digest, directory.as_posix(), profile, context="train")
+
+
+def _adopt(info: dict[str, Any], experiment: str, parent_run_id: str | None) -> None:
+    """Nest a member trained before its parent existed (kept from an interrupted stage)."""
+    if parent_run_id is None:
+        return
+    found = find_training_run(info["grid_key"], info["config_hash"], experiment)
+    if found is not None and found.data.tags.get(PARENT_TAG) != parent_run_id:
+        TrackedRun(found.info.run_id).set_tags({PARENT_TAG: parent_run_id})
+
+
 def train_member(
-    config: RunConfig, experiment: str, data: PreparedDataset, fold: int | None, device: torch.device
+    config: RunConfig,
+    experiment: str,
+    data: PreparedDataset,
+    fold: int | None,
+    device: torch.device,
+    parent_run_id: str | None = None,
 ) -> dict[str, Any]:
     """Train one model of the run (``fold``: one fold model) into its staging directory, with
-    its own MLflow run in ``experiment``; resume it from its checkpoint, or skip it if it already finished."""
+    its own MLflow run in ``experiment`` (nested under ``parent_run_id``); resume it from its
+    checkpoint, or skip it if it already finished. Returns its ``run.json`` record plus what
+    stays out of the DVC outputs (``mlflow_run_id``, ``resumed_from_epoch``)."""
     run, resolved, chash = config.run, config.resolved, config.config_hash
     name = run.key if fold is None else f"{run.key} fold {fold}"
     checkpoints = paths.checkpoint_dir(run, fold)
@@ -99,17 +186,37 @@ def train_member(
     done = _finished(staged, chash)
     if done is not None:
         print(f"{name}: already trained (kept from an interrupted stage)")
+        _adopt(done, experiment, parent_run_id)
         return done
     resume = load_checkpoint(checkpoints, chash)
-    resume_run_id = resume.extra.get("mlflow_run_id") if resume else None
     if resume:
         print(f"{name}: resuming after epoch {resume.epoch} from {checkpoints}")
 
-    tracked = start_training_run(run, resolved, chash, experiment, resume_run_id=resume_run_id, fold=fold)
+    code = code_fingerprint()
+    tracked = start_training_run(
+        run, resolved, chash, experiment, resume=resume is not None, fold=fold, parent_run_id=parent_run_id, code=code
+    )
     if resume:  # the same run (or, if it was deleted meanwhile, a new one) gets every epoch once
         _log_missing_epochs(tracked, resume.history)
-    tracked.set_tags({"device": _device_name(device)})
-    write_json(checkpoints / CHECKPOINT_STATUS, {"state": "running", "mlflow_run_id": tracked.run_id})
+    device_name = _device_name(device)
+    # the protocol's hflip is applied only on flip-invariant datasets: tag what training does
+    hflip = config.protocol.augment.hflip and config.dataset_spec.hflip_invariant
+    tracked.set_tags({"device": device_name, "hflip_applied": str(hflip).lower()})
+    _log_dataset(tracked, data, fold)
+    log_path = paths.runlog_file(run, fold)
+    earlier = read_runlog(log_path) or {}
+    record: dict[str, Any] = {
+        "grid_key": run.grid_key if fold is None else f"{run.grid_key}/fold{fold}",
+        "config_hash": chash,
+        "mlflow_run_id": tracked.run_id,
+        "experiment": experiment,
+        "device": device_name,
+        "host": host(),
+        "started": earlier.get("started") if resume and earlier.get("mlflow_run_id") == tracked.run_id else now(),
+        "state": "running",
+    }
+    write_runlog(log_path, record)
+    write_json(checkpoints / CHECKPOINT_STATUS, {"state": "running"})
     monitor = tracked.start_system_metrics()
     line = EpochLine(name, config.protocol.epochs, config.protocol.selection_metric, resume.history if resume else ())
 
@@ -119,14 +226,7 @@ def train_member(
 
     try:
         outcome = train(
-            config,
-            data,
-            checkpoint_dir=checkpoints,
-            resume=resume,
-            on_epoch=on_epoch,
-            device=device,
-            extra_state={"mlflow_run_id": tracked.run_id},
-            fold=fold,
+            config, data, checkpoint_dir=checkpoints, resume=resume, on_epoch=on_epoch, device=device, fold=fold
         )
     except KeyboardInterrupt:
         monitor.finish()
@@ -138,21 +238,20 @@ def train_member(
         tracked.finish("FAILED")
         raise
 
+    history, timings = split_timings(outcome.history)
     info = {
         "run": run.key,
-        "grid_key": run.grid_key if fold is None else f"{run.grid_key}/fold{fold}",
+        "grid_key": record["grid_key"],
         "fold": fold,
         "config_hash": chash,
-        "code": code_fingerprint(),
-        "mlflow_run_id": tracked.run_id,
+        "code": code,
         "experiment": experiment,
-        "device": _device_name(device),
+        "device": device_name,
         "selection": outcome.selection,
         "test_feedback": outcome.test_feedback,
         "epochs_trained": outcome.history[-1]["epoch"],
         "stopped_early": outcome.stopped_early,
         "num_train_classes": outcome.num_classes,
-        "resumed_from_epoch": outcome.resumed_from_epoch,
     }
     with atomic_dir(staged) as tmp:
         torch.save(
@@ -165,7 +264,7 @@ def train_member(
             },
             tmp / MODEL,
         )
-        write_json(tmp / HISTORY, outcome.history)
+        write_json(tmp / HISTORY, history)
         write_json(tmp / RUN_INFO, info)
         (tmp / CONFIG).write_text(yaml.safe_dump(resolved, sort_keys=False))
 
@@ -192,5 +291,7 @@ def train_member(
     monitor.finish()
     tracked.finish("FINISHED")
     clear_checkpoint(checkpoints)
-    write_json(checkpoints / CHECKPOINT_STATUS, {"state": "complete", "mlflow_run_id": tracked.run_id})
-    return info
+    write_json(checkpoints / CHECKPOINT_STATUS, {"state": "complete"})
+    extra = {"resumed_from_epoch": outcome.resumed_from_epoch, "ended": now(), "state": "complete"}
+    write_runlog(log_path, {**record, **extra, "epochs": timings})
+    return {**info, "mlflow_run_id": tracked.run_id, "resumed_from_epoch": outcome.resumed_from_epoch}

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from dmlbench.analysis.plots.style import save_figure, theme
+from dmlbench.analysis.plots.style import fit_x_labels, save_figure, theme
 
 
 def cost(costs: pd.DataFrame, path: Path, order: Sequence[str]) -> Path:
@@ -36,9 +36,9 @@ def cost(costs: pd.DataFrame, path: Path, order: Sequence[str]) -> Path:
         )
         ax.set_ylabel(label)
         ax.set_xlabel("")
-        ax.tick_params(axis="x", rotation=30)
     axes[0].get_legend().remove()
     sns.move_legend(axes[1], "center left", bbox_to_anchor=(1.0, 0.5), title="dim", frameon=False)
     fig.suptitle("Cost per run: bars = mean over runs, whiskers = min to max", y=1.02)
+    fit_x_labels(fig, axes)
     fig.tight_layout()
     return save_figure(fig, path)

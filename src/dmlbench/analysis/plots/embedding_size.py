@@ -9,7 +9,15 @@ import pandas as pd
 import seaborn as sns
 
 from dmlbench.analysis.labels import metric_label
-from dmlbench.analysis.plots.style import loss_palette, metric_panels, panel_titles, save_figure, t_errorbar, theme
+from dmlbench.analysis.plots.style import (
+    fit_x_labels,
+    loss_palette,
+    metric_panels,
+    panel_titles,
+    save_figure,
+    t_errorbar,
+    theme,
+)
 
 
 def embedding_size(
@@ -71,8 +79,8 @@ def backbones(
         palette="Set2",
     )
     grid.set_axis_labels("", f"test {metric_label(metric)} (%)")
-    for ax in grid.axes.flat:
-        ax.tick_params(axis="x", rotation=30)
+    fit_x_labels(grid.figure, grid.axes.flat)
+    grid.tight_layout()
     single = data["backbone"].nunique() == 1
     grid.figure.suptitle(
         f"Backbones compared at embedding size {dim}" + (" (this grid has only one backbone)" if single else ""), y=1.03

@@ -10,7 +10,7 @@ import pandas as pd
 import seaborn as sns
 
 from dmlbench.analysis.labels import metric_label
-from dmlbench.analysis.plots.style import save_figure, seeded_jitter, t_errorbar, theme
+from dmlbench.analysis.plots.style import fit_x_labels, save_figure, seeded_jitter, t_errorbar, theme
 
 
 def test_feedback(bias: pd.DataFrame, path: Path, order: Sequence[str], confidence: float = 0.95) -> Path:
@@ -51,7 +51,8 @@ def test_feedback(bias: pd.DataFrame, path: Path, order: Sequence[str], confiden
     metric = metric_label(str(data["metric"].iloc[0]))
     ax.set_ylabel(f"test {metric}: best epoch - selected epoch (pp)")
     ax.set_xlabel("")
-    ax.tick_params(axis="x", rotation=30)
     ax.set_title("What picking the epoch on the test set would have added (test-set feedback)")
     ax.legend(title="dim", loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    fit_x_labels(fig, [ax])
+    fig.tight_layout()
     return save_figure(fig, path)

@@ -12,7 +12,7 @@ import pandas as pd
 from dmlbench.analysis.literature import DATASET_LABELS
 from dmlbench.analysis.plots.style import save_figure, theme
 
-SERIES_STYLE = {  # papers-vs-reality series: colour, marker
+SERIES_STYLE = {  # papers-vs-reality series: colour, marker (the marker is used by papers_absolute only)
     "claimed": ("#c0392b", "o"),
     "baseline": ("#7f8c8d", "x"),
     "reference": ("#2471a3", "s"),
@@ -22,6 +22,12 @@ SERIES_STYLE = {  # papers-vs-reality series: colour, marker
 
 
 DATASET_MARKERS = {"cub200": "o", "cars196": "s", "sop": "^", "inshop": "D"}
+OTHER_DATASET_MARKER = "P"  # a dataset no paper reports on (the offline demo's glyphs)
+
+
+def dataset_marker(dataset: str) -> str:
+    """papers_vs_reality's one meaning of a marker shape: the dataset, in every panel."""
+    return DATASET_MARKERS.get(dataset, OTHER_DATASET_MARKER)
 
 
 def papers_vs_reality(
@@ -31,32 +37,47 @@ def papers_vs_reality(
     path: Path,
     ours_label: str,
 ) -> Path:
-    """Relative improvement over each baseline by year: claimed by papers (top) and re-measured (bottom).
+    """:func:`papers_vs_reality_figure` written to ``path``."""
+    return save_figure(papers_vs_reality_figure(claimed, reference, ours, ours_label), path)
+
+
+def papers_vs_reality_figure(
+    claimed: dict[str, pd.DataFrame],
+    reference: dict[str, pd.DataFrame],
+    ours: dict[str, pd.DataFrame],
+    ours_label: str,
+) -> plt.Figure:
+    """Relative improvement over each baseline by year: claimed by papers (a), re-measured (b).
+
+    One encoding per channel in every panel: colour = who measured (the claiming paper, the Reality
+    Check, the thesis, our runs), marker = dataset, hollow = a value not verified. Our runs on a
+    dataset no paper reports on (the demo) get their own row (c) and its own y axis, so their wide
+    intervals do not flatten the published points; on a published dataset they join (b), whose y
+    axis the published points and our means set: a whisker beyond it is cut at the edge with an
+    arrow and its end printed.
 
     ``claimed[b]``: loss, display, year, dataset, improvement, uncertain; ``reference[b]``:
-    series, loss, year, dataset, improvement; ``ours[b]``: loss, display, year, estimate, low,
-    high (all percent) - for baseline ``b``. Losses of one year are spread apart horizontally.
+    series, loss, year, dataset, improvement (uncertain optional); ``ours[b]``: loss, display,
+    year, dataset, estimate, low, high (all percent) - for baseline ``b``. Losses of one year are
+    spread apart horizontally.
     """
     theme()
     baselines = list(claimed)
     positions = _year_axis([*claimed.values(), *reference.values(), *ours.values()])
-    fig, axes = plt.subplots(2, len(baselines), figsize=(6.4 * len(baselines), 8.6), squeeze=False, sharex=True)
+    published = set(DATASET_MARKERS)
+    frames = [f for f in ours.values() if len(f)]
+    own_row = any(not set(f["dataset"]) <= published for f in frames)
+    rows = 3 if own_row else 2
+    fig, axes = plt.subplots(
+        rows, len(baselines), figsize=(6.4 * len(baselines), 4.3 * rows), squeeze=False, sharex=True
+    )
+    colours = {"claimed": SERIES_STYLE["claimed"][0], "ours": SERIES_STYLE["ours"][0]}
     for col, baseline in enumerate(baselines):
         top, bottom = axes[0, col], axes[1, col]
         frame = claimed[baseline]
         if len(frame):
             frame = frame.assign(x=_x(frame, positions))
-            for (dataset, uncertain), part in frame.groupby(["dataset", "uncertain"]):
-                colour = SERIES_STYLE["claimed"][0]
-                top.scatter(
-                    part["x"],
-                    part["improvement"],
-                    marker=DATASET_MARKERS.get(dataset, "o"),
-                    s=36,
-                    facecolors="none" if uncertain else colour,
-                    edgecolors=colour,
-                    linewidths=1.2,
-                )
+            _scatter_by_dataset(top, frame, "improvement", colours["claimed"], size=36)
             for _, part in frame.groupby("loss", sort=False):
                 top.annotate(
                     part["display"].iloc[0],
@@ -73,54 +94,115 @@ def papers_vs_reality(
         top.set_ylabel("claimed R@1 improvement (%)")
         top.margins(y=0.18)
         ref = reference.get(baseline, pd.DataFrame())
+        levels = []
         if len(ref):
             ref = ref.assign(x=_x(ref, positions, -0.04))
             for index, (series, group) in enumerate(ref.groupby("series", sort=False)):
-                colour, marker = SERIES_STYLE["reference" if index == 0 else "thesis"]
-                bottom.scatter(
-                    group["x"], group["improvement"], marker=marker, s=22, color=colour, alpha=0.7, label=series
-                )
+                colours[series] = SERIES_STYLE["reference" if index == 0 else "thesis"][0]
+                _scatter_by_dataset(bottom, group, "improvement", colours[series], size=24, alpha=0.75)
+            levels += list(ref["improvement"])
         mine = ours.get(baseline, pd.DataFrame())
-        if len(mine):
-            mine = mine.assign(x=_x(mine, positions, 0.06))
-            bottom.errorbar(
-                mine["x"],
-                mine["estimate"],
-                yerr=[mine["estimate"] - mine["low"], mine["high"] - mine["estimate"]],
-                fmt="o",
-                color=SERIES_STYLE["ours"][0],
-                capsize=3,
-                label=ours_label,
-            )
-            for row in mine.itertuples():
-                bottom.annotate(row.display, (row.x, row.high), textcoords="offset points", xytext=(3, 3), fontsize=7)
+        mine = mine.assign(x=_x(mine, positions, 0.06)) if len(mine) else mine
         bottom.axhline(0, color="black", linewidth=0.8)
         bottom.set_title(f"(b) according to re-runs under one protocol: over {baseline}")
         bottom.set_ylabel("measured P@1 improvement (%)")
-        bottom.set_xlabel("year the loss was published")
-        _set_year_ticks(bottom, positions)
-        bottom.margins(y=0.15)
-        bottom.legend(fontsize=7, loc="best", frameon=True)
-    handles = [
-        plt.Line2D([], [], marker=m, linestyle="none", color="#555", label=DATASET_LABELS[d])
-        for d, m in DATASET_MARKERS.items()
+        if own_row:
+            ax = axes[2, col]
+            _our_points(ax, mine, None)
+            ax.axhline(0, color="black", linewidth=0.8)
+            ax.set_title(f"(c) {ours_label}: over {baseline}")
+            ax.set_ylabel("measured P@1 improvement (%)")
+            ax.margins(y=0.15)
+            bottom.margins(y=0.15)
+        elif len(mine):
+            levels += list(mine["estimate"])
+            low, high = min(levels), max(levels)
+            pad = max(0.15 * (high - low), 2.0)
+            _our_points(bottom, mine, (low - pad, high + pad))
+        else:
+            bottom.margins(y=0.15)
+        axes[-1, col].set_xlabel("year the loss was published")
+        _set_year_ticks(axes[-1, col], positions)
+    datasets = sorted({d for f in [*claimed.values(), *reference.values(), *frames] if len(f) for d in f["dataset"]})
+    marker_handles = [
+        plt.Line2D([], [], marker=dataset_marker(d), linestyle="none", color="#555", label=DATASET_LABELS.get(d, d))
+        for d in [*[d for d in DATASET_MARKERS if d in datasets], *[d for d in datasets if d not in DATASET_MARKERS]]
     ] + [
         plt.Line2D(
-            [],
-            [],
-            marker="o",
-            linestyle="none",
-            markerfacecolor="none",
-            color="#555",
-            label="hollow: value not verified",
+            [], [], marker="o", linestyle="none", markerfacecolor="none", color="#555", label="hollow: not verified"
         )
     ]
-    fig.suptitle("Papers versus reality: relative improvement over the old losses", y=1.03)
+    names = {"claimed": "claimed by the loss's paper", "ours": f"{ours_label} (95% interval)"}
+    colour_handles = [
+        plt.Line2D([], [], marker="s", linestyle="none", color=colour, label=names.get(series, series))
+        for series, colour in colours.items()
+        if series != "ours" or frames
+    ]
+    fig.suptitle("Papers versus reality: relative improvement over the old losses", y=1.05)
     fig.tight_layout()
     fig.legend(
-        handles=handles, fontsize=8, loc="upper center", ncol=len(handles), frameon=False, bbox_to_anchor=(0.5, 1.005)
+        handles=marker_handles,
+        title="marker = dataset",
+        fontsize=8,
+        title_fontsize=8,
+        loc="lower center",
+        ncol=len(marker_handles),
+        frameon=False,
+        bbox_to_anchor=(0.5, 1.0),
     )
-    return save_figure(fig, path)
+    fig.legend(
+        handles=colour_handles,
+        title="colour = source of the number",
+        fontsize=8,
+        title_fontsize=8,
+        loc="upper center",
+        ncol=min(len(colour_handles), 3),
+        frameon=False,
+        bbox_to_anchor=(0.5, 0.0),
+    )
+    return fig
+
+
+def _scatter_by_dataset(ax, frame: pd.DataFrame, column: str, colour: str, size: float, alpha: float = 1.0) -> None:
+    """Points of one source (one colour), a marker per dataset, hollow where not verified."""
+    uncertain = frame["uncertain"] if "uncertain" in frame.columns else pd.Series(False, index=frame.index)
+    for (dataset, hollow), part in frame.assign(hollow=uncertain.astype(bool)).groupby(["dataset", "hollow"]):
+        ax.scatter(
+            part["x"],
+            part[column],
+            marker=dataset_marker(dataset),
+            s=size,
+            facecolors="none" if hollow else colour,
+            edgecolors=colour,
+            linewidths=1.2,
+            alpha=alpha,
+        )
+
+
+def _our_points(ax, mine: pd.DataFrame, limits: tuple[float, float] | None) -> None:
+    """Our runs: mean and interval, a marker per dataset; with ``limits``, the y axis is set to them
+    and a whisker beyond them is cut at the edge, marked by an arrow and the whisker's end."""
+    if not len(mine):
+        return
+    colour = SERIES_STYLE["ours"][0]
+    low_end, high_end = (-np.inf, np.inf) if limits is None else limits
+    for row in mine.itertuples():
+        low, high = max(row.low, low_end), min(row.high, high_end)
+        ax.errorbar(
+            [row.x],
+            [row.estimate],
+            yerr=[[row.estimate - low], [high - row.estimate]],
+            fmt=dataset_marker(row.dataset),
+            color=colour,
+            capsize=3,
+        )
+        for end, edge, arrow, offset in ((row.high, high_end, "^", 4), (row.low, low_end, "v", -10)):
+            if (end > edge) if arrow == "^" else (end < edge):
+                ax.plot([row.x], [edge], marker=arrow, color=colour, markersize=7, clip_on=False)
+                ax.annotate(f"{end:+.0f}%", (row.x, edge), textcoords="offset points", xytext=(5, offset), fontsize=7)
+        ax.annotate(row.display, (row.x, high), textcoords="offset points", xytext=(3, 3), fontsize=7)
+    if limits is not None:
+        ax.set_ylim(*limits)
 
 
 def _year_axis(frames: Sequence[pd.DataFrame]) -> dict[float, int]:

@@ -9,7 +9,7 @@ import pandas as pd
 import seaborn as sns
 
 from dmlbench.analysis.labels import metric_label
-from dmlbench.analysis.plots.style import metric_panels, panel_titles, save_figure, t_errorbar, theme
+from dmlbench.analysis.plots.style import fit_x_labels, metric_panels, panel_titles, save_figure, t_errorbar, theme
 
 
 def metric_by_loss(
@@ -39,8 +39,8 @@ def metric_by_loss(
     )
     grid.set_axis_labels("", "test score (%)")
     panel_titles(grid, data)
-    for ax in grid.axes.flat:
-        ax.tick_params(axis="x", rotation=30)
+    fit_x_labels(grid.figure, grid.axes.flat)
+    grid.tight_layout()
     grid.figure.suptitle(
         f"Test retrieval by loss (oldest left): seed mean and {int(confidence * 100)}% t-interval", y=1.03
     )
@@ -74,7 +74,7 @@ def recall_by_loss(runs: pd.DataFrame, path: Path, order: Sequence[str], confide
     )
     grid.set_axis_labels("", "test Recall@K (%)")
     panel_titles(grid, data)
-    for ax in grid.axes.flat:
-        ax.tick_params(axis="x", rotation=35)
+    fit_x_labels(grid.figure, grid.axes.flat)
+    grid.tight_layout()
     grid.figure.suptitle("Recall@K by loss and embedding size (thesis Fig. 27/28 style)", y=1.03)
     return save_figure(grid.figure, path)

@@ -65,7 +65,8 @@ def bayesian_comparison(table: pd.DataFrame, path: Path, rope: str) -> Path:
 
 
 def win_rate_heatmap(rates: pd.DataFrame, order: Sequence[str], path: Path, confidence: float = 0.95) -> Path:
-    """How often the row loss beats the column loss, with the Wilson interval in each cell."""
+    """How often the row loss beats the column loss (a fraction in [0, 1], cells and colour bar
+    alike), with the Wilson interval in each cell."""
     theme()
     losses = [o for o in order if o in set(rates["loss"])]
     matrix = rates.pivot(index="loss", columns="opponent", values="rate").reindex(index=losses, columns=losses)
@@ -79,14 +80,14 @@ def win_rate_heatmap(rates: pd.DataFrame, order: Sequence[str], path: Path, conf
     sns.set_style("white")
     fig, ax = plt.subplots(figsize=(size + 1, size * 0.8))
     sns.heatmap(
-        100 * matrix.astype(float),
+        matrix.astype(float),  # fractions, as the cells and the win-rate table print them
         annot=labels.to_numpy(),
         fmt="",
         cmap="RdBu",
-        center=50,
-        vmin=0,
-        vmax=100,
-        cbar_kws={"label": "row beats column (% of blocks)"},
+        center=0.5,
+        vmin=0.0,
+        vmax=1.0,
+        cbar_kws={"label": "row beats column (fraction of blocks)"},
         annot_kws={"fontsize": 8},
         linewidths=0.5,
         ax=ax,

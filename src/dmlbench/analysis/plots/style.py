@@ -6,9 +6,10 @@ Scores are fractions in [0, 1], drawn in percent; losses arrive already renamed 
 
 from __future__ import annotations
 
+import textwrap
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -59,6 +60,43 @@ def interval_frame(
             }
         )
     return pd.DataFrame(rows)
+
+
+def wrap_label(text: str, width: int = 14) -> str:
+    """A loss name broken at spaces into lines of at most ``width`` characters (a longer word stays whole)."""
+    return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
+
+
+def labels_overlap(labels: Sequence[plt.Text], renderer, pad: float = 2.0) -> bool:
+    """Whether the window extents of any two visible, non-empty tick labels overlap (``pad`` pixels apart)."""
+    boxes = [t.get_window_extent(renderer) for t in labels if t.get_visible() and t.get_text()]
+    boxes = [b.padded(pad / 2) for b in boxes]
+    return any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+
+
+def fit_x_labels(fig: plt.Figure, axes: Iterable[plt.Axes], width: int = 14) -> None:
+    """Loss names on a categorical x axis that never overlap, whatever their number and length:
+    wrapped onto lines of ``width`` characters and set horizontally when they fit side by side at
+    the figure's size, else turned vertical on fewer, longer lines (a vertical label is as wide as
+    its lines are tall; the figure grows by the labels' height so a tight layout still fits them),
+    and as a last resort the figure is widened. Call it before the final ``tight_layout``."""
+    axes = list(axes)
+    names = {ax: [t.get_text() for t in ax.get_xticklabels()] for ax in axes}
+    renderer = fig.canvas.get_renderer()
+
+    def overlapping() -> bool:
+        return any(labels_overlap(ax.get_xticklabels(), renderer) for ax in axes)
+
+    for rotation, wrap in ((0, width), (90, 2 * width), (90, 10**6)):
+        for ax in axes:
+            ax.set_xticks(ax.get_xticks(), [wrap_label(n, wrap) for n in names[ax]], rotation=rotation, ha="center")
+        if not overlapping():
+            break
+    while overlapping() and fig.get_figwidth() < 60:
+        fig.set_figwidth(fig.get_figwidth() * 1.25)
+    if rotation:
+        tallest = max(t.get_window_extent(renderer).height for ax in axes for t in ax.get_xticklabels())
+        fig.set_figheight(fig.get_figheight() + tallest / fig.dpi)
 
 
 def save_figure(fig: plt.Figure, path: Path) -> Path:

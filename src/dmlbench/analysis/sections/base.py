@@ -12,6 +12,11 @@ from pathlib import Path
 from typing import Callable
 
 from dmlbench.analysis.numbers import Analysis
+from dmlbench.config import Params
+
+DEMO_PROTOCOL, DEMO_DATASET = "demo", "glyphs"
+# why a report has no wall-clock timings: they live outside DVC's outputs (reproducible hashes)
+NO_TIMINGS = "they are kept in `artifacts/runlog/` and MLflow, not in DVC's outputs, and some run logs are missing here"
 
 FIGURES = "figures"  # the figures' folder next to report.md
 
@@ -48,3 +53,18 @@ class Section:
     title: str  # the ``##`` heading
     short: str  # its name in the contents line
     write: Callable[[Analysis, Document], None]  # the section's body, below its heading
+
+
+def demo_note(params: Params) -> str | None:
+    """The demo's limits in one line, for the places its numbers appear (results, tournament, our
+    relative improvements); None unless the grid trains the demo protocol or the demo dataset."""
+    if params.protocol_name != DEMO_PROTOCOL and DEMO_DATASET not in params.datasets:
+        return None
+    protocol = params.protocol
+    start = "ImageNet weights" if protocol.pretrained else "scratch"
+    backbones = ", ".join(f"`{b}`" for b in params.backbones)
+    datasets = ", ".join(f"`{d}`" for d in params.datasets)
+    return (
+        f"Demo data ({datasets}; {backbones} from {start}, {protocol.epochs} epochs): these numbers rank the "
+        "losses on this data and protocol only; they say nothing about CUB200, Cars196, SOP or In-Shop."
+    )

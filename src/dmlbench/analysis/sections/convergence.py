@@ -2,57 +2,87 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 from dmlbench.analysis.labels import metric_header
-from dmlbench.analysis.numbers import Analysis, t_bounds
+from dmlbench.analysis.numbers import Analysis
 from dmlbench.analysis.plots import convergence as plots
-from dmlbench.analysis.sections.base import Document, Section
-from dmlbench.analysis.text import format_interval, markdown_table
+from dmlbench.analysis.sections.base import NO_TIMINGS, Document, Section
+from dmlbench.analysis.text import common_n, format_interval, format_number, markdown_table
+from dmlbench.evaluate.intervals import bounded_t_interval
+
+
+def selected_epochs(analysis: Analysis) -> pd.DataFrame:
+    """Per loss (display name, chronological) and dim: mean selected epoch, its t-interval inside
+    [1, epochs trained], n, min and max: the numbers of both the table and the figure's caption."""
+    selections = analysis.results.selections
+    trained = int(analysis.results.history["epoch"].max())  # a selected epoch lies in [1, epochs trained]
+    confidence = analysis.params.evaluate.confidence
+    rows = []
+    for name in analysis.order:
+        for dim in sorted(selections["dim"].unique()):
+            epochs = selections[(selections["loss"].map(analysis.names) == name) & (selections["dim"] == dim)]
+            epochs = epochs["selected_epoch"].to_numpy(dtype=float)
+            if not len(epochs):
+                continue
+            interval = bounded_t_interval(epochs, confidence, 1.0, float(trained))
+            rows.append(
+                {
+                    "loss": name,
+                    "dim": int(dim),
+                    "mean": interval.mean,
+                    "low": interval.low,
+                    "high": interval.high,
+                    "n": interval.n,
+                    "min": int(epochs.min()),
+                    "max": int(epochs.max()),
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 def write(analysis: Analysis, doc: Document) -> None:
     params, results = analysis.params, analysis.results
     confidence, metric = params.evaluate.confidence, params.protocol.selection_metric
     history = analysis.display(results.history)
+    epochs = selected_epochs(analysis)
     doc.figure(
         "convergence",
         lambda p: plots.convergence(history, metric, analysis.dim, p, analysis.order, confidence),
-        f"Validation {metric_header(metric)} per epoch (left) and against cumulative training seconds (right) at "
-        f"dim {analysis.dim}, seed means with t-interval bands: " + _convergence_sentence(analysis),
-    )
-    selected = results.selections.assign(loss=results.selections["loss"].map(analysis.names))
-    trained = int(results.history["epoch"].max())  # a selected epoch lies in [1, epochs trained]
-    rows = []
-    for name in analysis.order:
-        epochs = selected[selected["loss"] == name]["selected_epoch"]
-        rows.append(
-            [
-                name,
-                format_interval(epochs.mean(), *t_bounds(epochs, confidence, 1, trained), len(epochs), scale=1),
-                int(epochs.min()),
-                int(epochs.max()),
-            ]
+        (
+            f"Validation {metric_header(metric)} per epoch (left) and against cumulative training seconds (right) at "
+            if results.timings
+            else f"Validation {metric_header(metric)} per epoch (training timings unavailable: {NO_TIMINGS}) at "
         )
+        + f"dim {analysis.dim}, seed means with t-interval bands: "
+        + _convergence_sentence(analysis, epochs),
+    )
+    n = common_n(epochs["n"])
+    rows = [
+        [r.loss, r.dim, format_interval(r.mean, r.low, r.high, r.n, scale=1, show_n=r.n != n), r.min, r.max]
+        for r in epochs.itertuples()
+    ]
     doc.add(
-        f"Epoch selected on the validation classes ({params.protocol.epochs} epochs trained):",
+        f"Epoch selected on the validation classes ({params.protocol.epochs} epochs trained); mean over n = {n} "
+        "seeds [95% interval] unless a cell states its own n:",
         "",
-        markdown_table(["loss", "selected epoch", "min", "max"], rows),
+        markdown_table(["loss", "dim", "selected epoch", "min", "max"], rows),
         "",
     )
 
 
-def _convergence_sentence(analysis: Analysis) -> str:
-    selections = analysis.results.selections
-    selected = selections[selections["dim"] == analysis.dim].groupby("loss")["selected_epoch"].mean()
-    epochs = analysis.params.protocol.epochs
-    names = {analysis.names[loss]: epoch for loss, epoch in selected.items()}
-    text = "the epoch selected on validation averages " + ", ".join(
-        f"{name} {names[name]:.1f}" for name in analysis.order if name in names
+def _convergence_sentence(analysis: Analysis, epochs: pd.DataFrame) -> str:
+    """The figure's dim, quoting the table's rows for it with the table's rounding."""
+    shown = epochs[epochs["dim"] == analysis.dim]
+    last = analysis.params.protocol.epochs
+    text = f"the epoch selected on validation (table below, dim {analysis.dim}) averages " + ", ".join(
+        f"{r.loss} {format_number(r.mean, scale=1)}" for r in shown.itertuples()
     )
-    if (selected >= epochs).all():
+    if len(shown) and (shown["min"] >= last).all():
         return (
-            text + f" of {epochs}: every loss peaks at the last epoch, so longer training may still change the ranking."
+            text + f" of {last}: every loss peaks at the last epoch, so longer training may still change the ranking."
         )
-    return text + f" of {epochs}."
+    return text + f" of {last}."
 
 
 SECTION = Section("Convergence", "Convergence", write)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dmlbench.analysis.numbers import Analysis, t_bounds
 from dmlbench.analysis.plots import cost as plots
-from dmlbench.analysis.sections.base import Document, Section
-from dmlbench.analysis.text import format_interval, markdown_table
+from dmlbench.analysis.sections.base import NO_TIMINGS, Document, Section
+from dmlbench.analysis.text import common_n, format_interval, markdown_table
 
 
 def write(analysis: Analysis, doc: Document) -> None:
+    if not analysis.results.timings:
+        doc.note(f"Training timings are unavailable: {NO_TIMINGS} (e.g. outputs restored from a DVC cache).")
+        return
     costs = analysis.display(analysis.costs)
     confidence = analysis.params.evaluate.confidence
     doc.figure(
@@ -18,13 +21,19 @@ def write(analysis: Analysis, doc: Document) -> None:
         "min-max); evaluation time is not included.",
     )
     rows = []
+    n = common_n(costs.groupby("loss").size())
     for name in analysis.order:
         group = costs[costs["loss"] == name]
+        own_n = len(group) != n
         rows.append(
             [
                 name,
                 format_interval(
-                    group["train_seconds"].mean(), *t_bounds(group["train_seconds"], confidence), len(group), scale=1
+                    group["train_seconds"].mean(),
+                    *t_bounds(group["train_seconds"], confidence),
+                    len(group),
+                    scale=1,
+                    show_n=own_n,
                 ),
                 format_interval(
                     group["images_per_second"].mean(),
@@ -32,12 +41,13 @@ def write(analysis: Analysis, doc: Document) -> None:
                     len(group),
                     scale=1,
                     digits=0,
+                    show_n=own_n,
                 ),
             ]
         )
     doc.add(
         f"Training cost per run ({', '.join(sorted(set(costs['device'])))}; timings on a shared machine are "
-        "indicative only):",
+        f"indicative only); mean over n = {n} runs per loss [95% interval] unless a cell states its own n:",
         "",
         markdown_table(["loss", "training seconds per run", "images / s"], rows),
         "",

@@ -6,7 +6,7 @@ from dmlbench.analysis.labels import metric_header
 from dmlbench.analysis.numbers import Analysis, t_bounds
 from dmlbench.analysis.plots import feedback as plots
 from dmlbench.analysis.sections.base import Document, Section
-from dmlbench.analysis.text import format_interval, markdown_table
+from dmlbench.analysis.text import common_n, format_interval, markdown_table
 
 
 def write(analysis: Analysis, doc: Document) -> None:
@@ -33,24 +33,24 @@ def write(analysis: Analysis, doc: Document) -> None:
     )
     rows = []
     display = analysis.display(bias)
+    n = common_n(display.groupby("loss").size())
     for name in analysis.order:
         group = display[display["loss"] == name]
         if group.empty:
             continue
         rows.append(
-            [
-                name,
+            [name]
+            + [
                 format_interval(
-                    group["selected_value"].mean(), *t_bounds(group["selected_value"], confidence, 0, 1), len(group)
-                ),
-                format_interval(
-                    group["best_value"].mean(), *t_bounds(group["best_value"], confidence, 0, 1), len(group)
-                ),
-                format_interval(group["bias"].mean(), *t_bounds(group["bias"], confidence, 0, 1), len(group)),
+                    group[column].mean(), *t_bounds(group[column], confidence, 0, 1), len(group), show_n=len(group) != n
+                )
+                for column in ("selected_value", "best_value", "bias")
             ]
         )
     metric = metric_header(str(bias["metric"].iloc[0]))
     doc.add(
+        f"Per loss: mean over n = {n} runs (seeds x embedding sizes) [95% interval] unless a cell states its own n.",
+        "",
         markdown_table(["loss", f"test {metric} at selected epoch", f"best test {metric}", "gain (points)"], rows),
         "",
     )

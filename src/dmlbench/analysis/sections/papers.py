@@ -8,8 +8,8 @@ import pandas as pd
 from dmlbench.analysis import literature as lit
 from dmlbench.analysis.numbers import BASELINES, Analysis, dated
 from dmlbench.analysis.plots import papers as plots
-from dmlbench.analysis.sections.base import Document, Section
-from dmlbench.analysis.text import format_signed_interval, markdown_table
+from dmlbench.analysis.sections.base import Document, Section, demo_note
+from dmlbench.analysis.text import format_signed_interval, markdown_table, signed_percent
 
 
 def write(analysis: Analysis, doc: Document) -> None:
@@ -43,28 +43,34 @@ def write(analysis: Analysis, doc: Document) -> None:
             "",
         ]
     ours_rows = []
+    frames = [papers.ours[b] for b in BASELINES if len(papers.ours[b])]
+    pairs = [f"n={r.interval.n_a} vs {r.interval.n_b}" for frame in frames for r in frame.itertuples()]
+    shared = max(set(pairs), key=pairs.count) if pairs else ""
     for baseline in BASELINES:
         frame = papers.ours[baseline]
         for r in frame.itertuples():
             interval = r.interval
+            n = f"n={interval.n_a} vs {interval.n_b}"
             ours_rows.append(
                 [
                     r.display,
                     f"{r.dataset}/{r.backbone}/{analysis.dim}",
                     baseline,
-                    format_signed_interval(
-                        interval.estimate, interval.low, interval.high, f"n={interval.n_a} vs {interval.n_b}"
-                    ),
+                    format_signed_interval(interval.estimate, interval.low, interval.high, "" if n == shared else n),
                 ]
             )
     if ours_rows:
         lines += [
             f"Our runs: relative P@1 improvement over the baselines at dim {analysis.dim} (delta-method "
-            f"{int(analysis.params.evaluate.confidence * 100)}% t-interval):",
+            f"{int(analysis.params.evaluate.confidence * 100)}% t-interval; {shared.replace('n=', 'n = ')} seeds "
+            "unless a cell states its own n):",
             "",
             markdown_table(["loss", "cell", "over", "relative improvement"], ours_rows, "lllr"),
             "",
         ]
+        note = demo_note(analysis.params)
+        if note:
+            lines += [f"> {note}", ""]
     else:
         lines += [
             f"> Our relative improvements need contrastive or triplet in the grid; this grid has neither at dim "
@@ -159,8 +165,11 @@ def _papers_sentence(analysis: Analysis) -> str:
     if len(reference):
         text += f", re-runs measure {reference['improvement'].min():+.0f}% to {reference['improvement'].max():+.0f}%"
     ours = papers.ours["contrastive"]
-    if len(ours):
-        text += f", our runs {ours['estimate'].min():+.0f}% to {ours['estimate'].max():+.0f}%"
+    if len(ours):  # as the table of our runs prints them
+        text += (
+            f", our runs {signed_percent(min(i.estimate for i in ours['interval']))} to "
+            f"{signed_percent(max(i.estimate for i in ours['interval']))} (table above)"
+        )
     return (text or "no claims to compare") + "."
 
 

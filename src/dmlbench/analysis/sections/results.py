@@ -8,12 +8,14 @@ from typing import Iterable
 
 import pandas as pd
 
+from dmlbench.analysis import literature as lit
 from dmlbench.analysis.cross_validation import cross_validation_table
 from dmlbench.analysis.labels import metric_header
 from dmlbench.analysis.numbers import TOP1, Analysis
 from dmlbench.analysis.plots import results as plots
-from dmlbench.analysis.sections.base import Document, Section
-from dmlbench.analysis.text import format_bounds, format_interval, markdown_table
+from dmlbench.analysis.reproduction import REPRODUCED
+from dmlbench.analysis.sections.base import Document, Section, demo_note
+from dmlbench.analysis.text import common_n, format_bounds, format_interval, markdown_table
 
 
 def table_metrics(present: Iterable[str]) -> list[str]:
@@ -34,10 +36,9 @@ def write(analysis: Analysis, doc: Document) -> None:
     for (dataset, backbone), block in analysis.summary.groupby(["dataset", "backbone"], sort=False):
         metrics = table_metrics(block["metric"])
         doc.add(f"### `{dataset}` / `{backbone}`", "")
-        seeds = set(block["n"])
-        same_n = len(seeds) == 1  # n once, above the table, when every cell has it
-        if same_n:
-            doc.add(f"Every trained cell: mean over n = {seeds.pop()} seeds [95% interval].", "")
+        n = common_n(block["n"])  # stated once; a cell with another n (a missing seed) states its own
+        exceptions = "" if block["n"].nunique() == 1 else " unless the cell states its own n"
+        doc.add(f"Every trained cell: mean over n = {n} seeds [95% interval]{exceptions}.", "")
         rows = []
         cells = sorted(
             block.groupby(["loss", "dim"], sort=False),
@@ -49,32 +50,29 @@ def write(analysis: Analysis, doc: Document) -> None:
                 [analysis.names[loss], dim]
                 + [
                     format_interval(
-                        *by_metric.loc[m, ["mean", "low", "high"]], int(by_metric.loc[m, "n"]), show_n=not same_n
+                        *by_metric.loc[m, ["mean", "low", "high"]],
+                        int(by_metric.loc[m, "n"]),
+                        show_n=int(by_metric.loc[m, "n"]) != n,
                     )
                     for m in metrics
                 ]
             )
         baseline = _baseline_block(results.baselines, dataset, backbone)
         if baseline is not None:
-            by_metric = baseline.set_index("metric")
-            rows.append(
-                [f"*Pretrained* ({baseline['weights'].iloc[0]}, no training)", int(baseline["dim"].iloc[0])]
-                + [
-                    format_bounds(*by_metric.loc[m, ["mean", "low", "high"]], int(by_metric.loc[m, "n"]))
-                    if m in by_metric.index
-                    else "-"
-                    for m in metrics
-                ]
-            )
+            rows.append(_baseline_row(baseline, metrics))
         doc.add(markdown_table(["loss", "dim", *map(metric_header, metrics)], rows), "")
         if baseline is not None:
             doc.add(
                 f"*Pretrained*: the trunk's pooled features before any training (the thesis's \"Pretrained\" row), "
                 f"evaluated once, so its interval is a {int(confidence * 100)}% per-query bootstrap interval "
-                "with n = test queries, not a t-interval over seeds.",
+                "with n = test queries (in its row), not a t-interval over seeds.",
                 "",
             )
+    note = demo_note(params)
+    if note:
+        doc.note(note)
     doc.add(*_cross_validation_block(analysis))
+    doc.add(*reproduction_lines(analysis))
     runs = analysis.display(results.runs)
     primary = params.report.primary_metric
     main_metrics = list(dict.fromkeys([primary, "r_precision", TOP1]))
@@ -90,6 +88,79 @@ def write(analysis: Analysis, doc: Document) -> None:
         lambda p: plots.recall_by_loss(runs, p, analysis.order, confidence),
         "Recall@K per loss for every embedding size (thesis Fig. 27/28): " + _recall_sentence(analysis),
     )
+
+
+def _baseline_row(baseline: pd.DataFrame, metrics: list[str]) -> list:
+    """The untrained trunk's row: one bootstrap interval per metric; their n (test queries), when
+    shared, stated once in the row's label."""
+    by_metric = baseline.set_index("metric")
+    bounded = by_metric[by_metric["low"].notna()]
+    queries = common_n(bounded["n"]) if bounded["n"].nunique() == 1 else None
+    cells = []
+    for m in metrics:
+        if m not in by_metric.index:
+            cells.append("-")
+            continue
+        mean, low, high = by_metric.loc[m, ["mean", "low", "high"]]
+        if queries is not None and not math.isnan(low):
+            cells.append(format_interval(mean, low, high, queries, show_n=False))
+        else:
+            cells.append(format_bounds(mean, low, high, int(by_metric.loc[m, "n"])))
+    label = f"*Pretrained* ({baseline['weights'].iloc[0]}, no training" + (
+        f"; n = {queries} test queries)" if queries is not None else ")"
+    )
+    return [label, int(baseline["dim"].iloc[0]), *cells]
+
+
+def reproduction_lines(analysis: Analysis) -> list[str]:
+    """Per grid cell of a published setup: is the published number inside our 95% interval, and by
+    how much do we differ (points)? One line when the protocol follows no published setup."""
+    params, table = analysis.params, analysis.reproduction
+    lines = ["### Published numbers reproduced?", ""]
+    if params.protocol_name not in lit.PROTOCOL_SOURCES:
+        return lines + [
+            f"Protocol `{params.protocol_name}` follows no published setup: there is no published number to "
+            "reproduce for this grid.",
+            "",
+        ]
+    if table.empty:
+        return lines + [
+            f"Protocol `{params.protocol_name}` follows a published setup, but no published number matches a cell "
+            "of this grid (dataset, backbone, loss, embedding size and metric).",
+            "",
+        ]
+    n = common_n(table["n"])
+    rows = []
+    for r in table.itertuples():
+        own_n = int(r.n) != n
+        rows.append(
+            [
+                analysis.names.get(r.loss, r.loss),
+                f"{r.dataset}/{r.backbone}/{r.dim}",
+                metric_header(r.metric),
+                f"{r.published:.2f}{'?' if r.uncertain else ''} ({r.source})",
+                format_interval(r.mean, r.low, r.high, int(r.n), show_n=own_n),
+                "-"
+                if math.isnan(r.difference_low)
+                else f"{r.difference:+.1f} [{r.difference_low:+.1f}, {r.difference_high:+.1f}]",
+                r.verdict,
+            ]
+        )
+    counts = table["verdict"].value_counts()
+    return lines + [
+        f"Protocol `{params.protocol_name}` follows a published setup. A published number is reproduced when it lies "
+        f"inside our {int(params.evaluate.confidence * 100)}% interval (mean over n = {n} seeds unless a cell states "
+        "its own n); the difference is our mean minus the published number in points, with our interval shifted by "
+        "it (the published number taken as exact; `?` = not verified). "
+        f"{counts.get(REPRODUCED, 0)} of {len(table)} published numbers reproduced.",
+        "",
+        markdown_table(
+            ["loss", "cell", "metric", "published", "ours [95% CI]", "ours - published (points)", "verdict"],
+            rows,
+            "lllrrrl",
+        ),
+        "",
+    ]
 
 
 def _baseline_block(baselines: pd.DataFrame, dataset: str, backbone: str) -> pd.DataFrame | None:

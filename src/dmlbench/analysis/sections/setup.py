@@ -69,7 +69,7 @@ def write(analysis: Analysis, doc: Document) -> None:
         f"{protocol.optimizer.weight_decay:g}, schedule `{protocol.scheduler.name}`; losses with parameters get "
         "their own optimiser (at `param_lr`, else the lr x the protocol's or the loss's multiplier);",
         f"  - train transform RandomResizedCrop({protocol.augment.crop_size}, "
-        f"scale={list(protocol.augment.crop_scale)}){_flip_note(params)}; eval transform resize "
+        f"scale={list(protocol.augment.crop_scale)}){flip_note(params)}; eval transform resize "
         f"{protocol.augment.eval_resize} + centre crop {protocol.augment.crop_size};",
         f"  - pooling {protocol.pooling.upper()}, linear head, L2-normalised output; "
         f"{'frozen' if protocol.frozen_bn else 'trainable'} BatchNorm; "
@@ -150,13 +150,24 @@ def _cross_validation_note(results: Results) -> list[str]:
     ]
 
 
-def _flip_note(params: Params) -> str:
-    if not params.protocol.augment.hflip:
-        return ""
-    flipped = [name for name in params.datasets if DATASETS[name].hflip_invariant]
-    if not flipped:
-        return " (no horizontal flip: no dataset here is flip-invariant)"
-    return f" + horizontal flip ({', '.join(flipped)})"
+def flip_note(params: Params) -> str:
+    """The horizontal flip as training applies it: the protocol's ``augment.hflip`` (per dataset /
+    backbone through its overrides) and only on a flip-invariant dataset (``DatasetSpec.hflip_invariant``;
+    glyphs are not: a mirrored letter is another glyph), as ``train/loop.py`` resolves it."""
+    protocol: dict[str, bool] = {}
+    applied: dict[str, bool] = {}
+    for combo in params.combos():
+        on = params.protocol_for(combo).augment.hflip
+        protocol[combo.dataset] = protocol.get(combo.dataset, False) or on
+        applied[combo.dataset] = applied.get(combo.dataset, False) or (on and DATASETS[combo.dataset].hflip_invariant)
+    if not any(protocol.values()):
+        return " (protocol: no horizontal flip)"
+    if all(applied[d] == protocol[d] for d in protocol):
+        return f" + horizontal flip ({', '.join(d for d in protocol if applied[d])})"
+    parts = [f"on for {d}" for d in applied if applied[d]]
+    parts += [f"off for {d} (not flip-invariant)" for d in applied if protocol[d] and not applied[d]]
+    parts += [f"off for {d} (protocol)" for d in applied if not protocol[d]]
+    return f" (horizontal flip - protocol: hflip on; applied: {', '.join(parts)})"
 
 
 SECTION = Section("Setup", "Setup", write)

@@ -8,10 +8,10 @@ import pandas as pd
 
 from dmlbench.analysis.labels import metric_header
 from dmlbench.analysis.numbers import Analysis, Tests
-from dmlbench.analysis.sections.base import Document, Section
+from dmlbench.analysis.sections.base import NO_TIMINGS, Document, Section, demo_note
 from dmlbench.analysis.sections.papers import ours_label
 from dmlbench.analysis.sections.statistical_tests import bayes_summary, nemenyi_sentence
-from dmlbench.analysis.text import format_interval, p_value
+from dmlbench.analysis.text import format_interval, p_value, signed_percent
 from dmlbench.evaluate.intervals import bounded_t_interval
 
 
@@ -62,11 +62,32 @@ def demo_caveat(analysis: Analysis) -> list[str]:
         )
     last = int((selections["selected_epoch"] >= protocol.epochs).sum())
     if last:
+        gains = last_epoch_gains(analysis)
+        size = (
+            f"; their last epoch added a median {100 * gains.median():.1f} points of validation "
+            f"{metric_header(protocol.selection_metric)} (largest {100 * gains.max():.1f})"
+            if len(gains)
+            else ""
+        )
         lines.append(
             f"- **Still improving:** {last} of {len(selections)} models picked their last epoch "
-            f"({protocol.epochs}) on the validation classes, so longer training may change the ranking."
+            f"({protocol.epochs}) on the validation classes{size}, so longer training may change the ranking."
         )
     return lines
+
+
+def last_epoch_gains(analysis: Analysis) -> pd.Series:
+    """Per run that picked its last epoch: validation selection metric at the last epoch minus the one before."""
+    history, metric = analysis.results.history, f"val/{analysis.params.protocol.selection_metric}"
+    if metric not in history or history.empty:
+        return pd.Series(dtype=float)
+    keys = ["dataset", "backbone", "loss", "dim", "seed", "fold"]
+    gains = []
+    for _, run in history.dropna(subset=[metric]).groupby(keys, dropna=False):
+        scores = run.sort_values("epoch")[metric].to_numpy()
+        if len(scores) > 1 and scores[-1] >= scores.max():
+            gains.append(scores[-1] - scores[-2])
+    return pd.Series(gains, dtype=float)
 
 
 def write(analysis: Analysis, doc: Document) -> None:
@@ -99,7 +120,15 @@ def write(analysis: Analysis, doc: Document) -> None:
             f"{papers.reference['contrastive']['improvement'].median():+.1f}%"
         )
         if len(ours):
-            line += f"; {ours_label(analysis)} give {ours['estimate'].min():+.1f}% to {ours['estimate'].max():+.1f}%"
+            line += (
+                f"; {ours_label(analysis)} give {signed_percent(min(i.estimate for i in ours['interval']))} to "
+                f"{signed_percent(max(i.estimate for i in ours['interval']))}"
+            )
+            if demo_note(params) is not None:
+                line += (
+                    " (demo data and protocol: not comparable with the papers' numbers, and not evidence that "
+                    "newer losses are worse)"
+                )
         lines.append(line + ".")
     if len(analysis.bias):
         interval = bounded_t_interval(analysis.bias["bias"].to_numpy(), params.evaluate.confidence, 0.0, 1.0)
@@ -109,11 +138,14 @@ def write(analysis: Analysis, doc: Document) -> None:
             f"{metric_header(str(analysis.bias['metric'].iloc[0]))}."
         )
     costs = analysis.costs
-    lines += [
-        f"- **Compute:** {costs['train_seconds'].sum() / 60:.1f} training minutes for {len(costs)} runs "
-        f"({', '.join(sorted(set(costs['device'])))}).",
-        "",
-    ]
+    devices = ", ".join(sorted(set(costs["device"])))
+    if analysis.results.timings:
+        lines.append(
+            f"- **Compute:** {costs['train_seconds'].sum() / 60:.1f} training minutes for {len(costs)} runs ({devices})."
+        )
+    else:
+        lines.append(f"- **Compute:** {len(costs)} runs ({devices}); training timings unavailable: {NO_TIMINGS}.")
+    lines.append("")
     doc.add(*lines)
 
 

@@ -6,7 +6,7 @@ import math
 
 from dmlbench.analysis.labels import metric_header
 from dmlbench.analysis.numbers import Analysis
-from dmlbench.analysis.sections.base import Document, Section
+from dmlbench.analysis.sections.base import Document, Section, demo_note
 from dmlbench.analysis.text import format_interval, markdown_table
 
 
@@ -21,7 +21,9 @@ def write(analysis: Analysis, doc: Document) -> None:
             [
                 analysis.names[r.loss],
                 f"{r.total_rank:g}",
-                format_interval(interval.mean, interval.low, interval.high, interval.n, scale=1, digits=2),
+                format_interval(
+                    interval.mean, interval.low, interval.high, interval.n, scale=1, digits=2, show_n=False
+                ),
                 "-" if math.isnan(r.std_rank) else f"{r.std_rank:.2f}",
                 r.experiments,
             ]
@@ -32,11 +34,14 @@ def write(analysis: Analysis, doc: Document) -> None:
         "experiments, as in the thesis's Table 11 (which ranked by R@1 over 12 CUB200 experiments; "
         "`tests/test_tournament.py` reproduces that table from its numbers). The standard deviation is the "
         f"thesis's (sample, ddof = 1); the mean rank carries its {int(confidence * 100)}% t-interval over "
-        "experiments.",
+        "its n = experiments (last column).",
         "",
-        markdown_table(["loss", "total rank", "mean rank", "std of rank", "experiments"], rows),
+        markdown_table(["loss", "total rank", "mean rank [95% CI]", "std of rank", "experiments (n)"], rows),
         "",
     )
+    note = demo_note(params)
+    if note:
+        doc.note(note)
 
 
 SECTION = Section("Tournament of losses", "Tournament", write)

@@ -1,0 +1,101 @@
+"""Machine-readable outputs of the report stage, for other tools and for DVC.
+
+* ``reports/results.csv``: one row per training run and metric (``level = run``) and one per grid cell
+  and metric (``level = cell``: mean over seeds, its 95% interval, n), each with the dmlbench version,
+  the git commit of the report and the code fingerprint the run was trained with.
+* ``reports/metrics/<name>.json`` = ``{loss: value}``: the headline that ``dvc metrics show`` prints
+  as a short table (a row per file, a column per loss; ``dvc exp show`` shows the same columns per
+  experiment): ``map_at_r`` and ``precision_at_1`` (percent, the mean over the grid's cells of each
+  cell's seed mean) and ``mean_rank`` (the tournament's).
+
+Code versions: each run records the fingerprint of the package that trained it (``run.json`` ->
+``code``). :func:`code_versions` lists them, so the report can say when one report holds runs of
+more than one code version instead of mixing them silently.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from dmlbench import __version__, paths
+from dmlbench.analysis.numbers import TOP1, Analysis
+from dmlbench.config import Params
+from dmlbench.evaluate.intervals import interval_method
+from dmlbench.evaluate.metrics import metric_range
+from dmlbench.io import atomic_dir, atomic_path, read_json, write_json
+
+RESULTS = "results.csv"
+HEADLINE = "metrics"
+HEADLINE_METRICS = ("map_at_r", TOP1)
+HEADLINE_FILES = (*HEADLINE_METRICS, "mean_rank")  # reports/metrics/<name>.json, listed in dvc.yaml
+CELL = ["dataset", "backbone", "loss", "dim"]
+
+
+def run_codes(params: Params) -> pd.DataFrame:
+    """dataset, backbone, loss, dim, seed, code: the code fingerprint each run was trained with
+    ("unknown" when its ``run.json`` has none)."""
+    rows = []
+    for run in params.runs():
+        fold = paths.folds_in(paths.model_dir(run))[0]
+        info_file = paths.model_dir(run, fold) / "run.json"
+        code = read_json(info_file).get("code", "unknown") if info_file.exists() else "unknown"
+        rows.append({**dict(zip(CELL, (run.dataset, run.backbone, run.loss, run.dim))), "seed": run.seed, "code": code})
+    return pd.DataFrame(rows, columns=[*CELL, "seed", "code"])
+
+
+def code_versions(codes: pd.DataFrame) -> dict[str, int]:
+    """Runs per code fingerprint, most frequent first."""
+    return {str(k): int(v) for k, v in codes["code"].value_counts().items()}
+
+
+def interval_kinds(runs: pd.DataFrame) -> pd.DataFrame:
+    """dataset, backbone, loss, dim, metric, interval: how each cell's interval over seeds was built
+    (:func:`~dmlbench.evaluate.intervals.interval_method` inside the metric's range)."""
+    rows = [
+        {
+            **dict(zip([*CELL, "metric"], key, strict=True)),
+            "interval": interval_method(group["value"], *metric_range(key[-1])),
+        }
+        for key, group in runs.groupby([*CELL, "metric"], sort=False)
+    ]
+    return pd.DataFrame(rows, columns=[*CELL, "metric", "interval"])
+
+
+def results_frame(analysis: Analysis, codes: pd.DataFrame, commit: str) -> pd.DataFrame:
+    """The rows of ``results.csv`` (metrics as fractions, as the evaluate stage writes them)."""
+    runs = analysis.results.runs.merge(codes, on=[*CELL, "seed"], how="left")
+    runs = runs.assign(level="run", low=math.nan, high=math.nan, n=1, interval="none")
+    cells = analysis.summary.rename(columns={"mean": "value"}).assign(level="cell", seed=pd.NA)
+    cells = cells.merge(interval_kinds(analysis.results.runs), on=[*CELL, "metric"], how="left")
+    per_cell = codes.groupby(CELL)["code"].agg(lambda c: "+".join(sorted(set(c)))).reset_index()
+    cells = cells.merge(per_cell, on=CELL, how="left")
+    frame = pd.concat([runs, cells], ignore_index=True)
+    frame = frame.assign(dmlbench_version=__version__, git_commit=commit)
+    columns = ["level", *CELL, "seed", "metric", "value", "low", "high", "n", "interval", "code"]
+    return frame[columns + ["dmlbench_version", "git_commit"]]
+
+
+def headline(analysis: Analysis) -> dict[str, dict[str, float]]:
+    """``{name: {loss: value}}`` for each name of :data:`HEADLINE_FILES`: the metrics in percent (mean over
+    the grid's cells of each cell's seed mean) and the tournament's mean rank."""
+    summary = analysis.summary
+    table: dict[str, dict[str, float]] = {}
+    for metric in HEADLINE_METRICS:
+        rows = summary[summary["metric"] == metric]
+        means = rows.groupby("loss", sort=False)["mean"].mean()
+        table[metric] = {loss: round(100 * float(means[loss]), 2) for loss in analysis.params.losses if loss in means}
+    ranks = analysis.ranking.set_index("loss")["mean_rank"]
+    table["mean_rank"] = {loss: round(float(ranks[loss]), 2) for loss in analysis.params.losses if loss in ranks}
+    return table
+
+
+def write_exports(analysis: Analysis, codes: pd.DataFrame, commit: str, report_dir: Path) -> None:
+    """Write ``results.csv`` and ``metrics/<name>.json`` under ``report_dir`` (each replaced atomically)."""
+    with atomic_path(report_dir / RESULTS, suffix=".csv") as tmp:
+        results_frame(analysis, codes, commit).to_csv(tmp, index=False)
+    with atomic_dir(report_dir / HEADLINE) as tmp:
+        for name, entry in headline(analysis).items():
+            write_json(tmp / f"{name}.json", entry)

@@ -1,0 +1,138 @@
+"""Published benchmark setups as presets: ``presets/<name>.yaml`` beside ``params.yaml``.
+
+A preset names a whole grid: ``datasets``, ``backbones``, ``losses``, ``dims``, ``seeds`` and
+``protocol`` (required; they replace params.yaml's), and may add ``evaluate``, ``report`` and
+``tracking`` keys (merged key by key over params.yaml's), plus a one-line ``description``. It
+cannot define ``protocols``: it names one of params.yaml's (``protocol: thesis``), so a
+published recipe is written once. The composed mapping is validated by the same
+:func:`dmlbench.config.parse_params` as params.yaml, and ``tracking.experiment`` defaults to
+the preset's name, so its MLflow runs are an experiment of their own.
+
+``python -m dmlbench.pipeline --preset <name>`` (``make repro PRESET=<name>``) runs it in a
+workspace of its own (:mod:`dmlbench.workspace`); the committed params.yaml stays the demo.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dmlbench.config import Params, parse_params
+from dmlbench.errors import ConfigError
+from dmlbench.messages import join_names
+from dmlbench.protocol import deep_merge
+
+PRESETS_DIR = "presets"  # beside params.yaml
+GRID_SECTIONS = ("datasets", "backbones", "losses", "dims", "seeds", "protocol")  # required, replace params.yaml's
+SETTINGS_SECTIONS = ("evaluate", "report", "tracking")  # optional, merged over params.yaml's
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A validated preset: its file, the composed params mapping (what the workspace's
+    params.yaml holds) and the validated :class:`Params`."""
+
+    name: str
+    path: Path
+    description: str
+    raw: dict[str, Any]
+    params: Params
+
+
+def presets_dir(params_file: str | Path) -> Path:
+    """``presets/`` beside ``params_file``."""
+    return Path(params_file).parent / PRESETS_DIR
+
+
+def available(directory: str | Path) -> list[str]:
+    """The preset names in ``directory`` (its ``*.yaml`` files), sorted."""
+    return sorted(p.stem for p in Path(directory).glob("*.yaml") if NAME_PATTERN.match(p.stem))
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+
+
+def compose(name: str, preset: Any, base: Any, source: str) -> dict[str, Any]:
+    """params.yaml (``base``) with the preset's sections: grid sections replaced, settings merged."""
+    if not isinstance(preset, dict):
+        raise ConfigError(f"{source}: expected a mapping of params.yaml sections, got {type(preset).__name__}")
+    if not isinstance(base, dict):
+        raise ConfigError(f"{source}: the params.yaml it builds on is not a mapping of sections")
+    allowed = ("description", *GRID_SECTIONS, *SETTINGS_SECTIONS)
+    if "protocols" in preset:
+        raise ConfigError(
+            f"{source}: protocols: a preset names one of params.yaml's protocols (protocol: <name>) and cannot "
+            f"define its own; valid protocols: {join_names(base.get('protocols') or {})}"
+        )
+    unknown = [key for key in preset if key not in allowed]
+    if unknown:
+        raise ConfigError(f"{source}: {unknown[0]}: not a preset section; allowed: {join_names(allowed)}")
+    missing = [key for key in GRID_SECTIONS if key not in preset]
+    if missing:
+        raise ConfigError(
+            f"{source}: {missing[0]}: required key is missing (a preset names its whole grid: "
+            f"{', '.join(GRID_SECTIONS)})"
+        )
+    raw = {key: value for key, value in base.items()}
+    raw.update({key: preset[key] for key in GRID_SECTIONS})
+    raw["tracking"] = deep_merge(dict(base.get("tracking") or {}), {"experiment": name})
+    for key in SETTINGS_SECTIONS:
+        if key in preset:
+            if not isinstance(preset[key], dict):
+                raise ConfigError(f"{source}: {key}: expected a mapping, got {type(preset[key]).__name__}")
+            raw[key] = deep_merge(dict(raw.get(key) or {}), preset[key])
+    return raw
+
+
+def load_preset(name: str, params_file: str | Path = "params.yaml") -> Preset:
+    """Read ``presets/<name>.yaml`` over ``params_file`` and validate the result like params.yaml.
+
+    An unknown name fails in one line that lists the presets; a bad preset in one line naming
+    the file and the key (:func:`dmlbench.config.parse_params`)."""
+    directory = presets_dir(params_file)
+    names = available(directory)
+    if name not in names:
+        listed = join_names(names) if names else f"none (no *.yaml in {directory}/)"
+        raise ConfigError(f"preset {name!r} is unknown; available presets: {listed}")
+    path = directory / f"{name}.yaml"
+    preset = _read_yaml(path)
+    try:
+        base = _read_yaml(Path(params_file))
+    except FileNotFoundError:
+        raise ConfigError(f"{params_file}: file not found (run from the repository root)") from None
+    raw = compose(name, preset, base, str(path))
+    description = str(preset.get("description") or "")
+    return Preset(name, path, description, raw, parse_params(raw, source=str(path)))
+
+
+def listing(params_file: str | Path = "params.yaml") -> str:
+    """One line per preset: its name and description (``--list-presets``)."""
+    directory = presets_dir(params_file)
+    lines = []
+    for name in available(directory):
+        preset = _read_yaml(directory / f"{name}.yaml")
+        description = preset.get("description", "") if isinstance(preset, dict) else ""
+        lines.append(f"{name:16s} {description}")
+    return "\n".join(lines) if lines else f"no presets in {directory}/"
+
+
+def params_text(preset: Preset) -> str:
+    """The workspace's params.yaml: the composed mapping, with a header saying where it comes from."""
+    header = (
+        f"# Written by `python -m dmlbench.pipeline --preset {preset.name}` from {PRESETS_DIR}/{preset.name}.yaml\n"
+        "# over the main checkout's params.yaml (its protocols, evaluate and report settings).\n"
+        "# Edit those files, not this one: the next run of the preset rewrites it.\n"
+    )
+    raw = {key: value for key, value in preset.raw.items()}
+    return header + yaml.safe_dump(raw, sort_keys=False)

@@ -1,0 +1,72 @@
+"""One MLflow run per grid cell (dataset, backbone, loss, dim): the parent of its seeds' runs.
+
+The cell's run is created (or found) by the first of its seeds' trainings, under the store's
+file lock so that parallel ``train`` stages of one cell make one run, and holds the cell's
+params (the resolved config without the seed). The evaluate stage fills the same run with the
+seed-mean test metrics, the cell's metrics file and a learning-curve figure
+(:mod:`dmlbench.tracking.summary`); it is tagged ``kind=summary`` (training runs have
+``kind=train``). Identity: tag ``combo_key`` (``glyphs-tiny_cnn-contrastive-32``) +
+``cell_hash`` (hash of the cell's params: new hyperparameters are a new cell run, and the
+earlier one is tagged ``superseded_by`` and moved to MLflow's trash, as training runs are).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from dmlbench.config import config_hash, flatten
+from dmlbench.grid import Combo
+from dmlbench.tracking.runs import find_runs
+from dmlbench.tracking.store import ensure_experiment, store_lock
+
+KIND = "summary"
+
+
+def cell_config(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's resolved config without its seed: the same for every seed of the cell."""
+    return {key: value for key, value in resolved.items() if key != "seed"}
+
+
+def cell_run_name(loss: str, dim: int | str, prefix: str = "") -> str:
+    """``contrastive d32 (cell)``; ``prefix`` (e.g. ``"cub200 resnet50 "``) where the grid has
+    more than one dataset or backbone."""
+    return f"{prefix}{loss} d{dim} (cell)"
+
+
+def cell_tags(combo: Combo) -> dict[str, str]:
+    return {"dataset": combo.dataset, "backbone": combo.backbone, "loss": combo.loss, "dim": str(combo.dim)}
+
+
+def ensure_cell_run(
+    mlflow_client: Any,
+    experiment: str,
+    key: str,
+    tags: Mapping[str, str],
+    name: str,
+    params: Mapping[str, Any] | None = None,
+) -> str:
+    """The active cell run of ``key`` (``combo_key``), created if missing; return its id.
+
+    With ``params`` (a training starting): the run whose ``cell_hash`` matches them; a new one
+    (with these params) replaces runs of other params. Without (the evaluate stage, which reads
+    no hyperparameters): the newest active run of the cell, or a new run without params.
+    """
+    from mlflow.entities import Param
+
+    experiment_id = ensure_experiment(experiment, mlflow_client)
+    digest = config_hash(params) if params is not None else None
+    with store_lock():  # find-or-create must not race with a parallel train stage of the cell
+        existing = find_runs(mlflow_client, experiment_id, {"kind": KIND, "combo_key": key})
+        for run in existing:
+            if digest is None or run.data.tags.get("cell_hash") == digest:
+                return run.info.run_id
+        run_tags = {"kind": KIND, "combo_key": key, **tags}
+        if digest is not None:
+            run_tags["cell_hash"] = digest
+        run_id = mlflow_client.create_run(experiment_id, run_name=name, tags=run_tags).info.run_id
+        if params is not None:
+            mlflow_client.log_batch(run_id, params=[Param(k, str(v)) for k, v in flatten(params).items()])
+        for old in existing:
+            mlflow_client.set_tag(old.info.run_id, "superseded_by", run_id)
+            mlflow_client.delete_run(old.info.run_id)
+    return run_id

@@ -1,0 +1,134 @@
+"""A workspace of its own for a preset: ``artifacts/presets/<name>/``, a git worktree of the main
+checkout.
+
+DVC reads only ``params.yaml`` and keeps one ``dvc.lock`` per workspace, so a preset cannot run
+in the main checkout without rewriting the demo's params.yaml and dvc.lock. Instead each preset
+gets a detached ``git worktree`` of the main checkout's HEAD under ``artifacts/presets/``
+(ignored by git; DVC treats a directory with its own ``.git`` and ``.dvc`` as a sub-repository
+and leaves it out of the main pipeline), with
+
+* its own ``params.yaml`` (the preset over params.yaml) and its own ``dvc.lock``, report,
+  ``artifacts/`` and stage logs;
+* the main checkout's DVC cache (``.dvc/config.local``: ``cache.dir``), so outputs are stored
+  once and a stage another workspace already ran is restored from DVC's run cache;
+* ``data/`` a link to the main checkout's drop-box, so dataset archives are never copied or
+  downloaded twice.
+
+The workspace runs the committed code of HEAD (the worktree's ``src/`` first on
+``PYTHONPATH``, so the code DVC hashes is the code that runs). Re-running a preset re-uses its
+workspace; when HEAD moved, the worktree follows it and keeps its ``dvc.lock``, so only stale
+stages run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from dmlbench.errors import ConfigError
+from dmlbench.io import atomic_path
+
+WORKSPACES = Path("artifacts") / "presets"
+CODE_PATHS = ("src", "stages", "dvc.yaml")  # what a preset workspace runs: HEAD's version of these
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Where a preset runs and where its results land (absolute paths)."""
+
+    name: str
+    root: Path  # the worktree
+    commit: str  # the main checkout's HEAD it runs
+
+    @property
+    def report(self) -> Path:
+        return self.root / "reports" / "report.md"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "artifacts" / "logs"
+
+
+def _git(args: list[str], cwd: Path) -> str:
+    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        message = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ConfigError(f"git {' '.join(args)} failed in {cwd}: {message}")
+    return result.stdout.strip()
+
+
+def workspace_dir(main: Path, name: str) -> Path:
+    return Path(main).resolve() / WORKSPACES / name
+
+
+def uncommitted_code(main: Path) -> list[str]:
+    """Tracked files of the code a preset runs that differ from HEAD in the main checkout."""
+    out = _git(["status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS], Path(main))
+    return [line[3:] for line in out.splitlines() if line.strip()]
+
+
+def dvc_cache_dir(main: Path) -> Path:
+    """The main checkout's DVC cache directory (``cache.dir`` if configured, else ``.dvc/cache``)."""
+    from dvc.repo import Repo
+
+    with Repo(str(main)) as repo:
+        return Path(repo.cache.local_cache_dir).resolve()
+
+
+def _write(path: Path, text: str) -> None:
+    if path.is_file() and path.read_text() == text:
+        return
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def _link_dropbox(main: Path, root: Path) -> None:
+    """``<workspace>/data`` -> the main checkout's ``data/`` (created if absent)."""
+    target = main / "data"
+    target.mkdir(exist_ok=True)
+    link = root / "data"
+    if link.is_symlink() and Path(os.readlink(link)) == target:
+        return
+    if link.is_symlink() or link.is_file():
+        link.unlink()
+    elif link.exists():
+        raise ConfigError(f"{link}: a directory, not a link to {target}; move its files to {target}/ and remove it")
+    link.symlink_to(target, target_is_directory=True)
+
+
+def prepare_workspace(main: Path, name: str, params_yaml: str) -> Workspace:
+    """Create (or bring to HEAD) the preset's worktree, share the DVC cache and the drop-box, and
+    write its ``params.yaml`` (via a temporary file). Cheap: no stage runs here."""
+    main = Path(main).resolve()
+    commit = _git(["rev-parse", "HEAD"], main)
+    root = workspace_dir(main, name)
+    if not (root / ".git").exists():
+        if root.exists() and any(root.iterdir()):
+            raise ConfigError(f"{root}: exists but is not a preset workspace (no .git); remove it and re-run")
+        _git(["worktree", "prune"], main)  # forget a workspace that was deleted by hand
+        _git(["worktree", "add", "--quiet", "--detach", str(root), commit], main)
+        (root / "dvc.lock").unlink(missing_ok=True)  # the demo's: the preset's stages start unrecorded
+    elif _git(["rev-parse", "HEAD"], root) != commit:
+        lock = root / "dvc.lock"
+        kept = lock.read_bytes() if lock.exists() else None
+        _git(["checkout", "--quiet", "--force", "--detach", commit], root)
+        if kept is None:
+            lock.unlink(missing_ok=True)
+        else:
+            lock.write_bytes(kept)
+    _write(root / ".dvc" / "config.local", f"[cache]\n    dir = {dvc_cache_dir(main)}\n")
+    _link_dropbox(main, root)
+    _write(root / "params.yaml", params_yaml)
+    return Workspace(name, root, commit)
+
+
+def environment(workspace: Workspace, main: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a preset run: the worktree's code first on ``PYTHONPATH``, MLflow in the
+    main checkout's store unless ``MLFLOW_TRACKING_URI`` says otherwise."""
+    env = dict(os.environ if base is None else base)
+    env.pop("DVC_ROOT", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(workspace.root / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{Path(main).resolve() / 'mlflow.db'}")
+    return env

@@ -1,0 +1,221 @@
+"""What the rendered report promises its reader: n stated once where it is constant, intervals
+inside their range, captions quoting their tables' numbers, the flip as training applies it, the
+demo's limits where its numbers are, and published numbers checked against our intervals."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+from report_fakes import fake_outputs
+
+from dmlbench.analysis import literature as lit
+from dmlbench.analysis.report import report_stage
+from dmlbench.analysis.reproduction import HIGHER, LOWER, REPRODUCED, UNDECIDED, reproduction_table, verdict
+from dmlbench.analysis.sections.base import demo_note
+from dmlbench.analysis.sections.setup import flip_note
+from dmlbench.analysis.text import common_n, format_interval, format_signed_interval, signed_percent
+
+
+def _section(text: str, heading: str) -> str:
+    return text.split(heading + "\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _tables(text: str) -> list[list[list[str]]]:
+    """Every markdown table of ``text`` as rows of cells (header and rule left out)."""
+    tables, rows = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("| "):
+            rows.append([c.strip() for c in line.split("|")[1:-1]])
+        elif rows:
+            tables.append(rows[2:])
+            rows = []
+    return tables
+
+
+@pytest.fixture
+def report(in_project, small_params, prepared_glyphs, mlflow_store) -> str:
+    fake_outputs(small_params, prepared_glyphs)
+    return report_stage(small_params, log_to_mlflow=False).read_text()
+
+
+def test_rendered_report_keeps_its_promises(report, small_params):
+    text = report
+    # n once per table: no column repeats the same "(n=...)" in every one of its cells
+    for table in _tables(text):
+        for column in zip(*table, strict=True):
+            ns = [re.search(r"\(n=[^)]*\)", c) for c in column]
+            assert len(column) < 2 or not all(ns) or len({m.group(0) for m in ns}) > 1, column
+    # every score interval lies inside [0, 100] and contains its mean
+    for mean, low, high in re.findall(r"(?<![+\-\d.])(\d+\.\d) \[(-?\d+\.\d), (-?\d+\.\d)\]", text):
+        assert 0 <= float(low) <= float(mean) <= float(high) <= 100, (mean, low, high)
+    # Figure captions quote their tables' numbers, rounded the same way
+    convergence = _section(text, "## Convergence")
+    caption = re.search(r"averages (.+?) of \d+", convergence).group(1)
+    table = {(r[0], r[1]): r[2] for r in _tables(convergence)[0]}
+    quoted = re.findall(r"(\S[^,]*?) (\d+\.\d)(?:,|$)", caption)
+    assert len(quoted) == len(small_params.losses)
+    for name, value in quoted:
+        assert table[(name, str(max(small_params.dims)))].startswith(value + " ["), (name, value)
+    papers = _section(text, "## Papers versus reality")
+    ours = re.search(r"our runs ([+-]\d+\.\d%) to ([+-]\d+\.\d%) \(table above\)", papers)
+    over_contrastive = [r[3].split(" [")[0] for r in _tables(papers)[-1] if r[2] == "contrastive"]
+    assert ours and {ours.group(1), ours.group(2)} == {
+        min(over_contrastive, key=float_pct),
+        max(over_contrastive, key=float_pct),
+    }
+    # a one-backbone grid has no backbone figure, and says why
+    size = _section(text, "## Embedding size and backbone")
+    assert "backbones.png" not in text and "> No backbone figure (thesis Fig. 31): the grid has one backbone" in size
+    # the demo's limits under the results and the tournament, and nothing published to reproduce
+    results = _section(text, "## Results on the test classes")
+    note = "> Demo data (`glyphs`; `tiny_cnn` from scratch, 2 epochs): these numbers rank the losses on this data"
+    assert note.replace("2 epochs", f"{small_params.protocol.epochs} epochs") in results
+    assert "> Demo data (`glyphs`" in _section(text, "## Tournament of losses")
+    assert "Protocol `demo` follows no published setup: there is no published number to reproduce" in results
+    # the flip as training applies it (glyphs are not flip-invariant)
+    setup = _section(text, "## Setup")
+    assert "(horizontal flip - protocol: hflip on; applied: off for glyphs (not flip-invariant))" in setup
+
+
+def float_pct(cell: str) -> float:
+    return float(cell.rstrip("%"))
+
+
+def test_common_n_and_formats_state_n_once():
+    assert common_n([3, 3, 2, 3]) == 3 and common_n([]) is None
+    assert format_interval(0.5, 0.4, 0.6, 3, show_n=False) == "50.0 [40.0, 60.0]"
+    assert format_interval(0.5, float("nan"), float("nan"), 1, show_n=False) == "50.0 (n=1, no interval)"
+    assert format_signed_interval(0.123, 0.04, 0.211, "") == "+12.3% [+4.0, +21.1]"
+    assert format_signed_interval(0.123, float("nan"), float("nan"), "n=1 vs 3") == "+12.3% (n=1 vs 3, no interval)"
+    assert signed_percent(-0.0149) == "-1.5%"
+
+
+def test_flip_note_follows_the_protocol_and_the_dataset(small_raw_params):
+    import copy
+
+    from dmlbench.config import parse_params
+
+    raw = copy.deepcopy(small_raw_params)
+    assert flip_note(parse_params(raw)).endswith("applied: off for glyphs (not flip-invariant))")
+    raw["protocols"][raw["protocol"]]["augment"]["hflip"] = False
+    assert flip_note(parse_params(raw)) == " (protocol: no horizontal flip)"
+
+
+def test_demo_note_only_for_the_demo(small_params):
+    assert demo_note(small_params).startswith("Demo data (`glyphs`")
+    published = SimpleNamespace(protocol_name="thesis", datasets={"cub200": None})
+    assert demo_note(published) is None
+
+
+def test_published_numbers_are_classified_against_our_interval():
+    """A thesis grid: the thesis's Table-5 number for contrastive on CUB200 (BN-Inception, 512-d)
+    lies inside one constructed interval and above another."""
+    published = lit.published_for(lit.load_literature(), "thesis")
+    row = published[
+        (published["loss"] == "contrastive")
+        & (published["dataset"] == "cub200")
+        & (published["backbone"] == "bn_inception")
+        & (published["dim"] == 512)
+    ]
+    assert len(row) == 1 and row["metric"].iloc[0] == "precision_at_1"
+    value = float(row["value"].iloc[0])  # percent
+    cell = {"dataset": "cub200", "backbone": "bn_inception", "metric": "precision_at_1"}
+    summary = pd.DataFrame(
+        [
+            {
+                **cell,
+                "loss": "contrastive",
+                "dim": 512,
+                "mean": value / 100 + 0.005,
+                "low": value / 100 - 0.01,
+                "high": value / 100 + 0.02,
+                "n": 3,
+            },
+            {**cell, "loss": "contrastive", "dim": 64, "mean": 0.40, "low": 0.38, "high": 0.42, "n": 3},
+            {**cell, "loss": "triplet", "dim": 512, "mean": 0.70, "low": float("nan"), "high": float("nan"), "n": 1},
+        ]
+    )
+    table = reproduction_table(summary, published).set_index(["loss", "dim"])
+    inside = table.loc[("contrastive", 512)]
+    assert inside["verdict"] == REPRODUCED
+    assert inside["difference"] == pytest.approx(0.5) and inside["difference_low"] == pytest.approx(-1.0)
+    outside = table.loc[("contrastive", 64)]
+    thesis_64 = published[
+        (published["loss"] == "contrastive")
+        & (published["dataset"] == "cub200")
+        & (published["backbone"] == "bn_inception")
+        & (published["dim"] == 64)
+    ]["value"].iloc[0]
+    assert outside["verdict"] == LOWER and outside["difference"] == pytest.approx(40.0 - thesis_64)
+    assert table.loc[("triplet", 512)]["verdict"] == UNDECIDED
+    assert verdict(0.5, 0.3, 0.4) == LOWER and verdict(0.2, 0.3, 0.4) == HIGHER and verdict(0.3, 0.3, 0.4) == REPRODUCED
+
+
+def test_reality_check_numbers_match_the_grid_dim_of_one_fold_model():
+    """RC published 4 x 128-d concatenated (512-d) numbers: they belong to the grid's 128-d cells."""
+    published = lit.published_for(lit.load_literature(), "reality_check")
+    assert len(published) and set(published["dim"]) == {128}
+    assert {"precision_at_1", "r_precision", "map_at_r"} <= set(published["metric"])
+    assert lit.published_for(lit.load_literature(), "demo").empty
+    proxy = lit.published_for(lit.load_literature(), "proxy_anchor")
+    assert set(proxy["source"]) == {"Proxy-Anchor paper", "Proxy-Anchor official README"}
+
+
+def test_reproduction_table_in_the_report_says_per_cell_whether_and_by_how_much():
+    from dmlbench.analysis.sections.results import reproduction_lines
+
+    published = pd.DataFrame(
+        [
+            {
+                "loss": "contrastive",
+                "dataset": "cub200",
+                "backbone": "bn_inception",
+                "dim": 512,
+                "metric": "precision_at_1",
+                "value": v,
+                "source": "thesis",
+                "uncertain": False,
+            }
+            for v in (63.28,)
+        ]
+    )
+    cell = {
+        "dataset": "cub200",
+        "backbone": "bn_inception",
+        "loss": "contrastive",
+        "dim": 512,
+        "metric": "precision_at_1",
+    }
+    summary = pd.DataFrame([{**cell, "mean": 0.60, "low": 0.58, "high": 0.62, "n": 3}])
+    analysis = SimpleNamespace(
+        params=SimpleNamespace(protocol_name="thesis", evaluate=SimpleNamespace(confidence=0.95)),
+        reproduction=reproduction_table(summary, published),
+        names={"contrastive": "Contrastive"},
+    )
+    text = "\n".join(reproduction_lines(analysis))
+    # 63.28 lies above our [58.0, 62.0]: not reproduced, ours 3.3 points lower [-5.3, -1.3]
+    row = "| Contrastive | cub200/bn_inception/512 | P@1 = R@1 | 63.28 (thesis) | 60.0 [58.0, 62.0] | -3.3 [-5.3, -1.3] | not reproduced: ours lower |"
+    assert row in text and "0 of 1 published numbers reproduced" in text and "n = 3 seeds" in text
+    analysis.params.protocol_name = "demo"
+    assert "follows no published setup" in "\n".join(reproduction_lines(analysis))
+
+
+def test_still_improving_states_what_the_last_epoch_added():
+    """Runs that picked their last epoch: the gain of that epoch over the one before, in the selection metric."""
+    from dmlbench.analysis.sections.summary import last_epoch_gains
+
+    rows = []
+    curves = {0: [0.40, 0.50, 0.56], 1: [0.40, 0.55, 0.54], 2: [0.30, 0.45, 0.47]}  # seed 1 peaked at epoch 2
+    for seed, scores in curves.items():
+        for epoch, score in enumerate(scores, start=1):
+            cell = {"dataset": "glyphs", "backbone": "tiny_cnn", "loss": "triplet", "dim": 32, "fold": None}
+            rows.append({**cell, "seed": seed, "epoch": epoch, "val/map_at_r": score})
+    analysis = SimpleNamespace(
+        results=SimpleNamespace(history=pd.DataFrame(rows)),
+        params=SimpleNamespace(protocol=SimpleNamespace(selection_metric="map_at_r")),
+    )
+    gains = last_epoch_gains(analysis)
+    assert sorted(gains.round(6)) == [0.02, 0.06]
