@@ -1,7 +1,17 @@
-"""DVC stage train@<dataset>-<backbone>-<loss>-<dim>-<seed>: train one run, log it to MLflow."""
+"""DVC stage train@<dataset>-<backbone>-<loss>-<dim>-<seed>: train one run, log it to MLflow, then embed
+the test (and validation) classes with the selected model."""
 
 from dmlbench.cli import main, run_parser, run_spec
+from dmlbench.evaluate.embed import embed_stage
 from dmlbench.train.stage import train_stage
 
+
+def train_and_embed(params, args) -> dict:
+    run = run_spec(args)
+    info = train_stage(params, run)
+    embed_stage(params, run)
+    return info
+
+
 if __name__ == "__main__":
-    main(run_parser(__doc__), lambda params, args: train_stage(params, run_spec(args)))
+    main(run_parser(__doc__), train_and_embed)

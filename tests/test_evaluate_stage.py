@@ -148,7 +148,7 @@ def test_per_dataset_recall_at_and_clustering_switch(in_project, mlflow_store, s
 
 
 def test_missing_embeddings_fail_before_any_work(in_project, mlflow_store, small_params):
-    with pytest.raises(DataError, match=r"embeddings\.npz: missing \(run the embed@glyphs-tiny_cnn-contrastive-32-0"):
+    with pytest.raises(DataError, match=r"embeddings\.npz: missing \(run the train@glyphs-tiny_cnn-contrastive-32-0"):
         evaluate_stage(small_params, COMBO)
     assert not paths.metrics_file(COMBO).exists()
 

@@ -112,7 +112,7 @@ def evaluate_run(directory: Path, dataset: str, settings: EvaluateConfig, query_
     """Evaluate one embeddings directory: the run's entry of runs.json plus its per-query values."""
     file = directory / EMBEDDINGS
     if not file.exists():
-        raise DataError(f"{file}: missing (run the embed stage first)")
+        raise DataError(f"{file}: missing (run its train stage first: it writes the embeddings)")
     meta = read_json(directory / META)
     with np.load(file) as arrays:
         metrics, values, mode = evaluate_arrays(arrays, dataset, settings, query_gallery)
@@ -237,7 +237,9 @@ def evaluate_stage(params: Params, combo: Combo) -> dict[str, Any]:
         for fold in paths.folds_in(directory):
             file = paths.embedding_dir(combo.with_seed(seed), fold) / EMBEDDINGS
             if not file.exists():
-                raise DataError(f"{file}: missing (run the embed@{combo.with_seed(seed).key} stage first)")
+                raise DataError(
+                    f"{file}: missing (run the train@{combo.with_seed(seed).key} stage first: it writes the embeddings)"
+                )
     runs: dict[str, Any] = {}
     trained: list[dict[str, Any]] = []  # what gets test metrics in MLflow: each seed's run, each fold model's
     for seed in params.seeds:

@@ -23,7 +23,7 @@ def write(analysis: Analysis, doc: Document) -> None:
         fold = paths.folds_in(paths.embedding_dir(run))[0]  # cross-validation: the first fold model
         npz = paths.embedding_dir(run, fold) / "embeddings.npz"
         if not npz.exists():
-            doc.note(f"No retrieval gallery: {npz} is missing (run embed@{run.key}).")
+            doc.note(f"No retrieval gallery: {npz} is missing (run train@{run.key}).")
             return
         runs.append(GalleryRun(f"{analysis.names[loss]} (rank {ranked.index(loss) + 1})", npz))
     prepared = PreparedDataset.load(paths.prepared_dir(dataset), in_memory=False)
