@@ -175,7 +175,7 @@ class Tests:
     def why_not_separated(self, alpha: float) -> str:
         """What keeps the tests from separating losses in this grid (for a claim that stops short)."""
         if self.skipped is not None:
-            reason = f"the Friedman and Nemenyi tests were not run: {self.skipped}"
+            reason = "the Friedman and Nemenyi tests were not run (why: next line)"
         elif self.friedman.pvalue >= alpha:
             reason = f"the Friedman test finds no difference at alpha = {alpha:g}"
         else:
