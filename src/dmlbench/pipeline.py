@@ -189,6 +189,18 @@ def preflight(params: Params, dropbox: Path) -> None:
         raise DmlbenchError("\n".join(problems))
 
 
+def record_empty_dropbox(root: Path) -> None:
+    """``data.dvc`` tracks the archive drop-box ``data/``, committed empty; a fresh clone has neither the
+    folder nor its (empty) cache entry, so ``dvc status`` would call it "not in cache" forever. While
+    ``data/`` is missing or empty, create it and ``dvc commit`` it: the hash stays the committed one and
+    ``data.dvc`` is unchanged. A drop-box holding archives is the user's to ``dvc add`` (docs/datasets.md)."""
+    dropbox = root / paths.DROPBOX
+    if not (root / "data.dvc").exists() or (dropbox.exists() and any(dropbox.iterdir())):
+        return
+    dropbox.mkdir(exist_ok=True)
+    subprocess.run([sys.executable, "-m", "dvc", "commit", "--force", "--quiet", "data.dvc"], cwd=root, check=False)
+
+
 def run_preset(preset: Preset, params_file: Path, forwarded: list[str]) -> int:
     """Run the pipeline (``forwarded``: its --jobs/--gpus) in the preset's own workspace."""
     main_root = params_file.resolve().parent
@@ -247,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         except DmlbenchError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+    record_empty_dropbox(params_file.parent)
     plan = None
     if jobs > 1:
         from dmlbench.tracking import ensure_experiment
