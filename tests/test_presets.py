@@ -273,7 +273,8 @@ def test_a_preset_runs_in_its_own_workspace_and_leaves_the_main_checkout_untouch
     from dvc.repo import Repo
 
     with Repo(str(root)) as repo:
-        assert {Path(stage.dvcfile.path).resolve() for stage in repo.index.stages} <= {(root / "dvc.yaml").resolve()}
+        own = {(root / "dvc.yaml").resolve(), (root / "data.dvc").resolve()}
+        assert {Path(stage.dvcfile.path).resolve() for stage in repo.index.stages} <= own
     import mlflow
 
     mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
