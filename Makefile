@@ -34,18 +34,10 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml requirements.lock
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "dmlbench needs Python >= 3.11; run: make PYTHON=python3.11 ...")'
-	@echo "Setting up $(VENV) with the pinned dependencies ($(EXTRAS)); the first time takes a few minutes."
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@# --no-compile, then compileall on every core: pip byte-compiles on one core (~2 of the set-up's
-	@# ~4 minutes). Compiled here, not on first import: with PYTHONDONTWRITEBYTECODE set (as on these
-	@# machines) every stage would re-compile torch and mlflow.
-	@$(BIN)/python -m pip install --disable-pip-version-check --progress-bar off --no-compile -c requirements.lock \
-		-e ".[$(EXTRAS)]" 2>&1 | tee $(VENV)/pip.log | grep --line-buffered -E '^(Collecting|Successfully)'; \
-		status=$${PIPESTATUS[0]}; if [ $$status -ne 0 ]; then tail -n 25 $(VENV)/pip.log; \
-		echo "error: pip install failed (exit $$status); full log: $(VENV)/pip.log"; exit 1; fi
-	@# (modules that do not compile, e.g. torch's Python 3.12-only test helpers, are skipped, as pip skips them)
-	@$(BIN)/python -m compileall -q -j 0 $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))') \
-		> /dev/null 2>&1 || true
+	@echo "Setting up $(VENV) with the pinned dependencies ($(EXTRAS)); the first time takes a minute or two."
+	@# uv installs (pip's settings passed on; pip if uv fails), then the modules a run imports are
+	@# byte-compiled once: tools/setup_venv.py
+	@$(PYTHON) tools/setup_venv.py --venv $(VENV) --extras $(EXTRAS)
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -79,15 +79,17 @@ def _images(n: int = 7) -> np.ndarray:
 
 
 @pytest.mark.parametrize("enabled", [None, True, False])
-def test_fast_path_is_off_on_cpu_whatever_asked(cudnn_benchmark, monkeypatch, enabled):
+def test_fast_path_on_cpu_is_channels_last_only(cudnn_benchmark, monkeypatch, enabled):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", _refuse("is_bf16_supported"))
     fast = FastPath.for_device(CPU, enabled)
-    assert (fast.device, fast.amp_dtype, fast.channels_last) == (CPU, None, False)
+    channels_last = enabled is not False
+    assert (fast.device, fast.amp_dtype, fast.channels_last) == (CPU, None, channels_last)
     assert torch.backends.cudnn.benchmark is False
     x = torch.randn(2, 3, 4, 4)
-    assert fast.prepare_inputs(x) is x
+    assert fast.prepare_inputs(x).is_contiguous(memory_format=torch.channels_last) is channels_last
     model = _conv_model()
-    assert fast.prepare_model(model) is model
+    weight = next(p for p in fast.prepare_model(model).parameters() if p.dim() == 4)
+    assert weight.is_contiguous(memory_format=torch.channels_last) is channels_last
     with fast.autocast():  # a null context: fp32 stays fp32 even inside a bf16-capable op
         assert torch.mm(torch.randn(3, 3), torch.randn(3, 3)).dtype == torch.float32
 

@@ -184,7 +184,7 @@ def train(
 
     A checkpoint is written to ``checkpoint_dir`` after every epoch, carrying ``extra_state``
     (the caller's data); ``on_epoch(epoch, metrics)`` is called after each epoch, after
-    its checkpoint. ``fast_path``: None = on for CUDA devices (see :mod:`dmlbench.train.step`).
+    its checkpoint. ``fast_path``: None = on (on the CPU: channels_last only; see :mod:`dmlbench.train.step`).
     """
     device = device or default_device()
     fast = FastPath.for_device(device, fast_path)

@@ -1,0 +1,194 @@
+"""Create ``.venv`` with the pinned dependencies (``make setup``; every make target runs it first).
+
+Installs with uv (https://docs.astral.sh/uv/, pinned below): on a 2-core machine it installs the
+~6.5 GB of torch's CUDA wheels and the rest in about 30 s, where pip takes about 2.5 minutes.
+uv does not read pip's configuration, so the index, extra indexes, find-links, constraint
+files, trusted hosts and certificate bundle that ``pip config list`` shows (files and ``PIP_*``
+variables) are passed on to it. If uv cannot be installed or fails, pip does the job as before.
+
+Then the modules a pipeline run imports are byte-compiled once, by importing them with byte-code
+writing on: with ``PYTHONDONTWRITEBYTECODE`` set (as on some machines) every stage would
+otherwise re-compile torch, mlflow and DVC in memory; compiling all of site-packages
+(``compileall``) takes ~50 s on 2 cores, this ~15 s.
+
+    python tools/setup_venv.py --venv .venv --extras cpu,test
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+UV = "uv==0.13.9"
+ROOT = Path(__file__).resolve().parents[1]
+
+# pip option -> uv option, for options taking values (lists are space separated in pip's config)
+VALUE_OPTIONS = {
+    "index-url": "--index-url",
+    "extra-index-url": "--extra-index-url",
+    "find-links": "--find-links",
+    "constraint": "--constraint",
+    "trusted-host": "--allow-insecure-host",
+}
+# third-party modules the stages import inside functions, in two groups compiled side by side
+# (the second imports no torch); dmlbench's own modules are walked afterwards
+WARM_MODULES = [
+    [
+        "torch._dynamo",
+        "torchvision",
+        "pytorch_metric_learning.losses",
+        "pytorch_metric_learning.miners",
+        "pytorch_metric_learning.samplers",
+        "pytorch_metric_learning.utils.accuracy_calculator",
+        "faiss",
+        "scipy.io",
+        "scipy.stats",
+    ],
+    [
+        "mlflow",
+        "mlflow.store.tracking.sqlalchemy_store",
+        "mlflow.system_metrics.system_metrics_monitor",
+        "pandas",
+        "matplotlib.pyplot",
+        "seaborn",
+        "dvc.cli",
+        "dvc.repo",
+        "dvc.repo.reproduce",
+        "dvc.commands.repro",
+        "dvc.commands.status",
+        "dvc.commands.commit",
+    ],
+]
+IMPORT_SCRIPT = """
+import importlib, pkgutil, sys
+names = sys.argv[1:]
+if not names:
+    import dmlbench
+    names = [module.name for module in pkgutil.walk_packages(dmlbench.__path__, "dmlbench.")]
+failed = []
+for name in names:
+    try:
+        importlib.import_module(name)
+    except Exception as error:
+        failed.append(f"{name} ({type(error).__name__})")
+if failed:
+    print("not pre-compiled (they compile when first imported):", ", ".join(failed))
+"""
+
+
+def pip_settings(python: str) -> dict[str, list[str]]:
+    """pip's effective settings (``pip config list``): per option, the values of the scope that
+    wins (environment over ``install`` over ``global`` sections)."""
+    listed = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+    rank = {":env:": 2, "install": 1, "global": 0}
+    chosen: dict[str, tuple[int, list[str]]] = {}
+    for line in listed.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep or "." not in key:
+            continue
+        scope, option = key.rsplit(".", 1)
+        if scope not in rank:
+            continue
+        values = value.strip().strip("'\"").split()
+        if option not in chosen or rank[scope] >= chosen[option][0]:
+            chosen[option] = (rank[scope], values)
+    return {option: values for option, (_, values) in chosen.items()}
+
+
+def uv_arguments(settings: dict[str, list[str]]) -> tuple[list[str], dict[str, str]]:
+    """uv command-line options and environment equivalent to pip's ``settings``."""
+    arguments = ["--index-strategy", "unsafe-best-match"]  # pip's rule: the best version over all indexes
+    for option, flag in VALUE_OPTIONS.items():
+        for value in settings.get(option, []):
+            arguments += [flag, value]
+    if settings.get("no-index", ["false"])[0].lower() in ("1", "true", "yes", "on"):
+        arguments.append("--no-index")
+    environment = {}
+    if settings.get("cert"):
+        environment["SSL_CERT_FILE"] = settings["cert"][0]
+    return arguments, environment
+
+
+def install_with_uv(python: str, requirement: str, log: Path) -> bool:
+    """True when uv installed everything; False (with the reason printed) to fall back to pip."""
+    quiet = [python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet", UV]
+    if subprocess.run(quiet, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+        print(f"could not install {UV}; installing with pip instead (a few minutes)")
+        return False
+    arguments, environment = uv_arguments(pip_settings(python))
+    uv = str(Path(python).with_name("uv"))
+    command = [uv, "pip", "install", "--python", python, *arguments, "-c", "requirements.lock", "-e", requirement]
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env={**os.environ, **environment},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for line in process.stdout:
+            out.write(line)
+            if line.startswith(("Resolved", "Prepared", "Installed", "Uninstalled", "error")):
+                print(line.rstrip(), flush=True)
+    if process.wait() != 0:
+        print(f"uv failed (exit {process.returncode}; log: {log}); installing with pip instead (a few minutes)")
+        return False
+    return True
+
+
+def install_with_pip(python: str, requirement: str, log: Path) -> None:
+    command = [python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", "--no-compile"]
+    command += ["-c", "requirements.lock", "-e", requirement]
+    with log.open("w") as out:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        tail: list[str] = []
+        for line in process.stdout:
+            out.write(line)
+            tail = (tail + [line])[-25:]
+            if line.startswith(("Collecting", "Successfully")):
+                print(line.rstrip(), flush=True)
+    if process.wait() != 0:
+        sys.stdout.writelines(tail)
+        raise SystemExit(f"error: pip install failed (exit {process.returncode}); full log: {log}")
+
+
+def compile_used_modules(python: str) -> None:
+    """Import ``WARM_MODULES`` (two processes at once), then every dmlbench module, with byte-code
+    writing on."""
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    environment.update(MLFLOW_DISABLE_TELEMETRY="true", MPLBACKEND="Agg")
+    groups = [
+        subprocess.Popen([python, "-c", IMPORT_SCRIPT, *group], cwd=ROOT, env=environment) for group in WARM_MODULES
+    ]
+    for process in groups:
+        process.wait()
+    subprocess.run([python, "-c", IMPORT_SCRIPT], cwd=ROOT, env=environment, check=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--venv", type=Path, default=Path(".venv"))
+    parser.add_argument("--extras", default="cpu,test", help="extras of pyproject.toml (cpu | gpu, test)")
+    parser.add_argument("--pip", action="store_true", help="install with pip only (no uv)")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    python = str(args.venv.resolve() / "bin" / "python")
+    if not Path(python).exists():
+        subprocess.run([sys.executable, "-m", "venv", str(args.venv)], check=True)
+    requirement = f".[{args.extras}]"
+    log = args.venv / "install.log"
+    if args.pip or not install_with_uv(python, requirement, log):
+        install_with_pip(python, requirement, log)
+    print("byte-compiling the modules a run imports ...", flush=True)
+    compile_used_modules(python)
+    print(f"{args.venv} ready in {time.monotonic() - start:.0f} s (log: {log})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
