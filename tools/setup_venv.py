@@ -113,6 +113,24 @@ def uv_arguments(settings: dict[str, list[str]]) -> tuple[list[str], dict[str, s
     return arguments, environment
 
 
+def run_logged(command: list[str], log: Path, shown: tuple[str, ...], env: dict[str, str] | None = None) -> int:
+    """Run ``command`` with its output in ``log``, printing the lines that start with ``shown``
+    (and the last 25 lines when it fails); its exit status."""
+    tail: list[str] = []
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for line in process.stdout:
+            out.write(line)
+            tail = (tail + [line])[-25:]
+            if line.startswith(shown):
+                print(line.rstrip(), flush=True)
+    if process.wait() != 0:
+        sys.stdout.writelines(tail)
+    return process.returncode
+
+
 def install_with_uv(python: str, requirement: str, log: Path) -> bool:
     """True when uv installed everything; False (with the reason printed) to fall back to pip."""
     quiet = [python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet", UV]
@@ -122,21 +140,9 @@ def install_with_uv(python: str, requirement: str, log: Path) -> bool:
     arguments, environment = uv_arguments(pip_settings(python))
     uv = str(Path(python).with_name("uv"))
     command = [uv, "pip", "install", "--python", python, *arguments, "-c", "requirements.lock", "-e", requirement]
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env={**os.environ, **environment},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for line in process.stdout:
-            out.write(line)
-            if line.startswith(("Resolved", "Prepared", "Installed", "Uninstalled", "error")):
-                print(line.rstrip(), flush=True)
-    if process.wait() != 0:
-        print(f"uv failed (exit {process.returncode}; log: {log}); installing with pip instead (a few minutes)")
+    shown = ("Resolved", "Prepared", "Installed", "Uninstalled")
+    if (status := run_logged(command, log, shown, env={**os.environ, **environment})) != 0:
+        print(f"uv failed (exit {status}; log: {log}); installing with pip instead (a few minutes)")
         return False
     return True
 
@@ -144,17 +150,8 @@ def install_with_uv(python: str, requirement: str, log: Path) -> bool:
 def install_with_pip(python: str, requirement: str, log: Path) -> None:
     command = [python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", "--no-compile"]
     command += ["-c", "requirements.lock", "-e", requirement]
-    with log.open("w") as out:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        tail: list[str] = []
-        for line in process.stdout:
-            out.write(line)
-            tail = (tail + [line])[-25:]
-            if line.startswith(("Collecting", "Successfully")):
-                print(line.rstrip(), flush=True)
-    if process.wait() != 0:
-        sys.stdout.writelines(tail)
-        raise SystemExit(f"error: pip install failed (exit {process.returncode}); full log: {log}")
+    if (status := run_logged(command, log, ("Collecting", "Successfully"))) != 0:
+        raise SystemExit(f"error: pip install failed (exit {status}); full log: {log}")
 
 
 def compile_used_modules(python: str) -> None:
