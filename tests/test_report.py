@@ -254,6 +254,8 @@ def test_format_interval():
     assert format_interval(0.621, 0.603, 0.639, 3, show_n=False) == "62.1 [60.3, 63.9]"
     assert format_interval(0.5, float("nan"), float("nan"), 1) == "50.0 (n=1, no interval)"
     assert format_interval(2.5, 1.0, 4.0, 4, scale=1, digits=2) == "2.50 [1.00, 4.00] (n=4)"
+    # zero spread: no zero-width interval (the tournament's "1.00 [1.00, 1.00]" from two experiments)
+    assert format_interval(1.0, 1.0, 1.0, 2, scale=1, digits=2, show_n=False) == "1.00 (all n=2 equal, no interval)"
     assert format_signed_interval(0.123, 0.04, 0.211, "n=3 vs 3") == "+12.3% [+4.0, +21.1] (n=3 vs 3)"
 
 

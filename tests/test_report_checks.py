@@ -58,7 +58,7 @@ def test_rendered_report_keeps_its_promises(report, small_params):
     quoted = re.findall(r"(\S[^,]*?) (\d+\.\d)(?:,|$)", caption)
     assert len(quoted) == len(small_params.losses)
     for name, value in quoted:
-        assert table[(name, str(max(small_params.dims)))].startswith(value + " ["), (name, value)
+        assert table[(name, str(max(small_params.dims)))].split(" ")[0] == value, (name, value)
     papers = _section(text, "## Papers versus reality")
     ours = re.search(r"our runs ([+-]\d+\.\d%) to ([+-]\d+\.\d%) \(table above\)", papers)
     over_contrastive = [r[3].split(" [")[0] for r in _tables(papers)[-1] if r[2] == "contrastive"]

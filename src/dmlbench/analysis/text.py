@@ -20,9 +20,13 @@ def format_interval(
 ) -> str:
     """``62.1 [59.8, 64.3] (n=3)`` (percent by default; the interval need not be symmetric: it
     respects the quantity's range); ``62.1 (n=1, no interval)`` for a single value; ``show_n=False``
-    where the table states n once (a value without an interval always says its n)."""
+    where the table states n once (a value without an interval always says its n). Where all n
+    values are equal the t-interval has zero width, a certainty no small sample gives:
+    ``1.00 (all n=2 equal, no interval)``."""
     if n < 2 or math.isnan(low):
         return f"{format_number(mean, scale, digits)} (n={n}, no interval)"
+    if low == high:
+        return f"{format_number(mean, scale, digits)} (all n={n} equal, no interval)"
     text = f"{format_number(mean, scale, digits)} [{format_number(low, scale, digits)}, {format_number(high, scale, digits)}]"
     return text + (f" (n={n})" if show_n else "")
 

@@ -34,7 +34,8 @@ def write(analysis: Analysis, doc: Document) -> None:
         "experiments, as in the thesis's Table 11 (which ranked by R@1 over 12 CUB200 experiments; "
         "`tests/test_tournament.py` reproduces that table from its numbers). The standard deviation is the "
         f"thesis's (sample, ddof = 1); the mean rank carries its {int(confidence * 100)}% t-interval over "
-        "its n = experiments (last column).",
+        "its n = experiments (last column); where every experiment gives a loss the same rank there is no "
+        "spread to build an interval from, and the table says so rather than print a zero-width interval.",
         "",
         markdown_table(["loss", "total rank", "mean rank [95% CI]", "std of rank", "experiments (n)"], rows),
         "",
