@@ -10,6 +10,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from dmlbench.run_config import run_config
 from dmlbench.config import Combo, RunSpec, config_hash, flatten, load_params, parse_params
 from dmlbench.data import DATASETS
 from dmlbench.errors import ConfigError
@@ -103,10 +104,10 @@ def test_run_identity_and_resolution(small_params):
     run = small_params.runs()[0]
     assert run.key == f"glyphs-tiny_cnn-{run.loss}-{run.dim}-{run.seed}"
     assert run.grid_key == f"glyphs/tiny_cnn/{run.loss}/{run.dim}/seed{run.seed}"
-    resolved = small_params.resolved(run)
+    resolved = run_config(small_params, run).resolved
     assert resolved["loss"]["name"] == run.loss and resolved["protocol"]["epochs"] == 2
     assert config_hash(resolved) == config_hash(copy.deepcopy(resolved))
-    other = small_params.resolved(RunSpec(run.dataset, run.backbone, run.loss, run.dim, small_params.seeds[1]))
+    other = run_config(small_params, RunSpec(run.dataset, run.backbone, run.loss, run.dim, small_params.seeds[1])).resolved
     assert config_hash(other) != config_hash(resolved)
     assert flatten({"a": {"b": 1, "c": [1, 2]}}) == {"a.b": 1, "a.c": [1, 2]}
     with pytest.raises(ConfigError, match="dims: 999 is not in params.yaml"):
@@ -163,6 +164,7 @@ def test_reality_check_protocol_carries_rcs_tuned_losses_per_dataset(default_raw
     (powerful-benchmarker docs/papers/mlrc.md); losses RC did not run keep their defaults."""
     raw = _protocol_grid(default_raw_params, "reality_check", ["cub200", "cars196"], "bn_inception", 128, RC_METHODS)
     raw["losses"]["lifted_structure"] = {}
+    raw["protocols"]["reality_check"]["hyperparameters"] = "published"  # RC's best values, not a new search
     params = parse_params(raw)
 
     def loss(dataset, name):
@@ -180,9 +182,9 @@ def test_reality_check_protocol_carries_rcs_tuned_losses_per_dataset(default_raw
     assert params.loss_source(Combo("cub200", "bn_inception", "snr", 128)) == "protocol"
     # what a run trains with is what it logs and hashes
     run = RunSpec("cars196", "bn_inception", "soft_triple", 128, 0)
-    assert params.resolved(run)["loss"] == {"name": "soft_triple", **loss("cars196", "soft_triple").model_dump()}
+    assert run_config(params, run).resolved["loss"] == {"name": "soft_triple", **loss("cars196", "soft_triple").model_dump()}
     other = RunSpec("cub200", "bn_inception", "soft_triple", 128, 0)
-    assert config_hash(params.resolved(run)) != config_hash(params.resolved(other))
+    assert config_hash(run_config(params, run).resolved) != config_hash(run_config(params, other).resolved)
 
 
 def test_thesis_protocol_trains_the_thesis_codes_lifted_structure(default_raw_params):

@@ -106,10 +106,7 @@ PARAMS_API: dict[str, tuple[tuple[str, ...], str | None]] = {
     "protocol_for": (("protocol",), "protocols.{protocol}"),
     "loss_params": (("protocol", "protocols.{protocol}", "losses.{loss}"), None),
     "loss_source": (("protocol", "protocols.{protocol}", "losses.{loss}"), None),
-    "resolved": (
-        ("datasets.{dataset}", "backbones.{backbone}", "losses.{loss}", "protocol", "protocols.{protocol}"),
-        None,
-    ),
+    "tuning": ((), "tuning"),
     "combos": (("datasets", "backbones", "losses", "dims"), None),
     "runs": (("datasets", "backbones", "losses", "dims", "seeds"), None),
     # Guards on the stage's own arguments: DVC generates them from these very lists.

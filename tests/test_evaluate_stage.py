@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
+from dmlbench.run_config import run_config
 from dmlbench import paths
 from dmlbench.config import Combo, parse_params
 from dmlbench.data import DATASETS
@@ -54,7 +55,7 @@ def _training_runs(params):
     ids = {}
     for seed in params.seeds:
         run = COMBO.with_seed(seed)
-        tracked = start_training_run(run, params.resolved(run), f"hash{seed}", params.tracking.experiment)
+        tracked = start_training_run(run, run_config(params, run).resolved, f"hash{seed}", params.tracking.experiment)
         tracked.finish()
         ids[seed] = tracked.run_id
     return ids

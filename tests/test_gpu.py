@@ -155,7 +155,7 @@ def test_kill_and_resume_on_the_gpu_gives_the_same_selection(tmp_path, prepared_
 
     with pytest.raises(_Killed):
         train(run_config(params, run), data, checkpoint_dir=tmp_path, on_epoch=killed_after_epoch_2, device=CUDA)
-    checkpoint = load_checkpoint(tmp_path, config_hash(params.resolved(run)))
+    checkpoint = load_checkpoint(tmp_path, config_hash(run_config(params, run).resolved))
     assert checkpoint is not None and checkpoint.epoch == 2
     resumed = train(run_config(params, run), data, checkpoint_dir=tmp_path, resume=checkpoint, device=CUDA)
     assert resumed.resumed_from_epoch == 2 and [h["epoch"] for h in resumed.history] == [1, 2, 3, 4, 5]

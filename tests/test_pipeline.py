@@ -23,6 +23,7 @@ def project(tmp_path_factory, default_raw_params):
     raw = small_params_dict(default_raw_params)
     raw["losses"] = {"contrastive": raw["losses"]["contrastive"], "proxy_anchor": raw["losses"]["proxy_anchor"]}
     raw["dims"], raw["seeds"] = [32], [0, 1]
+    raw["protocols"][raw["protocol"]]["hyperparameters"] = "tuned"  # tune@ stages first (2 trials per loss)
     env = dvc_project(root, raw, mlflow_db=tmp / "store" / "mlflow.db")
     first = run_checked([sys.executable, "-m", "dmlbench.pipeline", "--jobs", "2"], root, env)
     return root, env, first
@@ -92,7 +93,17 @@ def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(projec
         "glyphs-tiny_cnn-pretrained",
     }
     runs = all_runs[all_runs["tags.kind"] == "train"]
-    assert len(runs) == 4 and set(all_runs["status"]) == {"FINISHED"}
+    settled = all_runs[all_runs["tags.kind"] != "trial"]  # a trial may fail (e.g. pos_margin >= neg_margin)
+    assert len(runs) == 4 and set(settled["status"]) == {"FINISHED"}
+    # the search: one study run per loss, its trials nested under it, the train runs tagged with it
+    studies, trials = all_runs[all_runs["tags.kind"] == "study"], all_runs[all_runs["tags.kind"] == "trial"]
+    assert len(studies) == 2 and set(trials["tags.mlflow.parentRunId"]) <= set(studies["run_id"])
+    assert (trials["tags.trial_state"] != "failed").sum() == 4  # 2 counted trials per loss
+    for loss in ("contrastive", "proxy_anchor"):
+        best = yaml.safe_load((root / f"artifacts/tuning/glyphs/tiny_cnn/{loss}/best.yaml").read_text())
+        tagged = runs[runs["tags.dvc_stage"].str.contains(loss)]
+        assert set(tagged["tags.study"]) == {best["study"]} and best["hyperparameters"] == "tuned"
+    assert "## Tuning" in report
     assert set(runs["tags.dvc_stage"]) == {
         f"train@glyphs-tiny_cnn-{loss}-32-{seed}" for loss in ("contrastive", "proxy_anchor") for seed in (0, 1)
     }

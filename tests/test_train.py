@@ -82,7 +82,7 @@ def test_resume_after_interruption_gives_identical_results(small_raw_params, pre
             device=torch.device("cpu"),
             extra_state={"mlflow_run_id": "abc"},
         )
-    state = load_checkpoint(tmp_path, config_hash(params.resolved(run)))
+    state = load_checkpoint(tmp_path, config_hash(run_config(params, run).resolved))
     assert state is not None and state.epoch == 2 and state.extra == {"mlflow_run_id": "abc"}
     resumed = train(run_config(params, run), data, checkpoint_dir=tmp_path, resume=state, device=torch.device("cpu"))
     assert resumed.resumed_from_epoch == 2

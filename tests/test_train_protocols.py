@@ -9,6 +9,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from dmlbench.run_config import run_config
 from dmlbench.config import Protocol, RunSpec, parse_params
 from dmlbench.errors import ConfigError
 
@@ -64,7 +65,7 @@ def test_thesis_protocol_resolves_table_3_per_dataset_and_backbone():
         assert (p.optimizer.lr, p.scheduler.step_size, p.scheduler.gamma, p.batch_size) == values, (dataset, backbone)
     # The resolved (logged, hashed) config of a run holds the resolved values, not the table.
     run = RunSpec("glyphs", "resnet50", "contrastive", 64, 0)
-    resolved = params.resolved(run)["protocol"]
+    resolved = run_config(params, run).resolved["protocol"]
     assert resolved["batch_size"] == 100 and "overrides" not in resolved
 
 
@@ -111,13 +112,14 @@ def test_an_override_changes_only_matching_runs_config_hash():
     raw = _raw()
     raw["datasets"]["other"] = copy.deepcopy(raw["datasets"]["glyphs"])
     raw["datasets"] = {"glyphs": raw["datasets"]["glyphs"]}
+    raw["protocols"]["demo"]["hyperparameters"] = "published"  # no tuning result needed
     base = parse_params(raw)
     raw["protocols"]["demo"]["overrides"] = [{"datasets": ["cub200"], "set": {"epochs": 3}}]
     changed = parse_params(raw)
     run = RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0)
-    assert config_hash(base.resolved(run)) == config_hash(changed.resolved(run))
+    assert config_hash(run_config(base, run).resolved) == config_hash(run_config(changed, run).resolved)
     raw["protocols"]["demo"]["overrides"] = [{"datasets": ["glyphs"], "set": {"epochs": 3}}]
-    assert parse_params(raw).resolved(run)["protocol"]["epochs"] == 3
+    assert run_config(parse_params(raw), run).resolved["protocol"]["epochs"] == 3
 
 
 def test_the_loss_parameters_optimiser_follows_param_lr_then_the_protocol():

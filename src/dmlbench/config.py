@@ -60,6 +60,7 @@ from dmlbench.settings import (
     ReportConfig,
     TrackingConfig,
 )
+from dmlbench.tune.settings import TuningConfig
 
 PARAMS_FILE = "params.yaml"
 
@@ -82,6 +83,7 @@ __all__ = [
     "RunSpec",
     "SchedulerConfig",
     "TrackingConfig",
+    "TuningConfig",
     "config_hash",
     "flatten",
     "load_params",
@@ -104,6 +106,7 @@ class _RawParams(StrictModel):
     evaluate: EvaluateConfig = EvaluateConfig()
     report: ReportConfig = ReportConfig()
     tracking: TrackingConfig = TrackingConfig()
+    tuning: TuningConfig = TuningConfig()
 
     @model_validator(mode="after")
     def _check(self) -> _RawParams:
@@ -135,6 +138,7 @@ class Params:
     evaluate: EvaluateConfig
     report: ReportConfig
     tracking: TrackingConfig
+    tuning: TuningConfig = TuningConfig()
     loss_values: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     loss_models: dict[str, type[BaseModel]] = dataclasses.field(default_factory=dict)
 
@@ -198,21 +202,6 @@ class Params:
         for key, value, allowed in checks:
             if value is not None and value not in allowed:
                 raise ConfigError(f"{key}: {value!r} is not in params.yaml; listed: {join_names(allowed)}")
-
-    def resolved(self, run: RunSpec) -> dict[str, Any]:
-        """Everything that determines one run's result, as plain data (logged and hashed)."""
-        self.check_run(run)
-        return {
-            "dataset": {"name": run.dataset, **self.datasets[run.dataset].model_dump(mode="json")},
-            "backbone": {"name": run.backbone, **self.backbones[run.backbone].model_dump(mode="json")},
-            "loss": {"name": run.loss, **self.loss_params(run).model_dump(mode="json")},
-            "dim": run.dim,
-            "seed": run.seed,
-            "protocol": {
-                "name": self.protocol_name,
-                **self.protocol_for(run).model_dump(mode="json", exclude={"overrides", "backbones", "dims", "losses"}),
-            },
-        }
 
 
 def validated_marker(params: Params, path: str | os.PathLike) -> None:
@@ -283,6 +272,10 @@ def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
         )
     _check_protocol_grid(top, source, BACKBONES, DATASETS)
     _check_protocol_losses(top, source, LOSSES)
+    try:
+        top.tuning.check(LOSSES, source)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     params = Params(
         datasets=_validate_section(top.datasets, "datasets", "dataset", DATASETS, source),
         backbones=_validate_section(top.backbones, "backbones", "backbone", BACKBONES, source),
@@ -294,11 +287,27 @@ def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
         evaluate=top.evaluate,
         report=top.report,
         tracking=top.tracking,
+        tuning=top.tuning,
         loss_values={name: dict(values or {}) for name, values in top.losses.items()},
         loss_models={name: LOSSES[name].params for name in top.losses},
     )
     _check_grid_losses(params, source)
+    _check_tunable(params, source)
     return params
+
+
+def _check_tunable(params: Params, source: str) -> None:
+    """A tuned protocol needs validation classes on every dataset (the search never sees test
+    classes, and the ``standard`` scheme has no others)."""
+    if params.protocol.hyperparameters != "tuned":
+        return
+    for name, dataset in params.datasets.items():
+        scheme = dataset.split.scheme
+        if scheme == "standard":
+            raise ConfigError(
+                f"{source}: datasets.{name}.split.scheme: protocol {params.protocol_name!r} tunes its hyperparameters, "
+                "which needs validation classes; scheme 'standard' has none (use fixed_val, rc_cv or kfold)"
+            )
 
 
 def _check_protocol_losses(top: _RawParams, source: str, losses: Mapping[str, Any]) -> None:

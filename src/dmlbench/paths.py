@@ -8,6 +8,9 @@ artifacts/runlog/<ds>/<bb>/<loss>/<dim>/seed<k>.json   train: timings, device, h
     (not a DVC output: what differs between two executions of the same training stays out of
     the outputs, whose hashes are then the same on every clone; missing where outputs were
     restored from a DVC cache)
+artifacts/tuning/<ds>/<bb>/<loss>/             tune: best.yaml (read by train), trials.csv, study.json
+artifacts/tuning/<ds>/<bb>/<loss>/study/       tune: the Optuna journal (persist: a killed study resumes)
+artifacts/runlog/tuning/<ds>/<bb>/<loss>.json  tune: timings per trial (not a DVC output)
 artifacts/embeddings/<...>/seed<k>/            embed: test/val embeddings + labels
     (with a cross-validation split, one ``fold<f>/`` sub-directory per fold model in each)
 artifacts/evaluation/<ds>/<bb>/<loss>/<dim>/   evaluate: per-run metrics and per-query values
@@ -45,6 +48,15 @@ def prepared_dir(dataset: str) -> Path:
 
 def _member(directory: Path, fold: int | None) -> Path:
     return directory if fold is None else directory / f"fold{fold}"
+
+
+def tuning_dir(dataset: str, backbone: str, loss: str) -> Path:
+    """The tune stage's outputs for one dataset x backbone x loss (every dim trains its result)."""
+    return ARTIFACTS / "tuning" / dataset / backbone / loss
+
+
+def tuning_runlog(dataset: str, backbone: str, loss: str) -> Path:
+    return ARTIFACTS / "runlog" / "tuning" / dataset / backbone / f"{loss}.json"
 
 
 def model_dir(run: RunSpec, fold: int | None = None) -> Path:

@@ -150,6 +150,9 @@ class Protocol(StrictModel):
     backbones: list[str] | None = Field(None, min_length=1)  # if set, the grid may only use these
     dims: list[PositiveInt] | None = Field(None, min_length=1)  # if set, the grid may only use these
     losses: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # published: the losses' published values (``losses`` above, else the module defaults);
+    # tuned: the best values of the tune@<dataset>-<backbone>-<loss> stage's search
+    hyperparameters: Literal["published", "tuned"] = "published"
     overrides: list[ProtocolOverride] = Field(default_factory=list)
 
     @model_validator(mode="after")

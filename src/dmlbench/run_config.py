@@ -7,6 +7,7 @@ training and embedding read the run's settings from the :class:`RunConfig`, not 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,10 +15,11 @@ from pydantic import BaseModel
 
 from dmlbench.config import Params, config_hash
 from dmlbench.data import DATASETS, DatasetSpec
-from dmlbench.grid import RunSpec
+from dmlbench.grid import Combo, RunSpec
 from dmlbench.losses import LOSSES, LossSpec
 from dmlbench.models import EmbeddingModel, build_model
 from dmlbench.protocol import Protocol
+from dmlbench.tune.results import tuned_values
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,7 +32,7 @@ class RunConfig:
     dataset_params: BaseModel
     backbone_params: BaseModel
     loss_params: BaseModel  # the loss's defaults, then the protocol's values, then losses.<name>
-    loss_source: str  # protocol, params or defaults (see Params.loss_source)
+    loss_source: str  # protocol, params, defaults (see Params.loss_source) or tuned
     recall_ks: tuple[int, ...]  # the K of Recall@K in validation scores
     resolved: dict[str, Any]
     config_hash: str
@@ -78,17 +80,68 @@ class RunConfig:
 
 
 def run_config(params: Params, run: RunSpec) -> RunConfig:
-    """Resolve ``run`` (a cell of the grid and a seed) from validated params, hashing it once."""
+    """Resolve ``run`` (a cell of the grid and a seed) from validated params, hashing it once.
+
+    When the protocol's ``hyperparameters`` are ``tuned``, the loss's values are the tune stage's
+    best (``artifacts/tuning/<dataset>/<backbone>/<loss>/best.yaml``) over the published ones,
+    and ``resolved["tuning"]`` names the study and trial they came from."""
     params.check_run(run)
-    resolved = params.resolved(run)
+    protocol = params.protocol_for(run)
+    values = loss_values(params, run)
+    tuning = None
+    if protocol.hyperparameters == "tuned":
+        tuned, tuning = tuned_values(run.dataset, run.backbone, run.loss)
+        values = {**loss_values(params, run, published_only=True), **tuned, **params.loss_values.get(run.loss, {})}
+    return resolve_run(params, run, params.loss_models[run.loss].model_validate(values), protocol, tuning)
+
+
+def loss_values(params: Params, run: RunSpec | Combo, published_only: bool = False) -> dict[str, Any]:
+    """The values a run's loss is built with before tuning: the protocol's for the run's dataset
+    and backbone, then ``losses.<name>`` of params.yaml (``published_only``: the protocol's)."""
+    values = dict(params.protocol_for(run).losses.get(run.loss, {}))
+    if not published_only:
+        values.update(params.loss_values.get(run.loss, {}))
+    return values
+
+
+def with_loss_params(config: RunConfig, loss_params: BaseModel) -> RunConfig:
+    """``config`` with other values of its loss (a tuning trial's), re-resolved and re-hashed."""
+    resolved = {**config.resolved, "loss": {"name": config.loss, **loss_params.model_dump(mode="json")}}
+    return dataclasses.replace(
+        config, loss_params=loss_params, loss_source="trial", resolved=resolved, config_hash=config_hash(resolved)
+    )
+
+
+def resolve_run(
+    params: Params,
+    run: RunSpec,
+    loss_params: BaseModel,
+    protocol: Protocol,
+    tuning: dict[str, Any] | None = None,
+) -> RunConfig:
+    """A run's config from explicit loss values and protocol (a tuning trial's run need not be
+    a cell of the grid: it trains at ``tuning.dim`` and ``tuning.seed``)."""
+    resolved = {
+        "dataset": {"name": run.dataset, **params.datasets[run.dataset].model_dump(mode="json")},
+        "backbone": {"name": run.backbone, **params.backbones[run.backbone].model_dump(mode="json")},
+        "loss": {"name": run.loss, **loss_params.model_dump(mode="json")},
+        "dim": run.dim,
+        "seed": run.seed,
+        "protocol": {
+            "name": params.protocol_name,
+            **protocol.model_dump(mode="json", exclude={"overrides", "backbones", "dims", "losses"}),
+        },
+    }
+    if tuning is not None:
+        resolved["tuning"] = dict(tuning)
     return RunConfig(
         run=run,
         protocol_name=params.protocol_name,
-        protocol=params.protocol_for(run),
+        protocol=protocol,
         dataset_params=params.datasets[run.dataset],
         backbone_params=params.backbones[run.backbone],
-        loss_params=params.loss_params(run),
-        loss_source=params.loss_source(run),
+        loss_params=loss_params,
+        loss_source="tuned" if tuning is not None else params.loss_source(run),
         recall_ks=params.evaluate.recall_ks(run.dataset),
         resolved=resolved,
         config_hash=config_hash(resolved),

@@ -105,6 +105,16 @@ class PreparedDataset:
         labels = self.manifest["label"].to_numpy(np.int64)[rows]
         return SplitData(name, _take(self.images, rows), labels, _take(self.sizes, rows))
 
+    def training_half(self) -> "PreparedDataset":
+        """The rows of the training classes only (official ``train`` rows, and ``val`` rows carved
+        from them): what tuning may read. Test, query and gallery rows, and their images, are not
+        in the result at all, so no fold and no objective can touch a test-class image."""
+        keep = self.manifest["split"].isin(["train", "val"]).to_numpy()
+        rows = np.flatnonzero(keep)
+        manifest = self.manifest.iloc[rows].reset_index(drop=True)
+        sizes = None if self.sizes is None else self.sizes[rows]
+        return PreparedDataset(self.name, manifest, self.images[rows], self.info, sizes)
+
     @property
     def image_size(self) -> int:
         """Short side ``S`` of the prepared images (px)."""

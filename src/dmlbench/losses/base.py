@@ -12,13 +12,14 @@ a learnable margin) that are trained by their own optimiser with their own learn
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Literal
 
 from pydantic import NonNegativeFloat, PositiveFloat, model_validator
 from torch import nn
 
+from dmlbench.losses.search import SearchSpace
 from dmlbench.schema import StrictModel
 
 
@@ -60,7 +61,8 @@ class LossSpec:
     ``build_miner(params)`` -> PML miner or None (no mining);
     ``sampler``: ``"m_per_class"`` if batches must hold several images per class (pair and
     triplet losses), ``"any"`` if any batch works (proxy and classification losses);
-    ``has_parameters``: the loss owns trainable parameters (needs its own optimiser).
+    ``has_parameters``: the loss owns trainable parameters (needs its own optimiser);
+    ``search_space``: the ranges the tuning stage searches (:mod:`dmlbench.losses.search`).
     """
 
     name: str
@@ -70,6 +72,7 @@ class LossSpec:
     build_miner: Callable[[Any], Any] | None = None
     sampler: Literal["m_per_class", "any"] = "m_per_class"
     has_parameters: bool = False
+    search_space: SearchSpace = field(default_factory=dict)
 
     def miner(self, params: LossParams) -> Any:
         return self.build_miner(params) if self.build_miner is not None else None

@@ -9,6 +9,7 @@ m_pos = 0 for every pair with d_p > 0 (powerful-benchmarker, docs/papers/mlrc.md
 from pydantic import NonNegativeFloat, model_validator
 
 from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.search import FloatRange
 
 
 class ContrastiveParams(LossParams):
@@ -28,6 +29,15 @@ def build(p: ContrastiveParams, num_classes: int, dim: int):
     return ContrastiveLoss(pos_margin=p.pos_margin, neg_margin=p.neg_margin)
 
 
+# The Reality Check's bounds, the same on CUB200/Cars196/SOP: pos_margin, neg_margin [-0.2, 2]
+# (powerful-benchmarker (branch metric-learning), docs/papers/mlrc_plots/{cub,cars,sop}_contrastive.html);
+# neg_margin clipped to 0 (NonNegativeFloat). A trial with pos_margin >= neg_margin is invalid (_ordered).
+SEARCH_SPACE = {"pos_margin": FloatRange(-0.2, 2.0), "neg_margin": FloatRange(0.0, 2.0)}
+
 SPEC = LossSpec(
-    name="contrastive", params=ContrastiveParams, build=build, reference="Hadsell, Chopra & LeCun, CVPR 2006"
+    name="contrastive",
+    params=ContrastiveParams,
+    build=build,
+    reference="Hadsell, Chopra & LeCun, CVPR 2006",
+    search_space=SEARCH_SPACE,
 )

@@ -6,6 +6,7 @@ positives with S_ip < max_n S_in + epsilon."""
 from pydantic import NonNegativeFloat, PositiveFloat
 
 from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.search import FloatRange
 
 
 class MultiSimilarityParams(LossParams):
@@ -27,10 +28,21 @@ def build_miner(p: MultiSimilarityParams):
     return MultiSimilarityMiner(epsilon=p.miner_epsilon)
 
 
+# The Reality Check's "MS+Miner" bounds, all linear: alpha [0.01, 100], beta [0.01, 100] (SOP: up to
+# 200), base [0, 1], miner epsilon [0, 1] (powerful-benchmarker (branch metric-learning),
+# docs/papers/mlrc_plots/{cub,cars,sop}_multi_similarity_with_ms_miner.html)
+SEARCH_SPACE = {
+    "alpha": FloatRange(0.01, 100.0),
+    "beta": FloatRange(0.01, 200.0),
+    "base": FloatRange(0.0, 1.0),
+    "miner_epsilon": FloatRange(0.0, 1.0),
+}
+
 SPEC = LossSpec(
     name="multi_similarity",
     params=MultiSimilarityParams,
     build=build,
     build_miner=build_miner,
     reference="Wang et al., CVPR 2019",
+    search_space=SEARCH_SPACE,
 )

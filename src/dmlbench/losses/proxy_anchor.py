@@ -6,6 +6,7 @@ The proxies get their own optimiser at 100x the protocol lr (the paper's recipe)
 from pydantic import NonNegativeFloat, PositiveFloat
 
 from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
 class ProxyAnchorParams(ParametricLossParams):
@@ -20,6 +21,12 @@ def build(p: ProxyAnchorParams, num_classes: int, dim: int):
     return ProxyAnchorLoss(num_classes, dim, margin=p.margin, alpha=p.alpha)
 
 
+# Not searched by the Reality Check; by analogy with its ranges (powerful-benchmarker (branch
+# metric-learning), docs/papers/mlrc_plots/): alpha [0.01, 100] linear as its log-sum-exp scales
+# (proxy_nca softmax_scale, multi_similarity alpha/beta), margin [0, 1] as its cosine margins
+# (cosface margin, multi_similarity base), the proxies' lr as RC's metric_loss_optimizer (PARAM_LR)
+SEARCH_SPACE = {"margin": FloatRange(0.0, 1.0), "alpha": FloatRange(0.01, 100.0), "param_lr": PARAM_LR}
+
 SPEC = LossSpec(
     name="proxy_anchor",
     params=ProxyAnchorParams,
@@ -27,4 +34,5 @@ SPEC = LossSpec(
     sampler="any",
     has_parameters=True,
     reference="Kim, Kim, Cho & Kwak, CVPR 2020",
+    search_space=SEARCH_SPACE,
 )

@@ -202,6 +202,8 @@ def train_member(
     # the protocol's hflip is applied only on flip-invariant datasets: tag what training does
     hflip = config.protocol.augment.hflip and config.dataset_spec.hflip_invariant
     tracked.set_tags({"device": device_name, "hflip_applied": str(hflip).lower()})
+    if "tuning" in resolved:  # the tuned values' origin: the study's MLflow run has the same tag
+        tracked.set_tags({"study": resolved["tuning"]["study"], "study_trial": resolved["tuning"]["trial"]})
     _log_dataset(tracked, data, fold)
     log_path = paths.runlog_file(run, fold)
     earlier = read_runlog(log_path) or {}

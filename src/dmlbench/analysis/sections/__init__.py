@@ -14,11 +14,13 @@ from dmlbench.analysis.sections import (
     statistical_tests,
     summary,
     tournament,
+    tuning,
 )
 
 SECTIONS = (
     summary.SECTION,
     setup.SECTION,
+    tuning.SECTION,
     results.SECTION,
     tournament.SECTION,
     statistical_tests.SECTION,

@@ -96,8 +96,13 @@ def _loss_settings(analysis: Analysis) -> list[str]:
     backbone when they differ), ``losses.<name>`` of params.yaml, or the loss module's defaults."""
     params = analysis.params
     lines = [
-        "- Loss hyperparameters: each loss module's defaults (thesis Table 4, else the loss's paper), except "
-        "where listed:"
+        (
+            "- Loss hyperparameters: tuned per loss (section [Tuning](#tuning)) around these published values: each "
+            "loss module's defaults (thesis Table 4, else the loss's paper), except where listed:"
+            if params.protocol.hyperparameters == "tuned"
+            else "- Loss hyperparameters: each loss module's defaults (thesis Table 4, else the loss's paper), except "
+            "where listed:"
+        )
     ]
     untouched = []
     for loss in params.losses:

@@ -1,0 +1,64 @@
+"""MLflow runs of a tuning study: one parent run per study, a nested child run per trial.
+
+Parent (tags ``kind=study``, ``study``): the search settings and space as params; at the end the
+best objective, trial counts by state, trainings run and saved by pruning, and the figures. Child
+(``kind=trial``, ``study``, ``trial``): the trial's values as params, each fold's validation score
+(``val_fold<f>/<objective>``), the objective, and ``trial_state`` = finished / pruned / failed
+(MLflow status FINISHED, FINISHED, FAILED; KILLED while a killed worker's trial awaits its re-run).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from dmlbench.config import flatten
+from dmlbench.tracking.runs import PARENT_TAG, TrackedRun, find_runs
+from dmlbench.tracking.store import client as make_client
+from dmlbench.tracking.store import ensure_experiment, git_state, store_lock
+
+STUDY_KIND = "study"
+TRIAL_KIND = "trial"
+
+
+def study_run(experiment: str, study: str, name: str, tags: Mapping[str, str], params: Mapping[str, Any]) -> TrackedRun:
+    """The study's parent run, created on the study's first start and found again on a resume."""
+    from mlflow.entities import Param
+
+    mlflow_client = make_client()
+    experiment_id = ensure_experiment(experiment, mlflow_client)
+    with store_lock():
+        found = find_runs(mlflow_client, experiment_id, {"kind": STUDY_KIND, "study": study})
+        if found:
+            run_id = found[0].info.run_id
+            mlflow_client.update_run(run_id, status="RUNNING")
+            return TrackedRun(run_id, mlflow_client)
+        commit, dirty = git_state()
+        all_tags = {"kind": STUDY_KIND, "study": study, "git_commit": commit, "git_dirty": str(dirty).lower(), **tags}
+        run_id = mlflow_client.create_run(experiment_id, run_name=name, tags=all_tags).info.run_id
+        mlflow_client.log_batch(run_id, params=[Param(k, str(v)) for k, v in flatten(params).items()])
+    return TrackedRun(run_id, mlflow_client)
+
+
+def trial_run(experiment: str, parent: TrackedRun, study: str, number: int, values: Mapping[str, Any]) -> TrackedRun:
+    """A new child run for trial ``number`` (a re-run of an interrupted trial is a new trial)."""
+    from mlflow.entities import Param
+
+    mlflow_client = make_client()
+    experiment_id = ensure_experiment(experiment, mlflow_client)
+    tags = {"kind": TRIAL_KIND, "study": study, "trial": str(number), PARENT_TAG: parent.run_id}
+    run_id = mlflow_client.create_run(experiment_id, run_name=f"trial {number}", tags=tags).info.run_id
+    if values:
+        mlflow_client.log_batch(run_id, params=[Param(k, repr(v) if isinstance(v, float) else str(v)) for k, v in values.items()])
+    return TrackedRun(run_id, mlflow_client)
+
+
+def mark_interrupted(experiment: str, study: str, numbers: list[int]) -> None:
+    """Child runs of trials a killed worker left running: KILLED (their re-runs are new trials)."""
+    if not numbers:
+        return
+    mlflow_client = make_client()
+    experiment_id = ensure_experiment(experiment, mlflow_client)
+    for run in find_runs(mlflow_client, experiment_id, {"kind": TRIAL_KIND, "study": study}):
+        if int(run.data.tags.get("trial", -1)) in numbers and run.info.status == "RUNNING":
+            TrackedRun(run.info.run_id, mlflow_client).set_tags({"trial_state": "interrupted"})
+            TrackedRun(run.info.run_id, mlflow_client).finish("KILLED")

@@ -1,0 +1,101 @@
+"""The ``tuning:`` section of ``params.yaml``: how ``tune@<dataset>-<backbone>-<loss>`` searches.
+
+The Reality Check's search (Musgrave, Belongie & Lim, ECCV 2020, §4 and supplementary): 50
+iterations of Bayesian optimisation per loss and dataset, each scored by the mean validation
+MAP@R over its class-disjoint cross-validation folds, at embedding size 128. The folds are the
+dataset's split scheme (``rc_cv``: RC's 4 folds; ``fixed_val``: one fold), never a setting here.
+
+A leaf of the params schema: it builds on :mod:`dmlbench.schema`, :mod:`dmlbench.protocol`
+and :mod:`dmlbench.losses.search` only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, Mapping
+
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
+
+from dmlbench.losses.search import Dimension, check_space, parse_dimension
+from dmlbench.protocol import SELECTION_METRICS
+from dmlbench.schema import StrictModel
+
+SAMPLERS = ("gp", "tpe", "random", "one_at_a_time")
+PRUNERS = ("none", "median")
+_PASSWORD_IN_URL = re.compile(r"^[a-z0-9+]+://[^/@:]+:[^/@]+@")
+
+
+class TuningConfig(StrictModel):
+    """Search settings, the same for every loss (the fair-comparison rule).
+
+    ``sampler``: ``gp`` (Optuna's Gaussian-process Bayesian optimisation, like RC's Ax GPEI),
+    ``tpe``, ``random``, or ``one_at_a_time`` (the thesis §5.2: each hyperparameter varied alone
+    over ``points_per_key`` values, the others at their published values). ``startup_trials``:
+    random trials before the model-based samplers take over (Ax starts with Sobol trials).
+    ``start_from_published``: trial 0 evaluates the published values, so the search reports how
+    much it gained over them. ``pruner: median`` stops a trial after a fold whose running mean
+    is below the median of earlier trials at that fold. ``storage``: None = an Optuna journal
+    file under the stage's persistent output; else an RDB URL (``postgresql://user@host/db``;
+    the password comes from ``PGPASSWORD`` or ``~/.pgpass``, never from params.yaml).
+    ``space.<loss>.<key>``: replaces or adds a dimension of the loss's declared search space.
+    """
+
+    sampler: Literal[SAMPLERS] = "gp"  # type: ignore[valid-type]
+    trials: PositiveInt = 50  # RC: 50 iterations per loss and dataset
+    startup_trials: NonNegativeInt = 10
+    objective: Literal[SELECTION_METRICS] = "map_at_r"  # type: ignore[valid-type]
+    dim: PositiveInt = 128  # RC tuned at 128
+    seed: NonNegativeInt = 0
+    pruner: Literal[PRUNERS] = "none"  # type: ignore[valid-type]
+    start_from_published: bool = True
+    points_per_key: int = Field(5, ge=2)
+    workers: PositiveInt = 1
+    storage: str | None = None
+    space: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        if not re.match(r"^(postgresql|postgresql\+\w+|mysql\+\w+|mysql|sqlite)://", url):
+            raise ValueError(f"storage must be an RDB URL (postgresql://user@host/db) or null, got {url!r}")
+        if _PASSWORD_IN_URL.match(url):
+            raise ValueError("storage: put no password in the URL (params.yaml is committed); use PGPASSWORD or ~/.pgpass")
+        return url
+
+    @model_validator(mode="after")
+    def _pruned_trials_inform_the_sampler(self) -> "TuningConfig":
+        # Optuna's GPSampler fits complete trials only: after a pruned trial it proposes the same
+        # point again (TPE models pruned trials by their last reported value)
+        if self.pruner != "none" and self.sampler == "gp":
+            raise ValueError("pruner median needs a sampler that learns from pruned trials (tpe, random); "
+                             "gp fits complete trials only (use pruner: none with gp)")
+        return self
+
+    def dimensions(self, loss: str, declared: Mapping[str, Dimension], fixed: set[str]) -> dict[str, Dimension]:
+        """The searched space of ``loss``: its declared dimensions, replaced or extended by
+        ``space.<loss>``, minus the keys ``fixed`` by ``losses.<loss>`` in params.yaml."""
+        merged = dict(declared)
+        merged.update({key: parse_dimension(raw) for key, raw in (self.space.get(loss) or {}).items()})
+        return {key: dim for key, dim in merged.items() if key not in fixed}
+
+    def check(self, losses: Mapping[str, Any], source: str) -> None:
+        """Each ``space.<loss>`` names a registered loss and fits its params model; raise
+        ValueError ``source: tuning.space.<loss>.<key>: ...`` on the first problem."""
+        for loss, table in self.space.items():
+            if loss not in losses:
+                raise ValueError(f"{source}: tuning.space.{loss}: unknown loss; registered: {', '.join(sorted(losses))}")
+            where = f"tuning.space.{loss}"
+            if not isinstance(table, Mapping):
+                raise ValueError(f"{source}: {where}: expected a mapping of hyperparameter -> range or list")
+            parsed = {}
+            for key, raw in table.items():
+                try:
+                    parsed[key] = parse_dimension(raw)
+                except ValueError as exc:
+                    raise ValueError(f"{source}: {where}.{key}: {exc}") from None
+            try:
+                check_space(loss, losses[loss].params, parsed, where)
+            except ValueError as exc:
+                raise ValueError(f"{source}: {exc}") from None

@@ -1,0 +1,271 @@
+"""The ``tune@<dataset>-<backbone>-<loss>`` stage: search the loss's hyperparameters, write the best.
+
+The Reality Check's protocol (Musgrave et al., ECCV 2020, §4.2): ``tuning.trials`` trials of the
+configured sampler, each trained on every fold of the dataset's split and scored by the mean
+validation ``tuning.objective`` (:mod:`dmlbench.tune.objective`); then ``train@`` trains the best
+values with every seed (RC's "reproductions"). A protocol with ``hyperparameters: published``
+searches nothing: the stage records that, and ``train@`` trains the published values.
+
+The study (identity: a hash of everything that determines a trial's result, code included) lives
+in an Optuna journal file in ``artifacts/tuning/<ds>/<bb>/<loss>/study/`` (a ``persist: true``
+output, so DVC keeps it when the stage re-runs; the journal itself is in ``.dvcignore`` as its
+records carry timestamps) or in ``tuning.storage``. A killed stage re-run continues the study
+(:func:`dmlbench.tune.study.recover_interrupted`). ``--workers N`` runs N processes on the study.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from dmlbench import paths
+from dmlbench.config import Params, config_hash, load_params
+from dmlbench.data.cache import PreparedDataset
+from dmlbench.devices import default_device
+from dmlbench.errors import TrainingDiverged
+from dmlbench.grid import Combo
+from dmlbench.io import atomic_path, write_json
+from dmlbench.tracking.runs import TrackedRun
+from dmlbench.tracking.studies import mark_interrupted, study_run, trial_run
+from dmlbench.train.checkpoint import code_fingerprint
+from dmlbench.tune.objective import InvalidTrial, Search, make_search
+from dmlbench.tune.results import BEST, STUDY, STUDY_DIR, TRIALS, write_best
+from dmlbench.tune.space import one_at_a_time
+from dmlbench.tune.study import enqueue_once, finished_count, make_storage, open_study, recover_interrupted
+from dmlbench.tune.summary import best_trial, importances, plain, study_summary, trial_table
+
+STATUS = "status.json"
+
+
+def study_name(params: Params, search: Search) -> str:
+    """``<dataset>-<backbone>-<loss>-<hash>``: the hash covers the search settings (not the
+    number of workers or the storage), the space, the protocol, the data and the code."""
+    tuning = params.tuning.model_dump(mode="json", exclude={"workers", "storage", "space", "trials"})
+    identity = {
+        "tuning": tuning,
+        "space": {k: d.describe() for k, d in search.space.items()},
+        "base": search.base_values,
+        "run": search.config(search.published).resolved,
+        "folds": list(search.folds),
+        "code": code_fingerprint(),
+    }
+    run = search.run
+    return f"{run.dataset}-{run.backbone}-{run.loss}-{config_hash(identity)[:10]}"
+
+
+def _published_only(out: Path, protocol_name: str) -> dict[str, Any]:
+    record = {"hyperparameters": "published", "protocol": protocol_name, "values": {}}
+    _write_outputs(out, record, None, {"searched": False}, {"state": "published"})
+    print(f"protocol {protocol_name!r} trains the published hyperparameters: nothing to search")
+    return record
+
+
+def _write_outputs(out: Path, best: dict, table: Any, summary: dict, status: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_best(out / BEST, best)
+    with atomic_path(out / TRIALS) as tmp:
+        if table is None:
+            tmp.write_text("number,state,objective\n")
+        else:
+            table.to_csv(tmp, index=False, float_format="%.6g")
+    write_json(out / STUDY, summary)
+    write_json(out / STUDY_DIR / STATUS, status)
+
+
+def tune_stage(params: Params, dataset: str, backbone: str, loss: str, workers: int | None = None,
+               params_file: str = "params.yaml") -> dict[str, Any]:  # fmt: skip
+    """Run (or continue) the cell's study to ``tuning.trials`` finished trials; write its files."""
+    params.check_listed(dataset, backbone, loss)
+    tuning = params.tuning
+    out = paths.tuning_dir(dataset, backbone, loss)
+    protocol = params.protocol_for(Combo(dataset, backbone, loss, tuning.dim))
+    if protocol.hyperparameters != "tuned":
+        return _published_only(out, params.protocol_name)
+    data = PreparedDataset.load(paths.prepared_dir(dataset))
+    search = make_search(params, dataset, backbone, loss, data.num_folds)
+    name = study_name(params, search)
+    if not search.space:
+        record = {"hyperparameters": "tuned", "study": name, "values": {}, "note": "empty search space"}
+        _write_outputs(out, record, None, {"searched": False}, {"state": "complete", "study": name})
+        return record
+    storage = make_storage(tuning, out / STUDY_DIR)
+    study = open_study(name, tuning, storage)
+    interrupted = recover_interrupted(study, storage)
+    published = search.published_point()
+    if tuning.sampler == "one_at_a_time":
+        points = one_at_a_time(search.space, published, tuning.points_per_key)
+        if len(points) > tuning.trials:
+            print(f"one_at_a_time: {len(points)} candidates, tuning.trials {tuning.trials}: the first {tuning.trials} run")
+    else:
+        points = [published] if tuning.start_from_published else []
+    enqueue_once(study, points)
+    experiment = params.tracking.experiment
+    parent = study_run(
+        experiment, name, f"tune {loss}", {"dataset": dataset, "backbone": backbone, "loss": loss},
+        {"tuning": params.tuning.model_dump(mode="json", exclude={"space", "storage"}),
+         "space": {k: d.describe() for k, d in search.space.items()}, "folds": len(search.folds)},
+    )  # fmt: skip
+    mark_interrupted(experiment, name, interrupted)
+    done = finished_count(study)
+    print(
+        f"study {name}: {done} of {tuning.trials} trials finished"
+        + (f"; re-running {len(interrupted)} interrupted" if interrupted else "")
+    )
+    count = workers or tuning.workers
+    write_json(out / STUDY_DIR / STATUS, {"state": "running", "study": name})
+    if count == 1:
+        work(params, search, data.training_half(), study, parent, worker=0)
+    else:
+        run_workers(params_file, dataset, backbone, loss, name, parent.run_id, count)
+    return summarise(params, search, study, parent, out)
+
+
+def run_workers(params_file: str, dataset: str, backbone: str, loss: str, name: str, parent_id: str, count: int) -> None:
+    """``count`` processes (spawned: no forked torch state) working on one study, each with its
+    share of the CPU threads; the first failure stops the stage."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    threads = max(1, int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)) // count)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(count, mp_context=context) as pool:
+        futures = [
+            pool.submit(worker_main, params_file, dataset, backbone, loss, name, parent_id, index, threads)
+            for index in range(count)
+        ]
+        for future in futures:
+            future.result()
+
+
+def worker_main(params_file: str, dataset: str, backbone: str, loss: str, name: str, parent_id: str, worker: int,
+                threads: int) -> int:  # fmt: skip
+    """One worker process: open the study and run trials until the study has enough."""
+    torch.set_num_threads(threads)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    params = load_params(params_file)
+    data = PreparedDataset.load(paths.prepared_dir(dataset))
+    search = make_search(params, dataset, backbone, loss, data.num_folds)
+    storage = make_storage(params.tuning, paths.tuning_dir(dataset, backbone, loss) / STUDY_DIR)
+    study = open_study(name, params.tuning, storage, worker)
+    return work(params, search, data.training_half(), study, TrackedRun(parent_id), worker)
+
+
+def work(params: Params, search: Search, data: PreparedDataset, study: Any, parent: TrackedRun, worker: int,
+         device: torch.device | None = None) -> int:  # fmt: skip
+    """Ask, train, tell until the study has ``tuning.trials`` finished trials; return how many
+    this worker ran. A trial whose values break the loss's constraints, or whose training
+    diverges, is a failed trial (not counted); after 3 x trials attempts the worker gives up."""
+    import optuna
+
+    tuning, experiment = params.tuning, params.tracking.experiment
+    device = device or default_device()
+    ran = 0
+    while finished_count(study) < tuning.trials and ran < 3 * tuning.trials:
+        trial = study.ask()
+        ran += 1
+        child = trial_run(experiment, parent, study.study_name, trial.number, {})
+        started = time.perf_counter()
+        trial.set_user_attr("worker", worker)
+
+        def on_fold(index: int, value: float, epoch: int, child: TrackedRun = child) -> None:
+            child.log_metrics({f"val_fold{index}/{search.objective}": value, f"fold{index}/selected_epoch": epoch})
+
+        state, value, failure = "finished", None, None
+        try:
+            value = search.evaluate(trial, data, device, on_fold=on_fold)
+        except optuna.TrialPruned:
+            state = "pruned"
+        except (InvalidTrial, TrainingDiverged) as exc:
+            state, failure = "failed", f"{type(exc).__name__}: {exc}"
+        except BaseException:
+            child.set_tags({"trial_state": "interrupted"})
+            child.finish("KILLED")  # the trial stays RUNNING in the study: the next start re-runs it
+            raise
+        seconds = time.perf_counter() - started
+        trial.set_user_attr("seconds", round(seconds, 3))
+        if failure:
+            trial.set_user_attr("failure", failure[:500])
+        _log_trial(child, trial, state, value, seconds, failure, search.objective)
+        if state == "finished":
+            study.tell(trial, value)
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED if state == "pruned" else optuna.trial.TrialState.FAIL)
+        shown = f"{value:.4f}" if value is not None else state
+        print(f"trial {trial.number} ({state}): {search.objective} {shown} in {seconds:.1f} s [{finished_count(study)}/{tuning.trials}]")
+    return ran
+
+
+def _log_trial(child: TrackedRun, trial: Any, state: str, value: float | None, seconds: float, failure: str | None,
+               objective: str) -> None:  # fmt: skip
+    from mlflow.entities import Param
+
+    if trial.params:
+        child.client.log_batch(child.run_id, params=[Param(k, repr(v)) for k, v in trial.params.items()])
+    metrics = {"trial/seconds": seconds}
+    if value is not None:
+        metrics[f"objective/{objective}"] = value
+    child.log_metrics(metrics)
+    child.set_tags({"trial_state": state, **({"failure": failure[:5000]} if failure else {})})
+    child.finish("FAILED" if state == "failed" else "FINISHED")
+
+
+def summarise(params: Params, search: Search, study: Any, parent: TrackedRun, out: Path) -> dict[str, Any]:
+    """Write trials.csv, best.yaml and study.json from the study, log them (and the figures) to
+    the study's MLflow run, and the timings to the run log."""
+    from dmlbench.tune.figures import draw_history, draw_importances
+
+    tuning = params.tuning
+    trials = study.get_trials(deepcopy=False)
+    table = trial_table(trials, search.space, len(search.folds))
+    best = best_trial(table)
+    if best is None:
+        parent.finish("FAILED")
+        raise TrainingDiverged(f"study {study.study_name}: no trial completed ({len(table)} failed or pruned)")
+    summary = {"searched": True, "study": study.study_name, **study_summary(table, len(search.folds))}
+    summary["importance"] = importances(study, tuning.seed)
+    published = table[table["number"] == 0] if tuning.start_from_published else table.iloc[0:0]
+    record = {
+        "hyperparameters": "tuned",
+        "study": study.study_name,
+        "sampler": tuning.sampler,
+        "objective": search.objective,
+        "trial": int(best["number"]),
+        "value": round(float(best["objective"]), 6),
+        "folds": len(search.folds),
+        "dim": tuning.dim,
+        "values": {key: plain(best[f"param.{key}"]) for key in search.space},
+        "published": search.published_point(),
+        "published_value": (
+            round(float(published["objective"].iloc[0]), 6)
+            if len(published) and published["state"].iloc[0] == "complete" else None
+        ),
+        "space": {k: d.describe() for k, d in search.space.items()},
+    }  # fmt: skip
+    _write_outputs(out, record, table, summary, {"state": "complete", "study": study.study_name})
+    seconds = {int(t.number): t.user_attrs.get("seconds") for t in trials}
+    write_json(paths.tuning_runlog(search.run.dataset, search.run.backbone, search.run.loss),
+               {"study": study.study_name, "device": str(default_device()), "seconds": seconds})  # fmt: skip
+    parent.log_metrics(
+        {f"best/{search.objective}": record["value"], "trials/complete": summary["trials"]["complete"],
+         "trials/pruned": summary["trials"]["pruned"], "trials/failed": summary["trials"]["fail"],
+         "trainings": summary["trainings"], "trainings_saved_by_pruning": summary["trainings_saved_by_pruning"],
+         "device_seconds": float(sum(s for s in seconds.values() if s))}
+    )  # fmt: skip
+    parent.set_tags({"best_trial": record["trial"], **{f"best.{k}": v for k, v in record["values"].items()}})
+    for name in (BEST, TRIALS, STUDY):
+        parent.log_artifact(out / name)
+    with tempfile.TemporaryDirectory() as figures:  # MLflow keeps them; no DVC output
+        draw_history(table, search.objective, Path(figures) / "optimization_history.png")
+        if summary["importance"]:
+            draw_importances(summary["importance"], Path(figures) / "param_importances.png")
+        for figure in sorted(Path(figures).glob("*.png")):
+            parent.log_artifact(figure, "figures")
+    parent.finish("FINISHED")
+    print(f"best: trial {record['trial']}, {search.objective} {record['value']:.4f}: {yaml.safe_dump(record['values'], default_flow_style=True).strip()}")
+    return record

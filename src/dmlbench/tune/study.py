@@ -1,0 +1,108 @@
+"""Optuna studies: samplers and pruners by name, the storage, and resuming an interrupted study.
+
+Storage: an Optuna journal file (``JournalFileBackend``, safe for several processes on one
+machine: https://optuna.readthedocs.io/en/stable/reference/generated/optuna.storages.JournalStorage.html)
+under the tune stage's persistent output, or an RDB URL (``tuning.storage``) for several machines.
+
+Resume rule: finished (complete or pruned) trials are kept; a trial left ``RUNNING`` by a killed
+process is marked failed and its parameters are enqueued again, so it is re-run once and never
+counted twice (the study counts complete + pruned trials only).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from dmlbench.tune.settings import TuningConfig
+
+JOURNAL = "journal.log"
+FINISHED_STATES = ("COMPLETE", "PRUNED")
+
+
+def _gp(tuning: TuningConfig) -> Any:
+    import optuna
+
+    return optuna.samplers.GPSampler(seed=tuning.seed, n_startup_trials=tuning.startup_trials)
+
+
+def _tpe(tuning: TuningConfig) -> Any:
+    import optuna
+
+    return optuna.samplers.TPESampler(seed=tuning.seed, n_startup_trials=tuning.startup_trials)
+
+
+def _random(tuning: TuningConfig) -> Any:
+    import optuna
+
+    return optuna.samplers.RandomSampler(seed=tuning.seed)
+
+
+# one_at_a_time enqueues its whole grid (tune.space.one_at_a_time); trials beyond it are random
+SAMPLERS: dict[str, Callable[[TuningConfig], Any]] = {"gp": _gp, "tpe": _tpe, "random": _random, "one_at_a_time": _random}
+
+
+def make_pruner(tuning: TuningConfig) -> Any:
+    """``median``: prune after a fold whose running mean is below the median of earlier trials
+    at that fold, once ``startup_trials`` trials have finished (Optuna's ``MedianPruner``)."""
+    import optuna
+
+    if tuning.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=max(1, tuning.startup_trials), n_warmup_steps=0)
+    return optuna.pruners.NopPruner()
+
+
+def make_storage(tuning: TuningConfig, directory: Path) -> Any:
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    if tuning.storage:
+        return optuna.storages.RDBStorage(tuning.storage)
+    directory.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.JournalStorage(JournalFileBackend(str(directory / JOURNAL)))
+
+
+def open_study(name: str, tuning: TuningConfig, storage: Any, worker: int = 0) -> Any:
+    """The study ``name`` in ``storage``, created if new (maximising the objective). Each worker
+    seeds its sampler with ``tuning.seed + worker``: equal seeds would draw the same points."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    seeded = tuning.model_copy(update={"seed": tuning.seed + worker})
+    return optuna.create_study(
+        study_name=name,
+        storage=storage,
+        sampler=SAMPLERS[tuning.sampler](seeded),
+        pruner=make_pruner(tuning),
+        direction="maximize",
+        load_if_exists=True,
+    )
+
+
+def finished_count(study: Any) -> int:
+    import optuna
+
+    states = tuple(getattr(optuna.trial.TrialState, s) for s in FINISHED_STATES)
+    return len(study.get_trials(deepcopy=False, states=states))
+
+
+def recover_interrupted(study: Any, storage: Any) -> list[int]:
+    """Mark trials a killed process left running (in ``storage``, the study's) as failed and
+    enqueue their parameters again; return their numbers. Call only while no other process works
+    on the study. (``FrozenTrial._trial_id`` is the storage's key; Optuna has no public one.)"""
+    import optuna
+
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    for trial in running:
+        storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
+        storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+        study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number}, skip_if_exists=False)
+    return [t.number for t in running]
+
+
+def enqueue_once(study: Any, points: list[dict[str, Any]]) -> None:
+    """Enqueue ``points`` (the published values, the one-at-a-time grid) when the study is new."""
+    if study.get_trials(deepcopy=False):
+        return
+    for index, point in enumerate(points):
+        study.enqueue_trial(point, user_attrs={"planned": index}, skip_if_exists=False)

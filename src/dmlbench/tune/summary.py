@@ -1,0 +1,87 @@
+"""A finished (or partly finished) study as files: the trial table, the best values, the summary.
+
+``trials.csv``: one row per trial (number, state, objective, each fold's validation score and
+selected epoch, each searched value, ``retry_of`` for re-runs of interrupted trials).
+``best.yaml``: the best complete trial's values, what ``train@`` reads (:mod:`dmlbench.tune.results`).
+``study.json``: trial counts by state, trainings run and saved by pruning, parameter importances.
+None of them holds a timing: the seconds per trial go to MLflow and to the run log.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import pandas as pd
+
+from dmlbench.losses.search import Dimension
+
+
+def trial_table(trials: list[Any], space: Mapping[str, Dimension], folds: int) -> pd.DataFrame:
+    rows = []
+    for trial in sorted(trials, key=lambda t: t.number):
+        attrs = trial.user_attrs
+        row: dict[str, Any] = {
+            "number": trial.number,
+            "state": trial.state.name.lower(),
+            "objective": trial.value if trial.state.name == "COMPLETE" else None,
+            "folds_trained": sum(f"fold{i}" in attrs for i in range(folds)),
+        }
+        for index in range(folds):
+            row[f"fold{index}"] = attrs.get(f"fold{index}")
+            row[f"fold{index}_epoch"] = attrs.get(f"fold{index}_epoch")
+        for key in space:
+            row[f"param.{key}"] = trial.params.get(key)
+        row["retry_of"] = attrs.get("retry_of")
+        row["failure"] = attrs.get("failure")
+        rows.append(row)
+    columns = ["number", "state", "objective", "folds_trained"]
+    columns += [c for i in range(folds) for c in (f"fold{i}", f"fold{i}_epoch")]
+    columns += [f"param.{k}" for k in space] + ["retry_of", "failure"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def best_trial(table: pd.DataFrame) -> pd.Series | None:
+    """The complete trial with the highest objective (the lowest number among ties)."""
+    complete = table[table["state"] == "complete"]
+    if complete.empty:
+        return None
+    return complete.sort_values(["objective", "number"], ascending=[False, True]).iloc[0]
+
+
+def plain(value: Any) -> Any:
+    """numpy scalars and NaN as YAML/JSON-friendly values."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def study_summary(table: pd.DataFrame, folds: int) -> dict[str, Any]:
+    """Counts by state; trainings = fold models trained; saved = folds pruned trials skipped."""
+    counts = table["state"].value_counts().to_dict()
+    pruned = table[table["state"] == "pruned"]
+    return {
+        "trials": {state: int(counts.get(state, 0)) for state in ("complete", "pruned", "fail")},
+        "trainings": int(table["folds_trained"].sum()),
+        "trainings_saved_by_pruning": int((folds - pruned["folds_trained"]).sum()),
+        "folds": folds,
+    }
+
+
+def importances(study: Any, seed: int) -> dict[str, float]:
+    """fANOVA importance of each searched value for the objective (Optuna's evaluator, seeded);
+    empty with fewer than two complete trials or one distinct value."""
+    import optuna
+
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
+    if len(complete) < 2:
+        return {}
+    try:
+        found = optuna.importance.get_param_importances(
+            study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=seed)
+        )
+    except (RuntimeError, ValueError):  # e.g. every trial drew the same value
+        return {}
+    return {key: round(float(value), 6) for key, value in found.items()}
