@@ -47,6 +47,7 @@ WARM_MODULES = [
         "faiss",
         "scipy.io",
         "scipy.stats",
+        "optuna.samplers",
     ],
     [
         "mlflow",

@@ -5,6 +5,7 @@ theta_y + m (additive angular margin, m in degrees), class weights W learnable (
 from pydantic import PositiveFloat
 
 from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
 class ArcFaceParams(ParametricLossParams):
@@ -18,6 +19,11 @@ def build(p: ArcFaceParams, num_classes: int, dim: int):
     return ArcFaceLoss(num_classes, dim, margin=p.margin, scale=p.scale)
 
 
+# The Reality Check's bounds (powerful-benchmarker (branch metric-learning),
+# docs/papers/mlrc_plots/{cub,cars,sop}_arcface.html): margin [0, 90] degrees, clipped to 0.5 (PositiveFloat);
+# scale [0.01, 200] (SOP: up to 300); weights lr PARAM_LR
+SEARCH_SPACE = {"margin": FloatRange(0.5, 90.0), "scale": FloatRange(0.01, 300.0), "param_lr": PARAM_LR}
+
 SPEC = LossSpec(
     name="arcface",
     params=ArcFaceParams,
@@ -25,4 +31,5 @@ SPEC = LossSpec(
     sampler="any",
     has_parameters=True,
     reference="Deng, Guo, Xue & Zafeiriou, CVPR 2019",
+    search_space=SEARCH_SPACE,
 )

@@ -6,6 +6,7 @@ paper's fine-grained retrieval settings (= PML defaults). No mining."""
 from pydantic import PositiveFloat
 
 from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.search import FloatRange
 
 
 class CircleParams(LossParams):
@@ -19,4 +20,11 @@ def build(p: CircleParams, num_classes: int, dim: int):
     return CircleLoss(m=p.m, gamma=p.gamma)
 
 
-SPEC = LossSpec(name="circle", params=CircleParams, build=build, reference="Sun et al., CVPR 2020")
+# Not searched by the Reality Check; by analogy with its CosFace ranges (powerful-benchmarker (branch
+# metric-learning), docs/papers/mlrc_plots/{cub,cars,sop}_cosface.html), as m is a cosine margin and gamma
+# a scale like CosFace's: m [0, 1], clipped to 1e-3 (PositiveFloat); gamma [0.01, 200]
+SEARCH_SPACE = {"m": FloatRange(1e-3, 1.0), "gamma": FloatRange(0.01, 200.0)}
+
+SPEC = LossSpec(
+    name="circle", params=CircleParams, build=build, reference="Sun et al., CVPR 2020", search_space=SEARCH_SPACE
+)

@@ -5,6 +5,7 @@ values (= PML defaults); weights at the protocol lr."""
 from pydantic import PositiveFloat
 
 from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
 class CosFaceParams(ParametricLossParams):
@@ -18,6 +19,11 @@ def build(p: CosFaceParams, num_classes: int, dim: int):
     return CosFaceLoss(num_classes, dim, margin=p.margin, scale=p.scale)
 
 
+# The Reality Check's bounds, the same on CUB200/Cars196/SOP (powerful-benchmarker (branch metric-learning),
+# docs/papers/mlrc_plots/{cub,cars,sop}_cosface.html): margin [0, 1], clipped to 1e-3 (PositiveFloat);
+# scale [0.01, 200]; weights lr PARAM_LR
+SEARCH_SPACE = {"margin": FloatRange(1e-3, 1.0), "scale": FloatRange(0.01, 200.0), "param_lr": PARAM_LR}
+
 SPEC = LossSpec(
     name="cosface",
     params=CosFaceParams,
@@ -25,4 +31,5 @@ SPEC = LossSpec(
     sampler="any",
     has_parameters=True,
     reference="Wang et al., CVPR 2018",
+    search_space=SEARCH_SPACE,
 )

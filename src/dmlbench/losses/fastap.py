@@ -5,6 +5,7 @@ average precision of each anchor's ranking, distances binned into ``num_bins`` s
 from pydantic import Field
 
 from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.search import IntRange
 
 
 class FastAPParams(LossParams):
@@ -17,4 +18,10 @@ def build(p: FastAPParams, num_classes: int, dim: int):
     return FastAPLoss(num_bins=p.num_bins)
 
 
-SPEC = LossSpec(name="fastap", params=FastAPParams, build=build, reference="Cakir et al., CVPR 2019")
+# The Reality Check searched every number of bins 2..32 as a grid (batch 32; powerful-benchmarker
+# (branch metric-learning), docs/papers/mlrc_plots/{cub,cars,sop}_fast_ap.png)
+SEARCH_SPACE = {"num_bins": IntRange(2, 32)}
+
+SPEC = LossSpec(
+    name="fastap", params=FastAPParams, build=build, reference="Cakir et al., CVPR 2019", search_space=SEARCH_SPACE
+)

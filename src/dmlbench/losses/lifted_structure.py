@@ -33,6 +33,7 @@ from typing import Literal
 from pydantic import NonNegativeFloat, PositiveFloat, model_validator
 
 from dmlbench.losses.base import LossParams, LossSpec, lazy_loss_class
+from dmlbench.losses.search import FloatRange
 
 PML_KEYS = {"neg_margin", "pos_margin"}
 THESIS_CODE_KEYS = {"alpha", "beta"}
@@ -117,10 +118,21 @@ def build_miner(p: LiftedStructureParams):
     return MultiSimilarityMiner(epsilon=p.miner_epsilon) if p.miner else None
 
 
+# Not searched by the Reality Check; by analogy with its ranges (powerful-benchmarker (branch metric-learning),
+# docs/papers/mlrc_plots/{cub,cars,sop}_{contrastive,multi_similarity_with_ms_miner}.html): the ``pml`` margins
+# [0, 2] as contrastive's (clipped to 0), miner epsilon [0, 1] as the MS miner's. ``thesis_code``'s alpha and
+# beta are not declared: _keys_of_formulation rejects them under ``pml``, the formulation tuned.
+SEARCH_SPACE = {
+    "neg_margin": FloatRange(0.0, 2.0),
+    "pos_margin": FloatRange(0.0, 2.0),
+    "miner_epsilon": FloatRange(0.0, 1.0),
+}
+
 SPEC = LossSpec(
     name="lifted_structure",
     params=LiftedStructureParams,
     build=build,
     build_miner=build_miner,
     reference="Oh Song, Xiang, Jegelka & Savarese, CVPR 2016",
+    search_space=SEARCH_SPACE,
 )

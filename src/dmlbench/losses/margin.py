@@ -10,6 +10,7 @@ Miner: ``DistanceWeightedMiner(cutoff=0.5, nonzero_loss_cutoff=1.4)`` as in the 
 from pydantic import NonNegativeFloat, PositiveFloat
 
 from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
 class MarginParams(ParametricLossParams):
@@ -36,6 +37,11 @@ def build_miner(p: MarginParams):
     return DistanceWeightedMiner(cutoff=p.miner_cutoff, nonzero_loss_cutoff=p.miner_nonzero_loss_cutoff)
 
 
+# The Reality Check's bounds, the same on CUB200/Cars196/SOP (powerful-benchmarker (branch metric-learning),
+# docs/papers/mlrc_plots/{cub,cars,sop}_margin_no_weight_decay.html): margin [-0.2, 2], clipped to 0
+# (NonNegativeFloat); initial beta [-0.2, 2]; beta lr PARAM_LR. Not searched: nu, the miner switches
+SEARCH_SPACE = {"margin": FloatRange(0.0, 2.0), "beta": FloatRange(-0.2, 2.0), "param_lr": PARAM_LR}
+
 SPEC = LossSpec(
     name="margin",
     params=MarginParams,
@@ -43,4 +49,5 @@ SPEC = LossSpec(
     build_miner=build_miner,
     has_parameters=True,
     reference="Wu, Manmatha, Smola & Kraehenbuehl, ICCV 2017",
+    search_space=SEARCH_SPACE,
 )

@@ -11,6 +11,7 @@ editing one Margin variant must not leave the other's results stale or re-run th
 from pydantic import NonNegativeFloat, PositiveFloat
 
 from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
 class MarginPerClassParams(ParametricLossParams):
@@ -37,6 +38,11 @@ def build_miner(p: MarginPerClassParams):
     return DistanceWeightedMiner(cutoff=p.miner_cutoff, nonzero_loss_cutoff=p.miner_nonzero_loss_cutoff)
 
 
+# The Reality Check's bounds, the same on CUB200/Cars196/SOP (powerful-benchmarker (branch metric-learning),
+# docs/papers/mlrc_plots/{cub,cars,sop}_margin_param_per_class_no_weight_decay.html): margin [-0.2, 2],
+# clipped to 0 (NonNegativeFloat); initial beta [-0.2, 2]; betas' lr PARAM_LR. Not searched: nu, the miner
+SEARCH_SPACE = {"margin": FloatRange(0.0, 2.0), "beta": FloatRange(-0.2, 2.0), "param_lr": PARAM_LR}
+
 SPEC = LossSpec(
     name="margin_per_class",
     params=MarginPerClassParams,
@@ -44,4 +50,5 @@ SPEC = LossSpec(
     build_miner=build_miner,
     has_parameters=True,
     reference="Wu, Manmatha, Smola & Kraehenbuehl, ICCV 2017 (one beta per class)",
+    search_space=SEARCH_SPACE,
 )

@@ -6,6 +6,7 @@ over every pair of the batch, S = cosine similarity (PML ``MultiSimilarityLoss``
 from pydantic import PositiveFloat
 
 from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.search import FloatRange
 
 
 class MultiSimilarityWithoutMinerParams(LossParams):
@@ -20,9 +21,15 @@ def build(p: MultiSimilarityWithoutMinerParams, num_classes: int, dim: int):
     return MultiSimilarityLoss(alpha=p.alpha, beta=p.beta, base=p.base)
 
 
+# The Reality Check's "MS" bounds, all linear: alpha [0.01, 100] (CUB: from 1e-3), beta [0.01, 100],
+# base [0, 1] (powerful-benchmarker (branch metric-learning),
+# docs/papers/mlrc_plots/{cub,cars,sop}_multi_similarity.html)
+SEARCH_SPACE = {"alpha": FloatRange(1e-3, 100.0), "beta": FloatRange(0.01, 100.0), "base": FloatRange(0.0, 1.0)}
+
 SPEC = LossSpec(
     name="multi_similarity_without_miner",
     params=MultiSimilarityWithoutMinerParams,
     build=build,
     reference="Wang et al., CVPR 2019 (loss only, as the Reality Check's 'MS')",
+    search_space=SEARCH_SPACE,
 )

@@ -21,4 +21,6 @@ def build(p: NPairParams, num_classes: int, dim: int):
     return NPairsLoss(embedding_regularizer=LpRegularizer(), embedding_reg_weight=p.l2_reg_weight)
 
 
+# No search space: the only hyperparameter, l2_reg_weight, has no effect on the L2-normalised embeddings
+# (see above), and PML's NPairsLoss has no other. The Reality Check did not run N-pair.
 SPEC = LossSpec(name="npair", params=NPairParams, build=build, reference="Sohn, NeurIPS 2016")

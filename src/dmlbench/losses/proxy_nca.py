@@ -9,6 +9,7 @@ thesis code's value (``Proxy_NCA(scale=32)``, inherited from the Proxy-Anchor co
 from pydantic import PositiveFloat
 
 from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
 class ProxyNCAParams(ParametricLossParams):
@@ -22,6 +23,10 @@ def build(p: ProxyNCAParams, num_classes: int, dim: int):
     return ProxyNCALoss(num_classes, dim, softmax_scale=p.softmax_scale)
 
 
+# The Reality Check's bounds, the same on CUB200/Cars196/SOP: softmax_scale [0.01, 100] linear, proxy lr
+# PARAM_LR (powerful-benchmarker (branch metric-learning), docs/papers/mlrc_plots/{cub,cars,sop}_proxy_nca.html)
+SEARCH_SPACE = {"softmax_scale": FloatRange(0.01, 100.0), "param_lr": PARAM_LR}
+
 SPEC = LossSpec(
     name="proxy_nca",
     params=ProxyNCAParams,
@@ -29,4 +34,5 @@ SPEC = LossSpec(
     sampler="any",
     has_parameters=True,
     reference="Movshovitz-Attias et al., ICCV 2017",
+    search_space=SEARCH_SPACE,
 )

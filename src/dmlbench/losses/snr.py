@@ -6,6 +6,7 @@ zero-mean embedding regulariser (PML ``SignalToNoiseRatioContrastiveLoss`` +
 from pydantic import NonNegativeFloat
 
 from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.search import FloatRange
 
 
 class SNRParams(LossParams):
@@ -24,4 +25,15 @@ def build(p: SNRParams, num_classes: int, dim: int):
     return SignalToNoiseRatioContrastiveLoss(pos_margin=p.pos_margin, neg_margin=p.neg_margin, **regularizer)
 
 
-SPEC = LossSpec(name="snr", params=SNRParams, build=build, reference="Yuan et al., CVPR 2019")
+# The Reality Check's bounds, the same on CUB200/Cars196/SOP: pos_margin, neg_margin [0, 2], regulariser
+# weight [0, 1] (powerful-benchmarker (branch metric-learning),
+# docs/papers/mlrc_plots/{cub,cars,sop}_snr_contrastive.html)
+SEARCH_SPACE = {
+    "pos_margin": FloatRange(0.0, 2.0),
+    "neg_margin": FloatRange(0.0, 2.0),
+    "zero_mean_reg_weight": FloatRange(0.0, 1.0),
+}
+
+SPEC = LossSpec(
+    name="snr", params=SNRParams, build=build, reference="Yuan et al., CVPR 2019", search_space=SEARCH_SPACE
+)

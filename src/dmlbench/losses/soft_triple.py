@@ -8,6 +8,7 @@ paper and the thesis code use delta 0.01. K = 10 centres per class (paper, PML d
 from pydantic import NonNegativeFloat, PositiveFloat, PositiveInt
 
 from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
 class SoftTripleParams(ParametricLossParams):
@@ -33,6 +34,18 @@ def build(p: SoftTripleParams, num_classes: int, dim: int):
     )
 
 
+# The Reality Check's bounds, all linear (powerful-benchmarker (branch metric-learning),
+# docs/papers/mlrc_plots/{cub,cars,sop}_soft_triple.html): la [0.01, 100] (SOP: up to 200), gamma [0.01, 100]
+# (CUB: from 1e-4), margin [0, 1], centres lr PARAM_LR; tau = 2 x RC's reg_weight [0, 1] (CUB, Cars; SOP
+# did not search it). centers_per_class was fixed.
+SEARCH_SPACE = {
+    "la": FloatRange(0.01, 200.0),
+    "gamma": FloatRange(1e-4, 100.0),
+    "tau": FloatRange(0.0, 2.0),
+    "margin": FloatRange(0.0, 1.0),
+    "param_lr": PARAM_LR,
+}
+
 SPEC = LossSpec(
     name="soft_triple",
     params=SoftTripleParams,
@@ -40,4 +53,5 @@ SPEC = LossSpec(
     sampler="any",
     has_parameters=True,
     reference="Qian et al., ICCV 2019",
+    search_space=SEARCH_SPACE,
 )

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import NonNegativeFloat, PositiveFloat
 
 from dmlbench.losses.base import LossSpec, ParametricLossParams, lazy_loss_class
+from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
 def _define() -> type:
@@ -115,6 +116,11 @@ def build(p: ThesisProxyParams, num_classes: int, dim: int) -> Any:
     return loss_class(num_classes, dim, margin=p.margin, alpha=p.alpha, variant=p.variant)
 
 
+# Not searched by the Reality Check; as proxy_anchor, by analogy with its ranges (powerful-benchmarker
+# (branch metric-learning), docs/papers/mlrc_plots/): alpha [0.01, 100] linear as its log-sum-exp scales,
+# margin [0, 1] as its cosine margins, the proxies' lr PARAM_LR. ``variant`` picks a formulation: not searched
+SEARCH_SPACE = {"alpha": FloatRange(0.01, 100.0), "margin": FloatRange(0.0, 1.0), "param_lr": PARAM_LR}
+
 SPEC = LossSpec(
     name="thesis_proxy",
     params=ThesisProxyParams,
@@ -122,4 +128,5 @@ SPEC = LossSpec(
     sampler="any",
     has_parameters=True,
     reference="Psomas, Metric Learning: A Deep Dive, diploma thesis, NTUA/UoA 2020, ch. 6",
+    search_space=SEARCH_SPACE,
 )
