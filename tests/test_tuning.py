@@ -181,6 +181,7 @@ def test_no_fold_and_no_objective_reads_a_test_class_image(tmp_path, default_raw
     monkeypatch.setattr(objective_module, "train", spy)
     search = make_search(params, "glyphs", "tiny_cnn", "contrastive", half.num_folds)
     study = optuna.create_study(direction="maximize")
+    study.enqueue_trial(search.published_point())  # a valid point (a random one may break pos < neg)
     value = search.evaluate(study.ask(), half, torch.device("cpu"))
     assert 0.0 <= value <= 1.0
     assert len(seen) == 5 * max(1, half.num_folds)  # every fold trained
@@ -199,7 +200,9 @@ def tune_project(tmp_path, default_raw_params):
     from dmlbench.data import DATASETS
     from dmlbench.data.prepare import prepare_dataset
 
-    raw = _tuned(small_params_dict(default_raw_params), sampler="random", trials=3, pruner="none")
+    # a space where every draw is valid (pos_margin < neg_margin): no failed trial to count
+    space = {"contrastive": {"pos_margin": {"low": 0.0, "high": 0.5}, "neg_margin": {"low": 0.6, "high": 2.0}}}
+    raw = _tuned(small_params_dict(default_raw_params), sampler="random", trials=3, pruner="none", space=space)
     raw["datasets"]["glyphs"]["split"] = {"scheme": "rc_cv", "num_folds": 2}
     raw["protocols"][raw["protocol"]]["epochs"] = 1
     raw["losses"] = {"contrastive": {}}
@@ -253,7 +256,7 @@ def test_killed_study_resumes_keeping_its_finished_trials(tune_project):
             break
     name = next(line.split()[1].rstrip(":") for line in lines if line.startswith("study "))
     deadline = time.time() + 60
-    while not any(t.state.name == "RUNNING" for t in _journal_trials(root, name)):  # ... and trial 1 started
+    while not any(t.state.name == "RUNNING" and t.params for t in _journal_trials(root, name)):  # ... and trial 1 trains
         assert time.time() < deadline and first.poll() is None, "".join(lines)
         time.sleep(0.02)
     first.kill()  # SIGKILL: nothing is told, the trial stays RUNNING in the journal
