@@ -159,8 +159,9 @@ def worker_main(params_file: str, dataset: str, backbone: str, loss: str, name: 
 def work(params: Params, search: Search, data: PreparedDataset, study: Any, parent: TrackedRun, worker: int,
          device: torch.device | None = None) -> int:  # fmt: skip
     """Ask, train, tell until the study has ``tuning.trials`` finished trials; return how many
-    this worker ran. A trial whose values break the loss's constraints, or whose training
-    diverges, is a failed trial (not counted); after 3 x trials attempts the worker gives up."""
+    this worker ran. A trial whose values break the loss's constraints is ``invalid`` (told as
+    pruned: counted, trains nothing); one whose training diverges is failed (not counted); after
+    3 x trials attempts the worker gives up."""
     import optuna
 
     tuning, experiment = params.tuning, params.tracking.experiment
@@ -181,7 +182,12 @@ def work(params: Params, search: Search, data: PreparedDataset, study: Any, pare
             value = search.evaluate(trial, data, device, on_fold=on_fold)
         except optuna.TrialPruned:
             state = "pruned"
-        except (InvalidTrial, TrainingDiverged) as exc:
+        except InvalidTrial as exc:
+            # told as pruned, so TPE learns to avoid the region (it ranks pruned trials without a
+            # reported value last; a failed trial it ignores and would propose again)
+            state, failure = "invalid", f"{type(exc).__name__}: {exc}"
+            trial.set_user_attr("invalid", True)
+        except TrainingDiverged as exc:
             state, failure = "failed", f"{type(exc).__name__}: {exc}"
         except BaseException:
             child.set_tags({"trial_state": "interrupted"})
@@ -195,7 +201,8 @@ def work(params: Params, search: Search, data: PreparedDataset, study: Any, pare
         if state == "finished":
             study.tell(trial, value)
         else:
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED if state == "pruned" else optuna.trial.TrialState.FAIL)
+            pruned = state in ("pruned", "invalid")
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED if pruned else optuna.trial.TrialState.FAIL)
         shown = f"{value:.4f}" if value is not None else state
         print(f"trial {trial.number} ({state}): {search.objective} {shown} in {seconds:.1f} s [{finished_count(study)}/{tuning.trials}]")
     return ran

@@ -23,7 +23,7 @@ def trial_table(trials: list[Any], space: Mapping[str, Dimension], folds: int) -
         attrs = trial.user_attrs
         row: dict[str, Any] = {
             "number": trial.number,
-            "state": trial.state.name.lower(),
+            "state": "invalid" if attrs.get("invalid") else trial.state.name.lower(),
             "objective": trial.value if trial.state.name == "COMPLETE" else None,
             "folds_trained": sum(f"fold{i}" in attrs for i in range(folds)),
         }
@@ -63,7 +63,7 @@ def study_summary(table: pd.DataFrame, folds: int) -> dict[str, Any]:
     counts = table["state"].value_counts().to_dict()
     pruned = table[table["state"] == "pruned"]
     return {
-        "trials": {state: int(counts.get(state, 0)) for state in ("complete", "pruned", "fail")},
+        "trials": {state: int(counts.get(state, 0)) for state in ("complete", "pruned", "invalid", "fail")},
         "trainings": int(table["folds_trained"].sum()),
         "trainings_saved_by_pruning": int((folds - pruned["folds_trained"]).sum()),
         "folds": folds,

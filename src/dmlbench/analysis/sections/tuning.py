@@ -99,7 +99,7 @@ def _sensitivity(analysis: Analysis, doc: Document, studies: list[StudyResult], 
         top = max(importance, key=importance.get) if importance else None
         rows.append([
             analysis.names.get(study.loss, study.loss),
-            f"{counts.get('complete', 0)} / {counts.get('pruned', 0)} / {counts.get('fail', 0)}",
+            f"{counts.get('complete', 0)} / {counts.get('pruned', 0)} / {counts.get('invalid', 0)} / {counts.get('fail', 0)}",
             f"{values.median():.1f} [{values.quantile(0.25):.1f}, {values.quantile(0.75):.1f}]" if len(values) else "-",
             f"{values.max() - values.median():.1f}" if len(values) else "-",
             f"{top} ({importance[top]:.2f})" if top else "-",
@@ -116,7 +116,7 @@ def _sensitivity(analysis: Analysis, doc: Document, studies: list[StudyResult], 
         "Cost: fold models trained and device-minutes of the search.",
         "",
         markdown_table(
-            ["loss", "trials complete / pruned / failed", f"{objective} of trials", "best - median",
+            ["loss", "trials complete / pruned / invalid / failed", f"{objective} of trials", "best - median",
              "most important", "trainings", "device-minutes"],
             rows,
         ),  # fmt: skip
