@@ -320,6 +320,13 @@ def test_train_reads_the_tuned_values(in_project, default_raw_params):
     config = run_config(params, run)
     assert (config.loss_params.pos_margin, config.loss_params.neg_margin) == (0.1, 0.9)
     assert config.loss_source == "tuned" and config.resolved["tuning"]["study"] == "s1"
+    # a tuned absolute lr of the loss's parameters replaces the protocol's published multiplier
+    proxy = RunSpec("glyphs", "tiny_cnn", "proxy_anchor", 32, 0)
+    write_best(best_file("glyphs", "tiny_cnn", "proxy_anchor"), {"hyperparameters": "tuned", "study": "s2", "trial": 1,
+               "values": {"param_lr": 0.005, "margin": 0.2}})  # fmt: skip
+    tuned_proxy = run_config(params, proxy).loss_params
+    assert (tuned_proxy.param_lr, tuned_proxy.margin) == (0.005, 0.2)
+    assert tuned_proxy.optimizer_lr(0.002, None) == 0.005
     published = parse_params(small_params_dict(default_raw_params))
     assert run_config(published, run).loss_params.neg_margin == 0.5  # published: best.yaml not read
     assert run_config(published, run).config_hash != config.config_hash

@@ -91,7 +91,10 @@ def run_config(params: Params, run: RunSpec) -> RunConfig:
     tuning = None
     if protocol.hyperparameters == "tuned":
         tuned, tuning = tuned_values(run.dataset, run.backbone, run.loss)
-        values = {**loss_values(params, run, published_only=True), **tuned, **params.loss_values.get(run.loss, {})}
+        published = loss_values(params, run, published_only=True)
+        if "param_lr" in tuned:  # a searched absolute lr replaces a published multiplier
+            published.pop("param_lr_multiplier", None)
+        values = {**published, **tuned, **params.loss_values.get(run.loss, {})}
     return resolve_run(params, run, params.loss_models[run.loss].model_validate(values), protocol, tuning)
 
 
