@@ -27,6 +27,7 @@ from dmlbench.io import md5_file, read_json
 def make_params(base: dict, dataset: str, source: dict, split: dict | None = None, **entry):
     raw = copy.deepcopy(base)
     raw["datasets"] = {dataset: {"source": source, "image_size": 16, "split": split or {"scheme": "standard"}, **entry}}
+    raw["protocols"][raw["protocol"]]["hyperparameters"] = "published"  # a 'standard' split has no validation classes
     return parse_params(raw)
 
 
