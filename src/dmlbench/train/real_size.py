@@ -71,6 +71,7 @@ def real_size_params(base: dict, setting: RealSizeSetting) -> dict:
         num_classes=setting.classes, images_per_class=setting.images_per_class, render_size=setting.image_size
     )
     glyphs["image_size"] = setting.image_size
+    glyphs["split"] = {"scheme": "fixed_val", "val_fraction": 0.1, "seed": 0}  # one model, one validation split
     raw["datasets"] = {DATASET: glyphs}
     raw["backbones"] = {setting.backbone: {}}
     raw["losses"] = {setting.loss: {}}
@@ -85,6 +86,7 @@ def real_size_params(base: dict, setting: RealSizeSetting) -> dict:
         frozen_bn=False,  # random initialisation: batch norm must learn its statistics
         test_feedback=False,
         losses={},
+        hyperparameters="published",  # a throughput check of the loop: no search first
     )
     protocol["optimizer"].update(lr=setting.lr)
     protocol["scheduler"].update(name="constant")
