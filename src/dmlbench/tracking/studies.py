@@ -39,16 +39,13 @@ def study_run(experiment: str, study: str, name: str, tags: Mapping[str, str], p
     return TrackedRun(run_id, mlflow_client)
 
 
-def trial_run(experiment: str, parent: TrackedRun, study: str, number: int, values: Mapping[str, Any]) -> TrackedRun:
-    """A new child run for trial ``number`` (a re-run of an interrupted trial is a new trial)."""
-    from mlflow.entities import Param
-
+def trial_run(experiment: str, parent: TrackedRun, study: str, number: int) -> TrackedRun:
+    """A new child run for trial ``number`` (a re-run of an interrupted trial is a new trial); its
+    values are logged when the trial ends (an enqueued trial's are known only once suggested)."""
     mlflow_client = make_client()
     experiment_id = ensure_experiment(experiment, mlflow_client)
     tags = {"kind": TRIAL_KIND, "study": study, "trial": str(number), PARENT_TAG: parent.run_id}
     run_id = mlflow_client.create_run(experiment_id, run_name=f"trial {number}", tags=tags).info.run_id
-    if values:
-        mlflow_client.log_batch(run_id, params=[Param(k, repr(v) if isinstance(v, float) else str(v)) for k, v in values.items()])
     return TrackedRun(run_id, mlflow_client)
 
 

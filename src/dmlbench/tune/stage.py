@@ -170,7 +170,7 @@ def work(params: Params, search: Search, data: PreparedDataset, study: Any, pare
     while finished_count(study) < tuning.trials and ran < 3 * tuning.trials:
         trial = study.ask()
         ran += 1
-        child = trial_run(experiment, parent, study.study_name, trial.number, {})
+        child = trial_run(experiment, parent, study.study_name, trial.number)
         started = time.perf_counter()
         trial.set_user_attr("worker", worker)
 
