@@ -154,6 +154,7 @@ RC_METHODS = _reality_check_methods()
 def _protocol_grid(raw: dict, protocol: str, datasets: list[str], backbone: str, dim: int, losses) -> dict:
     raw = copy.deepcopy(raw)
     raw.update(protocol=protocol, backbones={backbone: {}}, dims=[dim])
+    raw["tuning"]["baselines"] = []  # the demo's tuned-vs-published baseline (at its own dim)
     raw["datasets"] = {name: {"source": {}} for name in datasets}
     raw["losses"] = {name: {} for name in losses}
     return raw
@@ -165,6 +166,7 @@ def test_reality_check_protocol_carries_rcs_tuned_losses_per_dataset(default_raw
     raw = _protocol_grid(default_raw_params, "reality_check", ["cub200", "cars196"], "bn_inception", 128, RC_METHODS)
     raw["losses"]["lifted_structure"] = {}
     raw["protocols"]["reality_check"]["hyperparameters"] = "published"  # RC's best values, not a new search
+    raw["tuning"]["baselines"] = []  # nothing to compare a published grid with
     params = parse_params(raw)
 
     def loss(dataset, name):

@@ -28,6 +28,7 @@ def make_params(base: dict, dataset: str, source: dict, split: dict | None = Non
     raw = copy.deepcopy(base)
     raw["datasets"] = {dataset: {"source": source, "image_size": 16, "split": split or {"scheme": "standard"}, **entry}}
     raw["protocols"][raw["protocol"]]["hyperparameters"] = "published"  # a 'standard' split has no validation classes
+    raw["tuning"]["baselines"] = []  # nothing to compare a published grid with
     return parse_params(raw)
 
 

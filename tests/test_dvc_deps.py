@@ -112,6 +112,8 @@ PARAMS_API: dict[str, tuple[tuple[str, ...], str | None]] = {
     # Guards on the stage's own arguments: DVC generates them from these very lists.
     "check_run": ((), None),
     "check_listed": ((), None),
+    "check_baseline": ((), None),  # tuning.baselines and tuning.dim: what train_baseline@ is generated from
+    "baseline_combos": (("datasets", "backbones", "losses", "tuning.baselines", "tuning.dim"), None),
 }
 WHOLE_FILE = "params.yaml"
 

@@ -24,6 +24,7 @@ def project(tmp_path_factory, default_raw_params):
     raw["losses"] = {"contrastive": raw["losses"]["contrastive"], "proxy_anchor": raw["losses"]["proxy_anchor"]}
     raw["dims"], raw["seeds"] = [32], [0, 1]
     raw["protocols"][raw["protocol"]]["hyperparameters"] = "tuned"  # tune@ stages first (2 trials per loss)
+    raw["tuning"].update(dim=32, baselines=["published"])  # and the published values beside (baseline@)
     env = dvc_project(root, raw, mlflow_db=tmp / "store" / "mlflow.db")
     first = run_checked([sys.executable, "-m", "dmlbench.pipeline", "--jobs", "2"], root, env)
     return root, env, first
@@ -90,9 +91,15 @@ def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(projec
     assert set(summaries["tags.combo_key"]) == {
         "glyphs-tiny_cnn-contrastive-32",
         "glyphs-tiny_cnn-proxy_anchor-32",
+        "glyphs-tiny_cnn-contrastive-published-32",
+        "glyphs-tiny_cnn-proxy_anchor-published-32",
         "glyphs-tiny_cnn-pretrained",
     }
-    runs = all_runs[all_runs["tags.kind"] == "train"]
+    trained = all_runs[all_runs["tags.kind"] == "train"]
+    published = trained[trained["tags.variant"] == "published"]  # the baseline@ stages' runs
+    assert set(published["tags.dvc_stage"]) == {f"baseline@glyphs-tiny_cnn-{loss}-published" for loss in ("contrastive", "proxy_anchor")}
+    assert len(published) == 4 and published.get("tags.study", pd.Series([None])).isna().all()  # no study behind them
+    runs = trained[trained["tags.variant"] != "published"]
     settled = all_runs[all_runs["tags.kind"] != "trial"]  # a trial may fail (e.g. pos_margin >= neg_margin)
     assert len(runs) == 4 and set(settled["status"]) == {"FINISHED"}
     # the search: one study run per loss, its trials nested under it, the train runs tagged with it
@@ -104,6 +111,12 @@ def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(projec
         tagged = runs[runs["tags.dvc_stage"].str.contains(loss)]
         assert set(tagged["tags.study"]) == {best["study"]} and best["hyperparameters"] == "tuned"
     assert "## Tuning" in report
+    # tuned vs published on the test classes: each loss's two means with n=2 intervals, the gain, the ranks
+    section = report.split("## Tuning", 1)[1].split("\n## ", 1)[0]
+    assert "What tuning bought on the test classes" in section
+    table = [line for line in section.splitlines() if line.startswith(("| Contrastive |", "| Proxy-Anchor |"))]
+    assert len([line for line in table if " -> " in line]) == 2
+    assert "order of the losses by mean test score" in section or "swap places" in section
     assert set(runs["tags.dvc_stage"]) == {
         f"train@glyphs-tiny_cnn-{loss}-32-{seed}" for loss in ("contrastive", "proxy_anchor") for seed in (0, 1)
     }
@@ -119,9 +132,10 @@ def test_second_repro_is_a_no_op(project):
     again = run_checked([sys.executable, "-m", "dvc", "repro"], root, env)
     assert "Running stage" not in again.stdout
     assert "Data and pipelines are up to date" in again.stdout
-    # no new run of any kind: 4 training runs, 3 summaries (2 grid cells + the pretrained baseline), 1 report
-    assert len(_mlflow_runs(env)) == 4
-    assert len(_mlflow_runs(env, kind="summary")) == 3 and len(_mlflow_runs(env, kind="report")) == 1
+    # no new run of any kind: 4 + 4 training runs (grid, published baseline), 5 summaries (2 grid
+    # cells, 2 baseline cells, the pretrained trunk), 1 report
+    assert len(_mlflow_runs(env)) == 8
+    assert len(_mlflow_runs(env, kind="summary")) == 5 and len(_mlflow_runs(env, kind="report")) == 1
 
 
 def test_one_loss_hyperparameter_reruns_only_that_loss(project):
@@ -134,8 +148,12 @@ def test_one_loss_hyperparameter_reruns_only_that_loss(project):
         status = json.loads(run_checked([sys.executable, "-m", "dvc", "status", "--json"], root, env).stdout)
     finally:
         (root / "params.yaml").write_text(original)
-    stale = {name for name in status if name.startswith(("train@", "embed@", "evaluate@"))}
-    assert stale == {"train@glyphs-tiny_cnn-contrastive-32-0", "train@glyphs-tiny_cnn-contrastive-32-1"}
+    stale = {name for name in status if name.startswith(("train@", "embed@", "evaluate@", "baseline@"))}
+    assert stale == {
+        "train@glyphs-tiny_cnn-contrastive-32-0",
+        "train@glyphs-tiny_cnn-contrastive-32-1",
+        "baseline@glyphs-tiny_cnn-contrastive-published",
+    }
     assert "report" in status  # reads every param
 
 

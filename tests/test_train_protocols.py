@@ -41,6 +41,7 @@ def test_named_protocols_are_fully_written_out():
 def _with(protocol: str, backbones: dict, dims: list[int]):
     raw = _raw()
     raw.update(protocol=protocol, backbones=backbones, dims=dims)
+    raw["tuning"]["baselines"] = []  # the demo's tuned-vs-published baseline: not these protocols' grids
     return parse_params(raw)
 
 
@@ -113,6 +114,7 @@ def test_an_override_changes_only_matching_runs_config_hash():
     raw["datasets"]["other"] = copy.deepcopy(raw["datasets"]["glyphs"])
     raw["datasets"] = {"glyphs": raw["datasets"]["glyphs"]}
     raw["protocols"]["demo"]["hyperparameters"] = "published"  # no tuning result needed
+    raw["tuning"]["baselines"] = []  # nothing to compare a published grid with
     base = parse_params(raw)
     raw["protocols"]["demo"]["overrides"] = [{"datasets": ["cub200"], "set": {"epochs": 3}}]
     changed = parse_params(raw)
@@ -133,6 +135,7 @@ def test_the_loss_parameters_optimiser_follows_param_lr_then_the_protocol():
 
     raw = _raw()
     raw.update(protocol="reality_check", backbones={"bn_inception": {}}, dims=[128])
+    raw["tuning"]["baselines"] = []
     raw["datasets"] = {"cub200": {"source": {}}}
     raw["losses"] = {"proxy_nca": {}, "margin": {}, "soft_triple": {}}
     params = parse_params(raw)

@@ -44,6 +44,21 @@ def test_every_declared_search_space_fits_its_loss():
     assert all("param_lr" in spec.search_space for spec in LOSSES.values() if spec.has_parameters)
 
 
+@pytest.mark.parametrize("formulation", ["pml", "thesis_code"])
+def test_lifted_structure_searches_the_keys_of_its_formulation(formulation):
+    """Searched from the thesis's formulation, every trial point is a valid thesis_code config (the
+    pml margins there would make every trial invalid), and the other way round."""
+    spec = LOSSES["lifted_structure"]
+    published = spec.params.model_validate({"formulation": formulation})
+    space = spec.space(published)
+    check_space("lifted_structure", spec.params, space, "losses/lifted_structure.py")
+    assert set(space) == ({"alpha", "beta", "miner_epsilon"} if formulation == "thesis_code" else {"neg_margin", "pos_margin", "miner_epsilon"})
+    for count in (2, 5):
+        points = [dict(zip(space, values, strict=True)) for values in zip(*(grid_points(d, count) for d in space.values()), strict=True)]
+        for point in points:
+            spec.params.model_validate({"formulation": formulation, **point})  # raises on a key of the other formulation
+
+
 @pytest.mark.parametrize(
     ("space", "message"),
     [
@@ -121,6 +136,38 @@ def test_sampler_finds_the_optimum_of_a_cheap_objective(tmp_path, sampler):
     best = study.best_params
     # within 0.1 of x* and half a decade of lr* (random search with 40 draws rarely gets both)
     assert abs(best["x"] - 0.3) < 0.1 and abs(math.log10(best["lr"]) + 3) < 0.5, best
+
+
+@pytest.mark.parametrize("sampler", ["gp", "tpe"])
+def test_samplers_learn_to_avoid_invalid_points(tmp_path, sampler):
+    """Contrastive's rule pos_margin < neg_margin, on a pure-Python objective whose optimum
+    (0.5, 1.5) is feasible: invalid trials are told as the tune stage tells them (complete at the
+    objective's floor, constraint violated), and the sampler stops proposing the invalid half."""
+    import optuna
+
+    from dmlbench.tune.space import suggest
+    from dmlbench.tune.stage import tell
+    from dmlbench.tune.study import make_storage, open_study
+
+    tuning = TuningConfig(sampler=sampler, trials=30, startup_trials=6, seed=1)
+    space = {"pos": FloatRange(0.0, 2.0), "neg": FloatRange(0.0, 2.0)}
+    study = open_study("constrained", tuning, make_storage(tuning, tmp_path))
+    for _ in range(tuning.trials):
+        trial = study.ask()
+        point = suggest(trial, space)
+        if point["pos"] >= point["neg"]:
+            tell(study, trial, "invalid", None, "map_at_r")
+        else:
+            tell(study, trial, "finished", 1.0 - ((point["pos"] - 0.5) ** 2 + (point["neg"] - 1.5) ** 2) / 8, "map_at_r")
+    trials = study.get_trials()
+    invalid = [t.number for t in trials if t.user_attrs.get("invalid")]
+    late = [n for n in invalid if n >= tuning.trials // 2]
+    # random draws put half the points in the invalid triangle: ~7 of the last 15; the model, few
+    assert len(late) <= 3, (sampler, invalid)
+    assert all(t.state == optuna.trial.TrialState.COMPLETE and t.value == 0.0 for t in trials if t.number in invalid)
+    feasible = [t for t in trials if not t.user_attrs.get("invalid")]
+    best = max(feasible, key=lambda t: t.value)
+    assert abs(best.params["pos"] - 0.5) < 0.5 and abs(best.params["neg"] - 1.5) < 0.5, best.params
 
 
 def test_one_at_a_time_varies_one_key_around_the_published_point():

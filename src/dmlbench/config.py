@@ -179,8 +179,30 @@ class Params:
         return [combo.with_seed(seed) for combo in self.combos() for seed in self.seeds]
 
     def check_run(self, run: RunSpec | Combo) -> None:
-        """Reject a stage argument that is not a cell of the grid in ``params.yaml``."""
+        """Reject a stage argument that is not a cell of the grid in ``params.yaml`` (a baseline
+        cell: its variant in ``tuning.baselines``, its dim ``tuning.dim``)."""
+        if run.variant:
+            self.check_baseline(run)
         self.check_listed(run.dataset, run.backbone, run.loss, run.dim, getattr(run, "seed", None))
+
+    def check_baseline(self, run: RunSpec | Combo) -> None:
+        """Reject a baseline cell that ``tuning.baselines`` / ``tuning.dim`` do not ask for."""
+        if run.variant not in self.tuning.baselines:
+            raise ConfigError(
+                f"variant {run.variant!r} is not in tuning.baselines {self.tuning.baselines} of params.yaml"
+            )
+        if run.dim != self.tuning.dim:
+            raise ConfigError(f"dim {run.dim}: a {run.variant} baseline trains at tuning.dim {self.tuning.dim}")
+
+    def baseline_combos(self) -> list[Combo]:
+        """The baseline cells of ``tuning.baselines``: each loss at ``tuning.dim`` per variant."""
+        return [
+            Combo(d, b, loss, self.tuning.dim, variant)
+            for variant in self.tuning.baselines
+            for d in self.datasets
+            for b in self.backbones
+            for loss in self.losses
+        ]
 
     def check_listed(
         self,
@@ -298,7 +320,19 @@ def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
 
 def _check_tunable(params: Params, source: str) -> None:
     """A tuned protocol needs validation classes on every dataset (the search never sees test
-    classes, and the ``standard`` scheme has no others)."""
+    classes, and the ``standard`` scheme has no others); ``tuning.baselines`` needs a tuned
+    protocol (else the grid already is the published values) and a grid cell at ``tuning.dim``."""
+    baselines = params.tuning.baselines
+    if baselines and params.protocol.hyperparameters != "tuned":
+        raise ConfigError(
+            f"{source}: tuning.baselines: {baselines} compares tuned with published values, but protocol "
+            f"{params.protocol_name!r} trains its published values already (set tuning.baselines: [])"
+        )
+    if baselines and params.tuning.dim not in params.dims:
+        raise ConfigError(
+            f"{source}: tuning.baselines: the baseline is compared at tuning.dim {params.tuning.dim}, "
+            f"which dims {params.dims} does not list (add it, or set tuning.baselines: [])"
+        )
     if params.protocol.hyperparameters != "tuned":
         return
     for name, dataset in params.datasets.items():

@@ -32,7 +32,7 @@ class RunConfig:
     dataset_params: BaseModel
     backbone_params: BaseModel
     loss_params: BaseModel  # the loss's defaults, then the protocol's values, then losses.<name>
-    loss_source: str  # protocol, params, defaults (see Params.loss_source) or tuned
+    loss_source: str  # protocol, params, defaults (see Params.loss_source), tuned or published (a baseline)
     recall_ks: tuple[int, ...]  # the K of Recall@K in validation scores
     resolved: dict[str, Any]
     config_hash: str
@@ -84,12 +84,16 @@ def run_config(params: Params, run: RunSpec) -> RunConfig:
 
     When the protocol's ``hyperparameters`` are ``tuned``, the loss's values are the tune stage's
     best (``artifacts/tuning/<dataset>/<backbone>/<loss>/best.yaml``) over the published ones,
-    and ``resolved["tuning"]`` names the study and trial they came from."""
+    and ``resolved["tuning"]`` names the study and trial they came from. A ``published`` baseline
+    run (``run.variant``) trains the published values, with test-set feedback off (analysis
+    only: it never changes the selected model, and the baseline's report row needs none)."""
     params.check_run(run)
     protocol = params.protocol_for(run)
     values = loss_values(params, run)
     tuning = None
-    if protocol.hyperparameters == "tuned":
+    if run.variant == "published":
+        protocol = protocol.model_copy(update={"test_feedback": False})
+    elif protocol.hyperparameters == "tuned":
         tuned, tuning = tuned_values(run.dataset, run.backbone, run.loss)
         published = loss_values(params, run, published_only=True)
         if "param_lr" in tuned:  # a searched absolute lr replaces a published multiplier
@@ -137,6 +141,8 @@ def resolve_run(
     }
     if tuning is not None:
         resolved["tuning"] = dict(tuning)
+    if run.variant:
+        resolved["variant"] = run.variant
     return RunConfig(
         run=run,
         protocol_name=params.protocol_name,
@@ -144,7 +150,7 @@ def resolve_run(
         dataset_params=params.datasets[run.dataset],
         backbone_params=params.backbones[run.backbone],
         loss_params=loss_params,
-        loss_source="tuned" if tuning is not None else params.loss_source(run),
+        loss_source="tuned" if tuning is not None else run.variant or params.loss_source(run),
         recall_ks=params.evaluate.recall_ks(run.dataset),
         resolved=resolved,
         config_hash=config_hash(resolved),

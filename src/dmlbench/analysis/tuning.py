@@ -1,16 +1,21 @@
 """The tune stages' results as the report reads them: per loss the best record, the trial table,
-the study summary and (where the run log is here) the seconds of each trial."""
+the study summary and (where the run log is here) the seconds of each trial; and the test-class
+comparison of the tuned grid with its baseline cells (``tuning.baselines``)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from dmlbench import paths
 from dmlbench.config import Params
+from dmlbench.evaluate.intervals import bounded_t_interval
+from dmlbench.evaluate.metrics import metric_range
 from dmlbench.io import read_json
 from dmlbench.tune.results import BEST, STUDY, TRIALS
 
@@ -54,3 +59,78 @@ def load_studies(params: Params) -> list[StudyResult]:
                     )
                 )
     return found
+
+
+def load_baseline_runs(params: Params, variant: str) -> pd.DataFrame:
+    """Per-seed test metrics of the ``variant`` baseline cells (``baseline@`` stages), as
+    ``Results.runs`` holds the grid's: dataset, backbone, loss, dim, seed, metric, value. Empty
+    where none is here."""
+    rows = []
+    for combo in params.baseline_combos():
+        if combo.variant != variant:
+            continue
+        runs_file = paths.evaluation_dir(combo) / "runs.json"
+        if not runs_file.exists():
+            continue
+        cell = {"dataset": combo.dataset, "backbone": combo.backbone, "loss": combo.loss, "dim": combo.dim}
+        for info in read_json(runs_file)["runs"].values():
+            rows += [{**cell, "seed": info["seed"], "metric": m, "value": v} for m, v in info["metrics"].items()]
+    return pd.DataFrame(rows, columns=["dataset", "backbone", "loss", "dim", "seed", "metric", "value"])
+
+
+def difference_interval(a: np.ndarray, b: np.ndarray, confidence: float, span: float) -> tuple[float, float, float, float]:
+    """mean(a) - mean(b) of independent samples with Welch's t-interval and p-value, the interval
+    kept inside ``[-span, span]`` (two scores in [0, 1]: span 1). NaN bounds and p when either
+    sample has one value or neither varies (a zero-width interval no small sample supports)."""
+    from scipy import stats
+
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    estimate = float(a.mean() - b.mean())
+    if a.size < 2 or b.size < 2 or (a.var() == 0 and b.var() == 0):
+        return estimate, math.nan, math.nan, math.nan
+    test = stats.ttest_ind(a, b, equal_var=False)
+    bounds = test.confidence_interval(confidence)
+    return estimate, max(-span, float(bounds.low)), min(span, float(bounds.high)), float(test.pvalue)
+
+
+def tuning_gain(tuned: pd.DataFrame, baseline: pd.DataFrame, metric: str, confidence: float) -> pd.DataFrame:
+    """Per dataset x backbone x loss at the baseline's dim: the tuned and baseline seed means of
+    ``metric`` (t-intervals inside the metric's range), the gain tuned - baseline (Welch), and
+    each loss's rank by mean within its dataset x backbone under either (1 = best)."""
+    lower, upper = metric_range(metric)
+    rows = []
+    picked = baseline[baseline["metric"] == metric]
+    for (dataset, backbone, loss, dim), base in picked.groupby(["dataset", "backbone", "loss", "dim"], sort=False):
+        mine = tuned[
+            (tuned["dataset"] == dataset) & (tuned["backbone"] == backbone) & (tuned["loss"] == loss)
+            & (tuned["dim"] == dim) & (tuned["metric"] == metric)
+        ]["value"].to_numpy()  # fmt: skip
+        if not len(mine):
+            continue
+        ours, theirs = bounded_t_interval(mine, confidence, lower, upper), bounded_t_interval(base["value"].to_numpy(), confidence, lower, upper)
+        gain, low, high, p = difference_interval(mine, base["value"].to_numpy(), confidence, upper - lower)
+        rows.append({
+            "dataset": dataset, "backbone": backbone, "loss": loss, "dim": dim,
+            "tuned": ours.mean, "tuned_low": ours.low, "tuned_high": ours.high, "tuned_n": ours.n,
+            "baseline": theirs.mean, "baseline_low": theirs.low, "baseline_high": theirs.high, "baseline_n": theirs.n,
+            "gain": gain, "gain_low": low, "gain_high": high, "p_value": p,
+        })  # fmt: skip
+    table = pd.DataFrame(rows)
+    if len(table):
+        by = table.groupby(["dataset", "backbone"])
+        table["rank_tuned"] = by["tuned"].rank(method="average", ascending=False)
+        table["rank_baseline"] = by["baseline"].rank(method="average", ascending=False)
+    return table
+
+
+def swapped_pairs(gains: pd.DataFrame) -> list[tuple[str, str, str, str]]:
+    """(dataset, backbone, loss a, loss b) for every pair of losses whose order by mean differs
+    between the baseline and the tuned values (a ahead of b under the baseline, behind after tuning)."""
+    swaps = []
+    for (dataset, backbone), group in gains.groupby(["dataset", "backbone"], sort=False):
+        records = group.to_dict("records")
+        for a in records:
+            for b in records:
+                if a["baseline"] > b["baseline"] and a["tuned"] < b["tuned"]:
+                    swaps.append((dataset, backbone, a["loss"], b["loss"]))
+    return swaps

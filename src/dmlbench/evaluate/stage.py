@@ -238,7 +238,7 @@ def evaluate_stage(params: Params, combo: Combo) -> dict[str, Any]:
             file = paths.embedding_dir(combo.with_seed(seed), fold) / EMBEDDINGS
             if not file.exists():
                 raise DataError(
-                    f"{file}: missing (run the train@{combo.with_seed(seed).key} stage first: it writes the embeddings)"
+                    f"{file}: missing (run the {combo.with_seed(seed).stage} stage first: it writes the embeddings)"
                 )
     runs: dict[str, Any] = {}
     trained: list[dict[str, Any]] = []  # what gets test metrics in MLflow: each seed's run, each fold model's
@@ -261,8 +261,8 @@ def evaluate_stage(params: Params, combo: Combo) -> dict[str, Any]:
         combo.key,
         cell_tags(combo),
         summary,
-        stage=f"evaluate@{combo.key}",
-        name=cell_run_name(combo.loss, combo.dim),
+        stage=combo.stage,
+        name=cell_run_name(combo.loss_level, combo.dim),
         children=seed_runs,
         metrics_file=paths.metrics_file(combo),
     )

@@ -62,7 +62,9 @@ class LossSpec:
     ``sampler``: ``"m_per_class"`` if batches must hold several images per class (pair and
     triplet losses), ``"any"`` if any batch works (proxy and classification losses);
     ``has_parameters``: the loss owns trainable parameters (needs its own optimiser);
-    ``search_space``: the ranges the tuning stage searches (:mod:`dmlbench.losses.search`).
+    ``search_space``: the ranges the tuning stage searches (:mod:`dmlbench.losses.search`);
+    ``search_space_for``: where the space depends on the values searched from (a loss with two
+    formulations), the space for given published params, replacing ``search_space``.
     """
 
     name: str
@@ -73,6 +75,11 @@ class LossSpec:
     sampler: Literal["m_per_class", "any"] = "m_per_class"
     has_parameters: bool = False
     search_space: SearchSpace = field(default_factory=dict)
+    search_space_for: Callable[[Any], SearchSpace] | None = None
+
+    def space(self, published: LossParams) -> SearchSpace:
+        """The space searched around ``published`` (the values trial 0 trains)."""
+        return self.search_space if self.search_space_for is None else self.search_space_for(published)
 
     def miner(self, params: LossParams) -> Any:
         return self.build_miner(params) if self.build_miner is not None else None

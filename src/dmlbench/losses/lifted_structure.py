@@ -120,13 +120,29 @@ def build_miner(p: LiftedStructureParams):
 
 # Not searched by the Reality Check; by analogy with its ranges (powerful-benchmarker (branch metric-learning),
 # docs/papers/mlrc_plots/{cub,cars,sop}_{contrastive,multi_similarity_with_ms_miner}.html): the ``pml`` margins
-# [0, 2] as contrastive's (clipped to 0), miner epsilon [0, 1] as the MS miner's. ``thesis_code``'s alpha and
-# beta are not declared: _keys_of_formulation rejects them under ``pml``, the formulation tuned.
-SEARCH_SPACE = {
-    "neg_margin": FloatRange(0.0, 2.0),
-    "pos_margin": FloatRange(0.0, 2.0),
-    "miner_epsilon": FloatRange(0.0, 1.0),
+# [0, 2] as contrastive's (clipped to 0), miner epsilon [0, 1] as the MS miner's. ``thesis_code`` scales its
+# positive and negative similarities as Multi-Similarity does (exp(-beta S_ip), exp(alpha S_in)), so its scales
+# take RC's MS ranges, matched by role: the negatives' scale (alpha here, 40) MS beta's [0.01, 200], the
+# positives' (beta here, 2) MS alpha's [0.01, 100].
+SEARCH_SPACES = {
+    "pml": {
+        "neg_margin": FloatRange(0.0, 2.0),
+        "pos_margin": FloatRange(0.0, 2.0),
+        "miner_epsilon": FloatRange(0.0, 1.0),
+    },
+    "thesis_code": {
+        "alpha": FloatRange(0.01, 200.0),
+        "beta": FloatRange(0.01, 100.0),
+        "miner_epsilon": FloatRange(0.0, 1.0),
+    },
 }
+SEARCH_SPACE = SEARCH_SPACES["pml"]
+
+
+def search_space_for(published: LiftedStructureParams):
+    """The space of the formulation searched from: a key of the other one is not a parameter."""
+    return SEARCH_SPACES[published.formulation]
+
 
 SPEC = LossSpec(
     name="lifted_structure",
@@ -135,4 +151,5 @@ SPEC = LossSpec(
     build_miner=build_miner,
     reference="Oh Song, Xiang, Jegelka & Savarese, CVPR 2016",
     search_space=SEARCH_SPACE,
+    search_space_for=search_space_for,
 )

@@ -34,7 +34,8 @@ def cell_run_name(loss: str, dim: int | str, prefix: str = "") -> str:
 
 
 def cell_tags(combo: Combo) -> dict[str, str]:
-    return {"dataset": combo.dataset, "backbone": combo.backbone, "loss": combo.loss, "dim": str(combo.dim)}
+    tags = {"dataset": combo.dataset, "backbone": combo.backbone, "loss": combo.loss, "dim": str(combo.dim)}
+    return {**tags, "variant": combo.variant} if combo.variant else tags
 
 
 def ensure_cell_run(

@@ -111,7 +111,7 @@ UNFINISHED = ("RUNNING", "SCHEDULED", "FAILED", "KILLED")
 def training_run_name(run: RunSpec, fold: int | None = None) -> str:
     """``contrastive d32 s0`` (``... f1`` for a fold model): what differs between a cell's runs
     leads; dataset and backbone are tags and are in the cell run's name (their parent)."""
-    return f"{run.loss} d{run.dim} s{run.seed}" + ("" if fold is None else f" f{fold}")
+    return f"{run.combo.loss_level} d{run.dim} s{run.seed}" + ("" if fold is None else f" f{fold}")
 
 
 def run_tags(run: RunSpec, config_hash: str, protocol: str, fold: int | None = None) -> dict[str, str]:
@@ -129,8 +129,10 @@ def run_tags(run: RunSpec, config_hash: str, protocol: str, fold: int | None = N
         "git_commit": commit,
         "git_dirty": str(dirty).lower(),
         "mlflow.source.git.commit": commit,
-        "dvc_stage": os.environ.get("DVC_STAGE", f"train@{run.key}"),
+        "dvc_stage": os.environ.get("DVC_STAGE", run.stage),
     }
+    if run.variant:
+        tags["variant"] = run.variant  # a baseline run (tuning.baselines), not a cell of the grid
     if fold is not None:
         tags.update(fold=str(fold), grid_key=f"{run.grid_key}/fold{fold}")
     return tags

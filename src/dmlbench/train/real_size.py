@@ -92,6 +92,7 @@ def real_size_params(base: dict, setting: RealSizeSetting) -> dict:
     protocol["scheduler"].update(name="constant")
     protocol["augment"].update(crop_size=setting.crop, eval_resize=setting.image_size)
     protocol["early_stopping"].update(validate_every=setting.epochs, patience=None)
+    raw.setdefault("tuning", {})["baselines"] = []  # published values: nothing to compare with
     return raw
 
 

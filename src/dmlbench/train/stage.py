@@ -98,7 +98,7 @@ def train_stage(params: Params, run: RunSpec, device: torch.device | None = None
         experiment,
         run.combo.key,
         cell_tags(run.combo),
-        cell_run_name(run.loss, run.dim, _cell_prefix(params, run)),
+        cell_run_name(run.combo.loss_level, run.dim, _cell_prefix(params, run)),
         params=cell_config(config.resolved),
     )
     if folds == [None]:

@@ -112,7 +112,7 @@ def make_search(params: Params, dataset: str, backbone: str, loss: str, num_fold
     protocol = params.protocol_for(run).model_copy(update={"test_feedback": False})
     base_values = loss_values(params, run)
     published = params.loss_models[loss].model_validate(base_values)
-    space = tuning.dimensions(loss, LOSSES[loss].search_space, fixed=set(params.loss_values.get(loss, {})))
+    space = tuning.dimensions(loss, LOSSES[loss].space(published), fixed=set(params.loss_values.get(loss, {})))
     folds = tuple(range(num_folds)) if num_folds else (None,)
     base = resolve_run(params, run, published, protocol)
     return Search(base, space, base_values, published, folds, tuning.objective)

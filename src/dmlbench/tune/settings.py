@@ -22,6 +22,7 @@ from dmlbench.schema import StrictModel
 
 SAMPLERS = ("gp", "tpe", "random", "one_at_a_time")
 PRUNERS = ("none", "median")
+BASELINES = ("published",)  # what a tuned grid can be compared with (tuning.baselines)
 _PASSWORD_IN_URL = re.compile(r"^[a-z0-9+]+://[^/@:]+:[^/@]+@")
 
 
@@ -38,6 +39,10 @@ class TuningConfig(StrictModel):
     file under the stage's persistent output; else an RDB URL (``postgresql://user@host/db``;
     the password comes from ``PGPASSWORD`` or ``~/.pgpass``, never from params.yaml).
     ``space.<loss>.<key>``: replaces or adds a dimension of the loss's declared search space.
+    ``baselines: [published]``: also train the published values at ``dim`` with every seed of the
+    grid (``train_baseline@``/``evaluate_baseline@``), so that the report measures what tuning
+    gained on the test classes and whether it changed the ranking; needs a tuned protocol and
+    ``dim`` among the grid's ``dims``. ``[]``: no baseline.
     """
 
     sampler: Literal[SAMPLERS] = "gp"  # type: ignore[valid-type]
@@ -52,6 +57,14 @@ class TuningConfig(StrictModel):
     workers: PositiveInt = 1
     storage: str | None = None
     space: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    baselines: list[Literal[BASELINES]] = Field(default_factory=list)  # type: ignore[valid-type]
+
+    @field_validator("baselines")
+    @classmethod
+    def _unique_baselines(cls, baselines: list[str]) -> list[str]:
+        if len(set(baselines)) != len(baselines):
+            raise ValueError(f"baselines has repeated values: {baselines}")
+        return baselines
 
     @field_validator("storage")
     @classmethod

@@ -30,6 +30,7 @@ from dmlbench.config import Params, config_hash, load_params
 from dmlbench.data.cache import PreparedDataset
 from dmlbench.devices import default_device
 from dmlbench.errors import TrainingDiverged
+from dmlbench.evaluate.metrics import metric_range
 from dmlbench.grid import Combo
 from dmlbench.io import atomic_path, write_json
 from dmlbench.tracking.runs import TrackedRun
@@ -159,9 +160,10 @@ def worker_main(params_file: str, dataset: str, backbone: str, loss: str, name: 
 def work(params: Params, search: Search, data: PreparedDataset, study: Any, parent: TrackedRun, worker: int,
          device: torch.device | None = None) -> int:  # fmt: skip
     """Ask, train, tell until the study has ``tuning.trials`` finished trials; return how many
-    this worker ran. A trial whose values break the loss's constraints is ``invalid`` (told as
-    pruned: counted, trains nothing); one whose training diverges is failed (not counted); after
-    3 x trials attempts the worker gives up."""
+    this worker ran. A trial whose values break the loss's constraints is ``invalid``: it trains
+    nothing and is told complete at the objective's floor with a violated constraint
+    (:func:`tell`), so it counts and the samplers learn the region is infeasible; one whose training diverges is failed (not counted); after 3 x trials attempts
+    the worker gives up."""
     import optuna
 
     tuning, experiment = params.tuning, params.tracking.experiment
@@ -183,8 +185,6 @@ def work(params: Params, search: Search, data: PreparedDataset, study: Any, pare
         except optuna.TrialPruned:
             state = "pruned"
         except InvalidTrial as exc:
-            # told as pruned, so TPE learns to avoid the region (it ranks pruned trials without a
-            # reported value last; a failed trial it ignores and would propose again)
             state, failure = "invalid", f"{type(exc).__name__}: {exc}"
             trial.set_user_attr("invalid", True)
         except TrainingDiverged as exc:
@@ -198,14 +198,35 @@ def work(params: Params, search: Search, data: PreparedDataset, study: Any, pare
         if failure:
             trial.set_user_attr("failure", failure[:500])
         _log_trial(child, trial, state, value, seconds, failure, search.objective)
-        if state == "finished":
-            study.tell(trial, value)
-        else:
-            pruned = state in ("pruned", "invalid")
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED if pruned else optuna.trial.TrialState.FAIL)
+        tell(study, trial, state, value, search.objective)
         shown = f"{value:.4f}" if value is not None else state
         print(f"trial {trial.number} ({state}): {search.objective} {shown} in {seconds:.1f} s [{finished_count(study)}/{tuning.trials}]")
     return ran
+
+
+CONSTRAINT = "loss_rules"
+
+
+def tell(study: Any, trial: Any, state: str, value: float | None, objective: str) -> None:
+    """Tell Optuna how ``trial`` ended (finished, pruned, invalid or failed).
+
+    Every counted trial carries the constraint ``loss_rules`` (Optuna's ``Trial.set_constraint``:
+    > 0 infeasible): 1 for an invalid trial (values that break the loss's own rules, e.g.
+    pos_margin >= neg_margin), which is told complete at the objective's floor; -1 otherwise. The
+    GP sampler then models each point's feasibility (constrained log-EI) and TPE ranks infeasible
+    trials last, so neither proposes the invalid region again; told as pruned, which GP ignores,
+    an invalid point was proposed again and again."""
+    import optuna
+
+    if state in ("finished", "pruned", "invalid"):
+        trial.set_constraint(CONSTRAINT, 1.0 if state == "invalid" else -1.0)
+    if state == "finished":
+        study.tell(trial, value)
+    elif state == "invalid":
+        trial.set_user_attr("invalid", True)
+        study.tell(trial, metric_range(objective)[0])
+    else:
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED if state == "pruned" else optuna.trial.TrialState.FAIL)
 
 
 def _log_trial(child: TrackedRun, trial: Any, state: str, value: float | None, seconds: float, failure: str | None,

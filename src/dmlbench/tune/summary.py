@@ -24,7 +24,7 @@ def trial_table(trials: list[Any], space: Mapping[str, Dimension], folds: int) -
         row: dict[str, Any] = {
             "number": trial.number,
             "state": "invalid" if attrs.get("invalid") else trial.state.name.lower(),
-            "objective": trial.value if trial.state.name == "COMPLETE" else None,
+            "objective": trial.value if trial.state.name == "COMPLETE" and not attrs.get("invalid") else None,
             "folds_trained": sum(f"fold{i}" in attrs for i in range(folds)),
         }
         for index in range(folds):
@@ -75,12 +75,22 @@ def importances(study: Any, seed: int) -> dict[str, float]:
     empty with fewer than two complete trials or one distinct value."""
     import optuna
 
-    complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
+    complete = [
+        t for t in study.get_trials(deepcopy=False)
+        if t.state == optuna.trial.TrialState.COMPLETE and not t.user_attrs.get("invalid")
+    ]  # fmt: skip
     if len(complete) < 2:
         return {}
+    # the invalid trials' floor values left out: a copy in memory (storage-level, so that a published
+    # trial 0 outside a user-narrowed space is copied as it was run, not re-validated)
+    storage = optuna.storages.InMemoryStorage()
+    study_id = storage.create_new_study([optuna.study.StudyDirection.MAXIMIZE], "feasible")
+    for trial in complete:
+        storage.create_new_trial(study_id, template_trial=trial)
+    feasible = optuna.load_study(study_name="feasible", storage=storage)
     try:
         found = optuna.importance.get_param_importances(
-            study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=seed)
+            feasible, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=seed)
         )
     except (RuntimeError, ValueError):  # e.g. every trial drew the same value
         return {}

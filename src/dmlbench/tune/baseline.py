@@ -1,0 +1,32 @@
+"""The ``baseline@<dataset>-<backbone>-<loss>-<variant>`` stage: what tuning is measured against.
+
+A tuned grid alone cannot say what the search bought. With ``tuning.baselines: [published]`` this
+stage trains the loss's published values (the protocol's, as a ``published`` protocol would)
+at ``tuning.dim`` with every seed of the grid, embeds and evaluates them like a grid cell, under
+``<loss>-published`` in every artifact directory. The report then puts the test-class metrics
+of the tuned cell at ``tuning.dim`` next to these, with intervals over seeds
+(:mod:`dmlbench.analysis.tuning`). Same protocol, data, seeds and selection; only the loss
+hyperparameters differ (and test-set feedback, analysis only, is off).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dmlbench.config import Params
+from dmlbench.evaluate.embed import embed_stage
+from dmlbench.evaluate.stage import evaluate_stage
+from dmlbench.grid import Combo
+from dmlbench.train.stage import train_stage
+
+
+def baseline_stage(params: Params, dataset: str, backbone: str, loss: str, variant: str) -> dict[str, Any]:
+    """Train, embed and evaluate one baseline cell (every seed); return its evaluation summary."""
+    combo = Combo(dataset, backbone, loss, params.tuning.dim, variant)
+    params.check_run(combo)
+    for number, seed in enumerate(params.seeds, 1):
+        print(f"{combo.stage}: seed {seed} ({number}/{len(params.seeds)})", flush=True)
+        run = combo.with_seed(seed)
+        train_stage(params, run)
+        embed_stage(params, run)
+    return evaluate_stage(params, combo)

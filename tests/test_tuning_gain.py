@@ -1,0 +1,100 @@
+"""Tuned vs published on the test classes: the gain's Welch interval, ranks and swapped pairs,
+and the baseline cells read back from their evaluation files."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from dmlbench import paths
+from dmlbench.analysis.tuning import difference_interval, load_baseline_runs, swapped_pairs, tuning_gain
+from dmlbench.config import ConfigError, parse_params
+from dmlbench.grid import Combo
+from dmlbench.io import write_json
+
+
+def _welch(a, b, confidence=0.95):
+    """Welch's interval from its textbook formula (Welch 1947; Satterthwaite degrees of freedom)."""
+    va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = stats.t.ppf((1 + confidence) / 2, df) * math.sqrt(va + vb)
+    diff = np.mean(a) - np.mean(b)
+    return diff, diff - half, diff + half
+
+
+def test_difference_interval_is_welchs_and_stays_in_range():
+    a, b = [0.31, 0.35, 0.30], [0.25, 0.27, 0.22, 0.26]
+    estimate, low, high, p = difference_interval(np.array(a), np.array(b), 0.95, 1.0)
+    assert (estimate, low, high) == pytest.approx(_welch(a, b), abs=1e-12)
+    assert 0 < p < 0.05
+    # a wide interval is cut at the span of two [0, 1] scores
+    _, low, high, _ = difference_interval(np.array([0.05, 0.95]), np.array([0.5, 0.52]), 0.95, 1.0)
+    assert low == -1.0 and high == 1.0
+    # one value, or no spread on either side: no interval rather than a zero-width one
+    assert all(math.isnan(x) for x in difference_interval(np.array([0.3]), np.array([0.2, 0.25]), 0.95, 1.0)[1:])
+    assert all(math.isnan(x) for x in difference_interval(np.array([0.3, 0.3]), np.array([0.2, 0.2]), 0.95, 1.0)[1:])
+
+
+def _runs(values: dict[str, list[float]], dim: int = 64) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"dataset": "glyphs", "backbone": "tiny_cnn", "loss": loss, "dim": dim, "seed": s, "metric": "map_at_r", "value": v}
+            for loss, seeds in values.items()
+            for s, v in enumerate(seeds)
+        ]
+    )
+
+
+def test_gain_ranks_and_swaps():
+    published = _runs({"contrastive": [0.30, 0.31, 0.29], "triplet": [0.25, 0.26, 0.24], "proxy_anchor": [0.20, 0.22, 0.21]})
+    tuned = pd.concat([
+        _runs({"contrastive": [0.30, 0.30, 0.31], "triplet": [0.25, 0.27, 0.25], "proxy_anchor": [0.33, 0.35, 0.34]}),
+        _runs({"contrastive": [0.9, 0.9, 0.9]}, dim=32),  # another dim of the grid: not compared
+    ])  # fmt: skip
+    gains = tuning_gain(tuned, published, "map_at_r", 0.95).set_index("loss")
+    assert gains.loc["proxy_anchor", "gain"] == pytest.approx(0.13)
+    assert gains.loc["proxy_anchor", "p_value"] < 0.01 and gains.loc["contrastive", "p_value"] > 0.05
+    assert gains.loc["proxy_anchor", "tuned_low"] < 0.34 < gains.loc["proxy_anchor", "tuned_high"]
+    assert 0 <= gains.loc["proxy_anchor", "baseline_low"] and gains.loc["proxy_anchor", "tuned_n"] == 3
+    assert gains["rank_baseline"].to_dict() == {"contrastive": 1, "triplet": 2, "proxy_anchor": 3}
+    assert gains["rank_tuned"].to_dict() == {"contrastive": 2, "triplet": 3, "proxy_anchor": 1}
+    swaps = {(a, b) for _, _, a, b in swapped_pairs(gains.reset_index())}
+    assert swaps == {("contrastive", "proxy_anchor"), ("triplet", "proxy_anchor")}
+
+
+def test_baseline_runs_are_read_from_their_cells_only(small_raw_params, tmp_path, monkeypatch):
+    raw = {**small_raw_params, "dims": [32, 64]}
+    raw["protocols"] = {k: dict(v) for k, v in raw["protocols"].items()}
+    raw["protocols"][raw["protocol"]]["hyperparameters"] = "tuned"
+    raw["tuning"] = {**raw["tuning"], "dim": 64, "baselines": ["published"]}
+    params = parse_params(raw)
+    monkeypatch.chdir(tmp_path)
+    loss = next(iter(params.losses))
+    cell = Combo("glyphs", "tiny_cnn", loss, 64, "published")
+    assert paths.evaluation_dir(cell).as_posix().endswith(f"{loss}-published/64")
+    runs = {f"seed{s}": {"seed": s, "metrics": {"map_at_r": 0.2 + s / 100}} for s in params.seeds}
+    write_json(paths.evaluation_dir(cell) / "runs.json", {"combo": cell.key, "runs": runs})
+    write_json(paths.evaluation_dir(Combo("glyphs", "tiny_cnn", loss, 64)) / "runs.json", {"runs": {}})  # the tuned cell
+    found = load_baseline_runs(params, "published")
+    assert list(found["loss"].unique()) == [loss] and sorted(found["value"]) == [0.2 + s / 100 for s in params.seeds]
+
+
+def test_baselines_need_a_tuned_protocol_and_the_tuning_dim_in_the_grid(small_raw_params):
+    raw = {**small_raw_params, "tuning": {**small_raw_params["tuning"], "baselines": ["published"]}}
+    with pytest.raises(ConfigError, match=r"tuning.baselines: \['published'\] compares tuned with published values"):
+        parse_params(raw)  # the small params train the published values
+    raw["protocols"] = {k: dict(v) for k, v in raw["protocols"].items()}
+    raw["protocols"][raw["protocol"]]["hyperparameters"] = "tuned"
+    raw["tuning"]["dim"] = 48
+    with pytest.raises(ConfigError, match=r"tuning.dim 48, which dims \[32, 64\] does not list"):
+        parse_params(raw)
+    raw["tuning"]["baselines"] = ["published", "published"]
+    with pytest.raises(ConfigError, match="repeated"):
+        parse_params(raw)
+    raw["tuning"]["baselines"] = ["defaults"]
+    with pytest.raises(ConfigError, match="published"):
+        parse_params(raw)
