@@ -107,6 +107,7 @@ PARAMS_API: dict[str, tuple[tuple[str, ...], str | None]] = {
     "loss_params": (("protocol", "protocols.{protocol}", "losses.{loss}"), None),
     "loss_source": (("protocol", "protocols.{protocol}", "losses.{loss}"), None),
     "tuning": ((), "tuning"),
+    "cluster": ((), "cluster"),
     "combos": (("datasets", "backbones", "losses", "dims"), None),
     "runs": (("datasets", "backbones", "losses", "dims", "seeds"), None),
     # Guards on the stage's own arguments: DVC generates them from these very lists.

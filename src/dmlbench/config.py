@@ -13,7 +13,9 @@ Layout of ``params.yaml`` (the DVC ``matrix`` iterates over the keys of the firs
   which deviate from the loss module's defaults;
 * ``dims``, ``seeds``  - embedding sizes and seeds of the grid;
 * ``protocol``         - the key of ``protocols`` used for training (optimiser, batch, ...);
-* ``evaluate``, ``report``, ``tracking`` - evaluation, report and MLflow settings.
+* ``evaluate``, ``report``, ``tracking`` - evaluation, report and MLflow settings;
+* ``tuning`` - the search (:mod:`dmlbench.tune.settings`); ``cluster`` - Slurm resources per
+  stage kind (:mod:`dmlbench.cluster.settings`), read by ``--executor slurm`` only.
 
 The section models live in :mod:`dmlbench.protocol` and :mod:`dmlbench.settings` (re-exported
 here), the one-line error messages in :mod:`dmlbench.messages`; one run's resolved settings
@@ -34,6 +36,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
+from dmlbench.cluster.settings import ClusterConfig
 from dmlbench.data import DATASETS
 from dmlbench.errors import ConfigError
 from dmlbench.grid import Combo, RunSpec
@@ -107,6 +110,7 @@ class _RawParams(StrictModel):
     report: ReportConfig = ReportConfig()
     tracking: TrackingConfig = TrackingConfig()
     tuning: TuningConfig = TuningConfig()
+    cluster: ClusterConfig = ClusterConfig()
 
     @model_validator(mode="after")
     def _check(self) -> _RawParams:
@@ -139,6 +143,7 @@ class Params:
     report: ReportConfig
     tracking: TrackingConfig
     tuning: TuningConfig = TuningConfig()
+    cluster: ClusterConfig = ClusterConfig()
     loss_values: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     loss_models: dict[str, type[BaseModel]] = dataclasses.field(default_factory=dict)
 
@@ -310,6 +315,7 @@ def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
         report=top.report,
         tracking=top.tracking,
         tuning=top.tuning,
+        cluster=top.cluster,
         loss_values={name: dict(values or {}) for name, values in top.losses.items()},
         loss_models={name: LOSSES[name].params for name in top.losses},
     )

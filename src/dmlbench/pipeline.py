@@ -18,6 +18,11 @@ be here or downloadable when the protocol is pretrained
 (:func:`dmlbench.preflight.require_weights`), and every dataset archive must be in ``data/`` or
 downloadable (:func:`dmlbench.archive_check.require_archives`); else nothing runs.
 
+``--executor slurm`` hands the same plan to Slurm instead of the local pool: one job per stale
+stage, ordered by ``afterok`` dependencies, resources from ``params.yaml``'s ``cluster:`` section
+(:mod:`dmlbench.cluster.slurm`); the command watches the jobs and reports a failed stage with its
+log, then runs the same closing check.
+
 ``--preset <name>`` runs ``presets/<name>.yaml`` (:mod:`dmlbench.presets`) the same way, after
 the same checks, in a workspace of its own (:mod:`dmlbench.workspace`): the main checkout's
 params.yaml and dvc.lock stay as they are.
@@ -223,8 +228,30 @@ def run_preset(preset: Preset, params_file: Path, forwarded: list[str]) -> int:
     return code
 
 
+def run_on_slurm(params: Params) -> tuple[int, Plan]:
+    """Submit the plan to Slurm, watch the jobs; 0 when every job completed, else 1 (reported)."""
+    from dmlbench.cluster.slurm import failure_report, require_slurm, submit, wait
+    from dmlbench.tracking import ensure_experiment
+
+    require_slurm()
+    ensure_experiment(params.tracking.experiment)  # once, before the jobs fan out
+    plan = make_plan()
+    if not plan.order:
+        return 0, plan
+    jobs = submit(plan.order, plan.waits_for, params.cluster, Path("."), LOG_DIR)
+    print(f"{len(jobs)} stage(s) submitted to Slurm as jobs {jobs[0].job_id}..{jobs[-1].job_id} "
+          f"(squeue --me to watch; logs in {LOG_DIR}/)", flush=True)  # fmt: skip
+    final = wait(jobs)
+    if all(state == "COMPLETED" for state in final.values()):
+        return 0, plan
+    print("error: " + failure_report(jobs, final), file=sys.stderr)
+    return 1, plan
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--executor", choices=["local", "slurm"], default="local",
+                        help="local: a pool of --jobs workers here; slurm: one Slurm job per stage")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=None, help="parallel stages (default: CPU cores, or one per GPU)")
     parser.add_argument("--gpus", default="", help="comma-separated GPU ids, one worker per GPU (e.g. 0,1,2,3)")
     parser.add_argument("--params", default="params.yaml")
@@ -261,7 +288,15 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     record_empty_dropbox(params_file.parent)
     plan = None
-    if jobs > 1:
+    if args.executor == "slurm":
+        try:
+            code, plan = run_on_slurm(params)
+        except DmlbenchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if code != 0:
+            return code
+    elif jobs > 1:
         from dmlbench.tracking import ensure_experiment
 
         ensure_experiment(params.tracking.experiment)  # create the store once, before workers fan out

@@ -1,0 +1,111 @@
+"""The Slurm executor without a cluster: the ``cluster:`` settings, the sbatch command lines, the
+job wrapper's signal handling (with a stand-in ``scontrol`` on PATH) and the failure report."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, dvc_project, run_checked
+
+from dmlbench.cluster.settings import STAGE_KINDS, ClusterConfig
+from dmlbench.cluster.slurm import Job, failure_report, sbatch_command
+from dmlbench.config import parse_params
+from dmlbench.errors import ConfigError
+
+
+def test_stage_kinds_are_the_stages_of_dvc_yaml():
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert set(STAGE_KINDS) == set(stages)
+
+
+@pytest.mark.parametrize(
+    ("cluster", "message"),
+    [
+        ({"default": {"mem": "16 GB"}}, "cluster.default.mem: expected a number with an optional K, M, G or T suffix (sbatch --mem), e.g. 16G (got '16 GB')"),
+        ({"stages": {"train": {"time": "2h"}}}, "cluster.stages.train.time: expected minutes, H:MM:SS or D-HH:MM:SS (sbatch --time) (got '2h')"),
+        ({"stages": {"training": {"gpus": 1}}}, "stages.training: not a stage kind of dvc.yaml; kinds: validate, download"),
+        ({"extra_args": ["--dependency=afterany:1"]}, "extra_args '--dependency=afterany:1': each entry is one long sbatch option"),
+        ({"extra_args": ["-p gpu"]}, "extra_args '-p gpu': each entry is one long sbatch option"),
+        ({"default": {"cpus": 0}}, "cluster.default.cpus: Input should be greater than 0"),
+    ],
+)
+def test_bad_cluster_settings_fail_in_one_line(default_raw_params, cluster, message):
+    with pytest.raises(ConfigError) as error:
+        parse_params({**default_raw_params, "cluster": cluster})
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_sbatch_command_carries_resources_dependencies_and_the_warning_signal():
+    config = ClusterConfig.model_validate({
+        "partition": "gpu", "account": "dml", "signal_seconds": 300, "extra_args": ["--qos=long"],
+        "default": {"cpus": 4, "mem": "32G", "time": "8:00:00"},
+        "stages": {"train": {"gpus": 1, "time": "1-00:00:00"}, "report": {"cpus": 1}},
+    })  # fmt: skip
+    train = sbatch_command("train@cub200-resnet50-triplet-512-0", config, ["11", "12"], Path("/s/log"), Path("/s"), "/v/python")
+    assert "--gres=gpu:1" in train and "--time=1-00:00:00" in train and "--cpus-per-task=4" in train
+    assert "--mem=32G" in train and "--partition=gpu" in train and "--account=dml" in train and "--qos=long" in train
+    assert "--dependency=afterok:11:12" in train and "--kill-on-invalid-dep=yes" in train
+    assert "--signal=B:USR1@300" in train and "--requeue" in train and "--open-mode=append" in train
+    assert train[-1] == "--wrap=exec /v/python -m dmlbench.cluster.job train@cub200-resnet50-triplet-512-0"
+    report = sbatch_command("report", config, [], Path("/s/log"), Path("/s"), "python")
+    assert "--cpus-per-task=1" in report and not any(a.startswith(("--gres", "--dependency")) for a in report)
+
+
+def test_failure_report_names_the_failed_stage_its_log_and_the_cancelled(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("epoch 1\nTraceback (most recent call last):\nRuntimeError: diverged\n")
+    jobs = [Job("train@a", "7", log), Job("evaluate@a", "8", tmp_path / "e.log"), Job("report", "9", tmp_path / "r.log")]
+    text = failure_report(jobs, {"train@a": "FAILED", "evaluate@a": "CANCELLED", "report": "CANCELLED"})
+    assert text.startswith(f"stage train@a FAILED (job 7); log: {log}\n") and "RuntimeError: diverged" in text
+    assert text.endswith("cancelled by Slurm as their dependencies failed: evaluate@a, report")
+
+
+STAGE = """\
+import signal, sys, time
+from pathlib import Path
+Path("started").write_text("yes")
+try:
+    for epoch in range(600):
+        Path("epoch").write_text(str(epoch))
+        time.sleep(0.1)
+except KeyboardInterrupt:
+    Path("stopped").write_text("KeyboardInterrupt")
+    sys.exit(130)
+"""
+
+
+def test_job_wrapper_stops_the_stage_cleanly_on_slurms_warning_and_requeues(tmp_path, small_raw_params):
+    """USR1 to the wrapper reaches the stage as an interrupt (DVC cleans up, the stage sees
+    KeyboardInterrupt) and the job asks Slurm to requeue it (scontrol, a recording stand-in here)."""
+    root = tmp_path / "repo"
+    env = dvc_project(root, small_raw_params, mlflow_db=tmp_path / "mlflow.db")
+    (root / "slow.py").write_text(STAGE)
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"slow": {"cmd": f"{sys.executable} slow.py", "deps": ["slow.py"], "outs": ["epoch"]}}}))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'scontrol.args'}\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "SLURM_JOB_ID": "4242"}
+    job = subprocess.Popen([sys.executable, "-m", "dmlbench.cluster.job", "slow"], cwd=root, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    deadline = time.time() + 60
+    while not (root / "epoch").exists():
+        assert time.time() < deadline and job.poll() is None, job.stdout.read() if job.poll() is not None else "no start"
+        time.sleep(0.1)
+    job.send_signal(signal.SIGUSR1)
+    output = job.communicate(timeout=60)[0]
+    assert job.returncode == 0, output  # requeued: not a failure of the job
+    assert (root / "stopped").read_text() == "KeyboardInterrupt"
+    assert (tmp_path / "scontrol.args").read_text().split() == ["requeue", "4242"]
+    assert "requeueing job 4242" in output
+    # DVC released its stage lock: the stage runs again at once
+    (root / "slow.py").write_text(STAGE.replace("range(600)", "range(2)"))
+    again = run_checked([sys.executable, "-m", "dvc", "--wait-for-lock", "repro", "--single-item", "slow"], root, env)
+    assert "Running stage 'slow'" in again.stdout
