@@ -109,3 +109,14 @@ def test_job_wrapper_stops_the_stage_cleanly_on_slurms_warning_and_requeues(tmp_
     (root / "slow.py").write_text(STAGE.replace("range(600)", "range(2)"))
     again = run_checked([sys.executable, "-m", "dvc", "--wait-for-lock", "repro", "--single-item", "slow"], root, env)
     assert "Running stage 'slow'" in again.stdout
+
+
+def test_tune_workers_go_as_one_array_with_the_tune_resources():
+    from dmlbench.cluster.array import array_command
+
+    config = ClusterConfig.model_validate({"stages": {"tune": {"gpus": 1, "cpus": 6}}, "partition": "gpu"})
+    command = ["python", "-m", "dmlbench.tune.worker", "--study", "s 1", "--worker", "{worker}"]
+    args = array_command(config, 3, command, Path("/s/artifacts/logs/tune@s-%a.log"), "tune-s")
+    assert "--array=0-2" in args and "--wait" in args and "--gres=gpu:1" in args and "--cpus-per-task=6" in args
+    assert "--partition=gpu" in args and "--signal=B:USR1@120" in args
+    assert args[-1] == "--wrap=exec python -m dmlbench.tune.worker --study 's 1' --worker \"$SLURM_ARRAY_TASK_ID\""

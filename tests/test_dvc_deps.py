@@ -56,7 +56,8 @@ it reads the whole section. ``{protocol}`` is the active protocol; a key under i
 ``protocol``, which a ``${protocol}`` in the stage's params template provides. A stage's
 params cover a key when they list it, a parent of it, or the whole ``params.yaml``.
 ``NARROWED`` lists the places where a stage may list less than the check derives, each with
-its reason, and ``GUARDS`` the calls whose reads only refuse stale inputs.
+its reason, ``GUARDS`` the calls whose reads only refuse stale inputs, and ``SCHEDULING_ONLY``
+the sections that only say how a stage is scheduled.
 """
 
 from __future__ import annotations
@@ -125,6 +126,10 @@ NARROWED = {
     # split must not re-download a dataset.
     "download": {"datasets.{dataset}": "datasets.{dataset}.source"},
 }
+
+# Sections that say how stages are scheduled, never what they compute: no stage lists them
+# (changing a Slurm partition or a job's memory must not re-run a training).
+SCHEDULING_ONLY = {"cluster": "Slurm resources of each job (--executor slurm, tune's worker array)"}
 
 # Calls that hand Params over only to refuse stale inputs, never to shape a stage's outputs
 # beyond what the stage's listed params and deps already fix:
@@ -705,6 +710,8 @@ def params_problems(stage: Stage, reads: list[Read], data: dict[str, Any]) -> li
         if any(callee in GUARDS.get(caller, {}) for caller, callee in zip(read.trail, read.trail[1:])):
             continue
         for key in read_keys(read, stage, data):
+            if key.split(".")[0] in SCHEDULING_ONLY:
+                continue
             listed = stage.params
             ok = any(key == p or key.startswith(p + ".") for p in listed)
             if key == "protocol" and any("${protocol}" in entry for entry in stage.params_template):

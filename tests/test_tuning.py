@@ -377,3 +377,28 @@ def test_train_reads_the_tuned_values(in_project, default_raw_params):
     published = parse_params(small_params_dict(default_raw_params))
     assert run_config(published, run).loss_params.neg_margin == 0.5  # published: best.yaml not read
     assert run_config(published, run).config_hash != config.config_hash
+
+
+def test_shared_study_recovers_only_trials_whose_heartbeat_went_stale(tmp_path):
+    """Workers on other machines share an RDB study: a running trial is left behind only when its
+    worker stopped beating (a killed or preempted task), never while another worker trains it."""
+    import optuna
+
+    from dmlbench.tune.study import HEARTBEAT, heartbeat, make_storage, open_study, recover_interrupted
+
+    tuning = TuningConfig(sampler="random", trials=4)
+    storage = make_storage(tuning, tmp_path)
+    study = open_study("shared", tuning, storage)
+    alive, dead = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)}), study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    with heartbeat(storage, alive, every=0.05):
+        time.sleep(0.2)
+        beats = study.get_trials(deepcopy=False)[alive.number].user_attrs[HEARTBEAT]
+        assert time.time() - beats < 1.0
+        storage.set_trial_user_attr(dead._trial_id, HEARTBEAT, time.time() - 500)  # its worker died 500 s ago
+        assert recover_interrupted(study, storage, stale_after=90) == [dead.number]
+    states = {t.number: t.state.name for t in study.get_trials(deepcopy=False)}
+    assert states[alive.number] == "RUNNING" and states[dead.number] == "FAIL"
+    retry = study.get_trials(deepcopy=False)[-1]
+    assert retry.state.name == "WAITING" and retry.user_attrs["retry_of"] == dead.number
+    # with no other worker (a local stage before its workers start): every running trial is an orphan
+    assert recover_interrupted(study, storage) == [alive.number]

@@ -26,6 +26,7 @@ import torch
 import yaml
 
 from dmlbench import paths
+from dmlbench.cluster.array import in_slurm_job, run_array
 from dmlbench.config import Params, config_hash, load_params
 from dmlbench.data.cache import PreparedDataset
 from dmlbench.devices import default_device
@@ -39,7 +40,15 @@ from dmlbench.train.checkpoint import code_fingerprint
 from dmlbench.tune.objective import InvalidTrial, Search, make_search
 from dmlbench.tune.results import BEST, STUDY, STUDY_DIR, TRIALS, write_best
 from dmlbench.tune.space import one_at_a_time
-from dmlbench.tune.study import enqueue_once, finished_count, make_storage, open_study, recover_interrupted
+from dmlbench.tune.study import (
+    HEARTBEAT_SECONDS,
+    enqueue_once,
+    finished_count,
+    heartbeat,
+    make_storage,
+    open_study,
+    recover_interrupted,
+)
 from dmlbench.tune.summary import best_trial, importances, plain, study_summary, trial_table
 
 STATUS = "status.json"
@@ -98,7 +107,9 @@ def tune_stage(params: Params, dataset: str, backbone: str, loss: str, workers: 
         return record
     storage = make_storage(tuning, out / STUDY_DIR)
     study = open_study(name, tuning, storage)
-    interrupted = recover_interrupted(study, storage)
+    # a journal file is this machine's alone: its running trials are orphans; an RDB study may have
+    # workers elsewhere, whose trials still beat
+    interrupted = recover_interrupted(study, storage, stale_after=3 * HEARTBEAT_SECONDS if tuning.storage else None)
     published = search.published_point()
     if tuning.sampler == "one_at_a_time":
         points = one_at_a_time(search.space, published, tuning.points_per_key)
@@ -123,6 +134,11 @@ def tune_stage(params: Params, dataset: str, backbone: str, loss: str, workers: 
     write_json(out / STUDY_DIR / STATUS, {"state": "running", "study": name})
     if count == 1:
         work(params, search, data.training_half(), study, parent, worker=0)
+    elif tuning.storage and in_slurm_job():  # workers on other nodes: a Slurm array on the shared study
+        command = ["python", "-m", "dmlbench.tune.worker", "--params", params_file, "--dataset", dataset,
+                   "--backbone", backbone, "--loss", loss, "--study", name, "--parent-run", parent.run_id,
+                   "--worker", "{worker}"]  # fmt: skip
+        run_array(params.cluster, count, command, paths.ARTIFACTS / "logs" / f"tune@{name}-%a.log", f"tune-{name}")
     else:
         run_workers(params_file, dataset, backbone, loss, name, parent.run_id, count)
     return summarise(params, search, study, parent, out)
@@ -154,6 +170,7 @@ def worker_main(params_file: str, dataset: str, backbone: str, loss: str, name: 
     search = make_search(params, dataset, backbone, loss, data.num_folds)
     storage = make_storage(params.tuning, paths.tuning_dir(dataset, backbone, loss) / STUDY_DIR)
     study = open_study(name, params.tuning, storage, worker)
+    recover_interrupted(study, storage, stale_after=3 * HEARTBEAT_SECONDS)  # a requeued task's trial
     return work(params, search, data.training_half(), study, TrackedRun(parent_id), worker)
 
 
@@ -181,7 +198,8 @@ def work(params: Params, search: Search, data: PreparedDataset, study: Any, pare
 
         state, value, failure = "finished", None, None
         try:
-            value = search.evaluate(trial, data, device, on_fold=on_fold)
+            with heartbeat(trial.storage, trial):
+                value = search.evaluate(trial, data, device, on_fold=on_fold)
         except optuna.TrialPruned:
             state = "pruned"
         except InvalidTrial as exc:

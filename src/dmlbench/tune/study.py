@@ -6,13 +6,18 @@ under the tune stage's persistent output, or an RDB URL (``tuning.storage``) for
 
 Resume rule: finished (complete or pruned) trials are kept; a trial left ``RUNNING`` by a killed
 process is marked failed and its parameters are enqueued again, so it is re-run once and never
-counted twice (the study counts complete + pruned trials only).
+counted twice (the study counts complete + pruned trials only). Where workers on other machines
+share the study, a trial counts as left behind only when its worker's heartbeat (a user attr
+stamped every 30 s while it trains) has gone stale.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from dmlbench.tune.settings import TuningConfig
 
@@ -86,18 +91,56 @@ def finished_count(study: Any) -> int:
     return len(study.get_trials(deepcopy=False, states=states))
 
 
-def recover_interrupted(study: Any, storage: Any) -> list[int]:
-    """Mark trials a killed process left running (in ``storage``, the study's) as failed and
-    enqueue their parameters again; return their numbers. Call only while no other process works
-    on the study. (``FrozenTrial._trial_id`` is the storage's key; Optuna has no public one.)"""
+HEARTBEAT = "heartbeat"  # user attr: the unix time a worker last said its running trial is alive
+HEARTBEAT_SECONDS = 30.0
+
+
+@contextmanager
+def heartbeat(storage: Any, trial: Any, every: float = HEARTBEAT_SECONDS) -> Iterator[None]:
+    """While the block runs, stamp ``trial`` with the time every ``every`` seconds (a thread), so
+    that workers elsewhere can tell a trial whose process died (its stamp goes stale) from one
+    still training. (Optuna's own heartbeat runs inside ``study.optimize`` only, not ask/tell.)"""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            storage.set_trial_user_attr(trial._trial_id, HEARTBEAT, time.time())
+            if stop.wait(every):
+                return
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{trial.number}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def recover_interrupted(study: Any, storage: Any, stale_after: float | None = None) -> list[int]:
+    """Mark trials a killed process left running as failed and enqueue their parameters again;
+    return their numbers. ``stale_after`` None: every running trial (only while no other process
+    works on the study: a local stage before its workers start); else only those whose heartbeat
+    (or, before the first one, start) is older than that many seconds (workers sharing a study
+    across machines). (``FrozenTrial._trial_id`` is the storage's key; Optuna has no public one.)"""
     import optuna
 
+    now = time.time()
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    if stale_after is not None:
+        running = [t for t in running if now - _last_beat(t) > stale_after]
     for trial in running:
         storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
         storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
         study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number}, skip_if_exists=False)
     return [t.number for t in running]
+
+
+def _last_beat(trial: Any) -> float:
+    beat = trial.user_attrs.get(HEARTBEAT)
+    if beat is not None:
+        return float(beat)
+    return trial.datetime_start.timestamp() if trial.datetime_start else 0.0
 
 
 def enqueue_once(study: Any, points: list[dict[str, Any]]) -> None:
