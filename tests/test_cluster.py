@@ -120,3 +120,14 @@ def test_tune_workers_go_as_one_array_with_the_tune_resources():
     assert "--array=0-2" in args and "--wait" in args and "--gres=gpu:1" in args and "--cpus-per-task=6" in args
     assert "--partition=gpu" in args and "--signal=B:USR1@120" in args
     assert args[-1] == "--wrap=exec python -m dmlbench.tune.worker --study 's 1' --worker \"$SLURM_ARRAY_TASK_ID\""
+
+
+def test_a_password_in_the_tracking_uri_is_refused(monkeypatch):
+    from dmlbench.tracking.store import tracking_uri
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://alice:s3cret@mlflow.example:5001")
+    with pytest.raises(ConfigError) as error:
+        tracking_uri()
+    assert "s3cret" not in str(error.value) and "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in str(error.value)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5001")
+    assert tracking_uri() == "http://mlflow.example:5001"

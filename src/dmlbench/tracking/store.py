@@ -37,7 +37,19 @@ def configure_environment() -> None:
 
 
 def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
+    """``$MLFLOW_TRACKING_URI`` or the project's sqlite file. A server URI carrying a password
+    (``http://user:secret@host``) is refused: it would reach logs, run records and the report;
+    MLflow reads ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` instead."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
+    parsed = urlparse(uri)
+    if parsed.scheme in ("http", "https") and parsed.password is not None:
+        from dmlbench.errors import ConfigError
+
+        raise ConfigError(
+            f"MLFLOW_TRACKING_URI holds a password ({parsed.scheme}://{parsed.username}:***@{parsed.hostname}); "
+            "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD in the environment instead"
+        )
+    return uri
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -52,13 +64,19 @@ def sqlite_path(uri: str) -> Path | None:
 
 def store_lock() -> Any:
     """A file lock next to a local sqlite store (creating or migrating it is not concurrency-safe;
-    so is find-or-create of a shared run, :mod:`dmlbench.tracking.cells`). Not re-entrant: never
-    nest two ``with store_lock():`` blocks in one process."""
-    db = sqlite_path(tracking_uri())
-    if db is None:
-        return contextlib.nullcontext()
+    so is find-or-create of a shared run, :mod:`dmlbench.tracking.cells`); for a server, a lock
+    file in the project (on a cluster: the shared checkout, where jobs of one cell may start
+    together on several nodes). Not re-entrant: never nest two ``with store_lock():`` blocks in
+    one process."""
     from filelock import FileLock
 
+    db = sqlite_path(tracking_uri())
+    if db is None:
+        if not (project_root() / ".dvc").is_dir():
+            return contextlib.nullcontext()  # not a DVC project: one process at a time anyway
+        lock = project_root() / ".dvc" / "tmp" / "mlflow-server.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(lock))
     db.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(str(db) + ".lock")
 
