@@ -10,6 +10,12 @@
 # plain sequential `dvc repro`). On a GPU box: make repro EXTRAS=gpu,test GPUS=0,1,2,3
 # A published setup: make repro PRESET=thesis-cub GPUS=0,1 runs presets/thesis-cub.yaml in its own
 # workspace, artifacts/presets/thesis-cub/ (docs/presets.md); params.yaml stays the demo.
+# On Slurm: make repro EXECUTOR=slurm submits one job per stale stage (afterok dependencies; the
+# cluster: section of params.yaml; README "Running on a cluster").
+# A local cluster (docs/cluster.md; as root, installs Debian packages):
+#   make cluster-up    single-node Slurm (sacct through slurmdbd) + PostgreSQL on 127.0.0.1, under .cluster/
+#   make server        the team MLflow server on it (PostgreSQL store, basic-auth) on http://127.0.0.1:5001
+#   make cluster-down  stops what those two started; then: source .cluster/env to use it from a shell
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -28,7 +34,7 @@ ORIGINAL_PATH := $(subst $(CURDIR)/$(BIN):,,$(PATH))# without the venv, also whe
 GPU_PYTHON ?= python3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup repro test ui status clean-venv gpu-check example-report
+.PHONY: setup repro test ui status clean-venv gpu-check example-report cluster-up cluster-down server
 
 setup: $(STAMP)
 
@@ -42,7 +48,7 @@ $(STAMP): pyproject.toml requirements.lock
 	@touch $@
 
 repro: $(STAMP)
-	python -m dmlbench.pipeline $(if $(PRESET),--preset $(PRESET)) $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS))
+	python -m dmlbench.pipeline $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(PRESET),--preset $(PRESET)) $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS))
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
@@ -57,6 +63,23 @@ example-report: repro
 
 gpu-check:
 	PATH="$(ORIGINAL_PATH)" PYTHONPATH="$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PYTHON) -m dmlbench.gpu_check $(ARGS)
+
+cluster-up:
+	@cluster/up.sh
+
+cluster-down:
+	@cluster/down.sh
+
+# the cluster extra of pyproject.toml (PostgreSQL driver, basic-auth's Flask-WTF) on top of EXTRAS,
+# without reinstalling dmlbench itself
+CLUSTER_STAMP := $(VENV)/.installed-cluster-extra
+$(CLUSTER_STAMP): $(STAMP)
+	@$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["cluster"], sep="\n")' \
+		| $(BIN)/python -m pip install --disable-pip-version-check --quiet -c requirements.lock -r /dev/stdin
+	@touch $@
+
+server: $(CLUSTER_STAMP)
+	@MLFLOW_BIN=$(CURDIR)/$(BIN)/mlflow cluster/server.sh
 
 status: $(STAMP)
 	dvc status

@@ -197,7 +197,7 @@ def test_warmup_epochs_train_only_the_head_and_loss_parameters(small_raw_params,
 
     with pytest.raises(Stop):
         train(run_config(params, run), data, checkpoint_dir=tmp_path, on_epoch=stop, device=torch.device("cpu"))
-    after_warmup = torch.load(tmp_path / "last.pt", weights_only=False)
+    after_warmup = torch.load(tmp_path / "last.pt", weights_only=True)
     model = after_warmup["model"]
     trunk = [k for k in model if k.startswith("trunk.") and k.endswith("weight")]
     assert trunk and all(torch.equal(model[k], initial[k]) for k in trunk)
@@ -210,7 +210,7 @@ def test_warmup_epochs_train_only_the_head_and_loss_parameters(small_raw_params,
         run_config(params, run), data, checkpoint_dir=tmp_path, resume=TrainState.from_checkpoint(after_warmup),
         device=torch.device("cpu"),
     )  # fmt: skip
-    epoch_2 = torch.load(tmp_path / "last.pt", weights_only=False)["model"]
+    epoch_2 = torch.load(tmp_path / "last.pt", weights_only=True)["model"]
     assert all(not torch.equal(epoch_2[k], initial[k]) for k in trunk)
 
 
@@ -327,7 +327,7 @@ def test_train_state_round_trips_through_a_checkpoint_file(tmp_path):
         "since": 0,
     }
     assert load_checkpoint(tmp_path, "other config") is None
-    raw = torch.load(tmp_path / "last.pt", weights_only=False)
+    raw = torch.load(tmp_path / "last.pt", weights_only=True)
     assert set(raw) == {f.name for f in fields(TrainState)}  # one key per field: the file format
     del raw["rng"]
     with pytest.raises(ValueError, match="not a training checkpoint: no rng"):

@@ -46,7 +46,7 @@ def test_killed_dvc_repro_resumes_to_the_same_result(tmp_path, default_raw_param
     os.killpg(repro.pid, signal.SIGKILL)  # dvc and the training process it started
     repro.wait()
     assert checkpoint.exists(), "training never wrote its first checkpoint"
-    killed_at = torch.load(checkpoint, weights_only=False)["epoch"]
+    killed_at = torch.load(checkpoint, weights_only=True)["epoch"]
     assert 1 <= killed_at < 6, "the kill must land mid-training"
     assert not (root / "artifacts" / "models" / RUN_DIR / "model.pt").exists()
 
@@ -73,7 +73,7 @@ def test_killed_dvc_repro_resumes_to_the_same_result(tmp_path, default_raw_param
     for ours, theirs in zip(resumed, reference.history, strict=True):
         for key in ("train/loss", "val/map_at_r", "val/precision_at_1", "test_feedback/precision_at_1"):
             assert ours[key] == pytest.approx(theirs[key], rel=1e-5, abs=1e-7), (ours["epoch"], key)
-    saved = torch.load(root / "artifacts" / "models" / RUN_DIR / "model.pt", weights_only=False)
+    saved = torch.load(root / "artifacts" / "models" / RUN_DIR / "model.pt", weights_only=True)
     assert saved["selection"] == reference.selection
     for key, value in reference.model_state.items():
         torch.testing.assert_close(saved["state_dict"][key], value, rtol=1e-5, atol=1e-6)

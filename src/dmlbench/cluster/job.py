@@ -18,8 +18,13 @@ import sys
 
 
 def main(stage: str) -> int:
+    env = dict(os.environ)
+    cpus = env.get("SLURM_CPUS_PER_TASK")
+    if cpus:  # as many threads as CPUs allocated (the local runner does the same per worker)
+        env.setdefault("OMP_NUM_THREADS", cpus)
+        env.setdefault("MKL_NUM_THREADS", cpus)
     child = subprocess.Popen(
-        [sys.executable, "-m", "dvc", "--wait-for-lock", "repro", "--single-item", stage], start_new_session=True
+        [sys.executable, "-m", "dvc", "--wait-for-lock", "repro", "--single-item", stage], start_new_session=True, env=env
     )
     warned: list[int] = []
 

@@ -20,8 +20,11 @@ import contextlib
 import hashlib
 import io
 import os
+import pickle
+import re
 import sys
 import warnings
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -40,6 +43,7 @@ EMBEDDINGS = "embeddings.npz"
 META = "meta.json"
 EMBED_SPLITS = ("test", "val", "query", "gallery")
 PRETRAINED_INIT_SEED = 0  # random initialisation of trunks without pretrained weights
+UNPICKLER_GLOBAL = re.compile(r"GLOBAL (\S+)")  # in torch.load's weights-only error message
 
 # glibc <malloc.h> mallopt() parameters (man 3 mallopt:
 # https://man7.org/linux/man-pages/man3/mallopt.3.html)
@@ -187,16 +191,47 @@ def compute_embeddings(
     return result
 
 
+class UnsafeFile(DataError):
+    """A checkpoint or model file holds more than tensors and plain values (refused, never run).
+
+    Checkpoints and models come from shared filesystems and DVC caches that others write to: they
+    are data, never code, read with ``torch.load(..., weights_only=True)``, which refuses any other
+    pickled object instead of running it (https://pytorch.org/docs/stable/generated/torch.load.html,
+    https://pytorch.org/docs/stable/notes/serialization.html#weights-only)."""
+
+
+def load_plain(path: Path, remedy: str) -> Any:
+    """``path`` read with ``torch.load(weights_only=True)`` onto the CPU; :class:`UnsafeFile`
+    (naming the file, what it holds and ``remedy``) for any other pickled object, which is never run."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise UnsafeFile(
+            f"{path}: holds something other than tensors and plain values ({unsafe_content(path, exc)}); "
+            f"refused, as loading it could run code; {remedy}"
+        ) from None
+
+
+def unsafe_content(path: Path, error: Exception) -> str:
+    """What makes ``path`` fail a weights-only load: the globals it imports, as far as known."""
+    try:
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # noqa: BLE001 - not a torch.save zip file: the unpickler names the first one
+        names = UNPICKLER_GLOBAL.findall(str(error))[:1]
+    return ", ".join(names) or "not a file of tensors"
+
+
 def load_trained_model(
     config: RunConfig, device: torch.device, fold: int | None = None
 ) -> tuple[torch.nn.Module, dict]:
     """The selected model of the run (``fold``: one fold model); refuses weights trained under a
-    different config."""
+    different config, and a file holding more than tensors and plain values (read weights-only:
+    :func:`load_plain`)."""
     run = config.run
     model_path = paths.model_dir(run, fold) / "model.pt"
     if not model_path.exists():
         raise DataError(f"{model_path}: missing (run the train@{run.key} stage first)")
-    saved = torch.load(model_path, map_location="cpu", weights_only=False)
+    saved = load_plain(model_path, f"re-run train@{run.key} to write it again")
     if saved["config_hash"] != config.config_hash:
         raise ConfigError(f"{model_path}: trained with other params than params.yaml now has; re-run train@{run.key}")
     model = config.build_model(pretrained=False)  # the trained weights replace the initial ones

@@ -2,6 +2,12 @@
 
 A checkpoint is only resumed when its config hash and code fingerprint match the current
 run: a run restarted after a code change starts over instead of mixing two versions.
+
+Checkpoints and models live on shared filesystems and in DVC caches that others write to, so
+they are data, never code: every one holds tensors and plain values only (dicts, lists, tuples,
+str, int, float, bool, None; RNG states as in :mod:`dmlbench.train.rng`) and is read with
+``torch.load(..., weights_only=True)``, which refuses any other pickled object instead of running
+it (:func:`dmlbench.evaluate.embed.load_plain`).
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from typing import Any
 
 import torch
 
+from dmlbench.errors import DataError
+from dmlbench.evaluate.embed import load_plain
 from dmlbench.io import atomic_path
 
 LAST = "last.pt"
@@ -41,7 +49,7 @@ class TrainState:
     :meth:`to_checkpoint`'s plain dict, one key per field).
 
     ``model``/``loss``/``optimizers``/``schedulers``: state dicts; ``rng``: every RNG state
-    (:func:`dmlbench.train.loop.rng_state`); ``sampler``: the next epoch's sampler seed;
+    (:func:`dmlbench.train.rng.rng_state`, tensors and plain values); ``sampler``: the next epoch's sampler seed;
     ``history``: one metrics dict per finished epoch; ``best``: the selected epoch so far
     (``epoch``, ``value`` of the selection metric, validations ``since`` it); ``best_state``:
     its weights (CPU tensors); ``extra``: the caller's data.
@@ -79,11 +87,17 @@ def save_checkpoint(directory: Path, state: TrainState) -> None:
 
 
 def load_checkpoint(directory: Path, config_hash: str) -> TrainState | None:
-    """The saved state if it belongs to this exact config and code, else None."""
+    """The saved state if it belongs to this exact config and code, else None.
+
+    Raises :class:`dmlbench.evaluate.embed.UnsafeFile` if the file holds more than tensors and
+    plain values, also for a checkpoint of dmlbench before weights-only checkpoints (pickled numpy
+    RNG states): such a file is never resumable anyway, as its code fingerprint differs."""
     path = directory / LAST
     if not path.exists():
         return None
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_plain(path, "delete it to start this run over")
+    if not isinstance(state, dict):
+        raise DataError(f"{path}: not a training checkpoint (a {type(state).__name__}, not a dict)")
     if state.get("config_hash") != config_hash or state.get("code") != code_fingerprint():
         return None
     return TrainState.from_checkpoint(state)

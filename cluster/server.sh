@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# make server: the team tracking server on the local cluster's PostgreSQL (make cluster-up first):
+#   mlflow server --backend-store-uri postgresql://dmlbench@127.0.0.1:$DMLBENCH_PG_PORT/mlflow
+#                 --artifacts-destination <a shared directory, or s3://...> --app-name basic-auth
+# in the background (pid in .cluster/run/mlflow.pid, log in .cluster/logs/mlflow.log); idempotent.
+# https://mlflow.org/docs/latest/self-hosting/architecture/tracking-server
+# https://mlflow.org/docs/latest/self-hosting/security/basic-http-auth
+#
+# Credentials never reach a command line, a committed file or the log:
+#   - the database password: libpq's PGPASSFILE (.cluster/secrets/pgpass, written by up.sh);
+#   - the basic-auth admin: MLFLOW_AUTH_ADMIN_USERNAME (default admin) and MLFLOW_AUTH_ADMIN_PASSWORD
+#     from the environment; without it a random one is generated once into
+#     .cluster/secrets/mlflow_admin_password (git-ignored, mode 0600). MLflow uses them only when
+#     it creates its user store (the first start); later starts keep the stored password;
+#   - MLFLOW_FLASK_SERVER_SECRET_KEY (basic-auth's CSRF key): from the environment or generated once.
+# MLflow's job runner (GenAI jobs, a few worker processes) is off unless MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true.
+# Settings: DMLBENCH_MLFLOW_PORT (5001), DMLBENCH_MLFLOW_HOST (127.0.0.1; 0.0.0.0 to serve other
+# machines), DMLBENCH_MLFLOW_ARTIFACTS (default .cluster/mlflow/artifacts; a shared file system
+# path or s3://bucket/prefix), DMLBENCH_MLFLOW_WORKERS (2), MLFLOW_BIN (the venv's mlflow).
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+START=$SECONDS
+[[ -f "$CLUSTER_DIR/env" ]] || die "the local cluster is not set up: run make cluster-up first"
+MLFLOW_PORT_WANTED="${DMLBENCH_MLFLOW_PORT:-}"
+source "$CLUSTER_DIR/env"  # the PostgreSQL port up.sh used (and its default MLflow port)
+MLFLOW_PORT="${MLFLOW_PORT_WANTED:-$DMLBENCH_MLFLOW_PORT}"
+PG_PORT="$DMLBENCH_PG_PORT"
+HOST="${DMLBENCH_MLFLOW_HOST:-127.0.0.1}"
+ARTIFACTS="${DMLBENCH_MLFLOW_ARTIFACTS:-$CLUSTER_DIR/mlflow/artifacts}"
+WORKERS="${DMLBENCH_MLFLOW_WORKERS:-2}"
+MLFLOW_BIN="${MLFLOW_BIN:-$REPO/.venv/bin/mlflow}"
+ADMIN="${MLFLOW_AUTH_ADMIN_USERNAME:-admin}"
+URL="http://127.0.0.1:$MLFLOW_PORT"
+
+if pid="$(running_pid mlflow)"; then
+    log "MLflow server already running (pid $pid) on $URL"
+    exit 0
+fi
+[[ -x "$MLFLOW_BIN" ]] || die "no mlflow at $MLFLOW_BIN (make server installs it into the venv; or set MLFLOW_BIN)"
+"${MLFLOW_BIN%/mlflow}/python" -c 'import psycopg, flask_wtf' 2>/dev/null ||
+    die "the venv lacks the cluster extra (psycopg, Flask-WTF): run make server (it installs .[cluster])"
+port_open "$PG_PORT" || die "PostgreSQL is not listening on 127.0.0.1:$PG_PORT: run make cluster-up first"
+port_open "$MLFLOW_PORT" && die "port $MLFLOW_PORT is in use by another process; set DMLBENCH_MLFLOW_PORT to a free port"
+[[ -r "$SECRETS/pgpass" ]] || die "no $SECRETS/pgpass (written by make cluster-up)"
+
+if [[ -n "${MLFLOW_AUTH_ADMIN_PASSWORD:-}" ]]; then
+    PASSWORD="$MLFLOW_AUTH_ADMIN_PASSWORD"
+else
+    PASSWORD="$(secret mlflow_admin_password)"
+fi
+SECRET_KEY="${MLFLOW_FLASK_SERVER_SECRET_KEY:-$(secret flask_secret_key)}"
+
+mkdir -p "$CLUSTER_DIR/mlflow"
+[[ "$ARTIFACTS" == *://* ]] || mkdir -p "$ARTIFACTS"
+sed -e "s|@PG_USER@|$PG_USER|g" -e "s|@PG_PORT@|$PG_PORT|g" "$REPO/cluster/basic_auth.ini.in" >"$CLUSTER_DIR/mlflow/basic_auth.ini"
+
+log "starting the MLflow server on $URL (PostgreSQL 127.0.0.1:$PG_PORT/mlflow, artifacts: $ARTIFACTS, basic-auth)"
+# its own session (setsid): cluster/down.sh stops it with its workers as one process group
+(
+    cd "$CLUSTER_DIR/mlflow"
+    exec env -u MLFLOW_TRACKING_URI -u MLFLOW_TRACKING_USERNAME -u MLFLOW_TRACKING_PASSWORD \
+        PGPASSFILE="$SECRETS/pgpass" MLFLOW_AUTH_CONFIG_PATH="$CLUSTER_DIR/mlflow/basic_auth.ini" \
+        MLFLOW_AUTH_ADMIN_USERNAME="$ADMIN" MLFLOW_AUTH_ADMIN_PASSWORD="$PASSWORD" \
+        MLFLOW_FLASK_SERVER_SECRET_KEY="$SECRET_KEY" MLFLOW_DISABLE_TELEMETRY=true \
+        MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}" \
+        setsid "$MLFLOW_BIN" server --host "$HOST" --port "$MLFLOW_PORT" --workers "$WORKERS" \
+        --backend-store-uri "postgresql://$PG_USER@127.0.0.1:$PG_PORT/mlflow" \
+        --artifacts-destination "$ARTIFACTS" --app-name basic-auth
+) </dev/null >>"$LOGS/mlflow.log" 2>&1 &
+echo $! >"$RUN/mlflow.pid"
+# what clients and tests need to know of this server (.cluster/env sources it)
+cat >"$CLUSTER_DIR/mlflow/server.env" <<EOF
+export MLFLOW_TRACKING_URI=$URL
+export DMLBENCH_MLFLOW_ARTIFACTS=$ARTIFACTS
+export DMLBENCH_MLFLOW_LOG=$LOGS/mlflow.log
+EOF
+
+# up when an authenticated request answers (the first start creates MLflow's tables: ~20-40 s)
+code=000
+for ((i = 0; i < 600; i++)); do
+    running_pid mlflow >/dev/null || die "the MLflow server exited: $(grep -v '^\s*$' "$LOGS/mlflow.log" | tail -n1 | cut -c1-200) (log: $LOGS/mlflow.log)"
+    # credentials on curl's stdin (-K -), not on its command line
+    code="$(printf 'user = "%s:%s"\n' "$ADMIN" "$PASSWORD" | curl -K - -s -o /dev/null -w '%{http_code}' \
+        "$URL/api/2.0/mlflow/experiments/search?max_results=1" 2>/dev/null || true)"
+    [[ "$code" == 200 || "$code" == 401 ]] && break
+    sleep 0.2
+done
+case "$code" in
+    200) log "MLflow server up in $((SECONDS - START)) s (pid $(cat "$RUN/mlflow.pid")): MLFLOW_TRACKING_URI=$URL, user $ADMIN (source $CLUSTER_DIR/env)" ;;
+    401) die "the server refuses user $ADMIN: its user store keeps the admin password of its first start (MLFLOW_AUTH_ADMIN_PASSWORD, or .cluster/secrets/mlflow_admin_password)" ;;
+    *) die "the MLflow server did not answer within 120 s (HTTP $code; log: $LOGS/mlflow.log)" ;;
+esac
