@@ -151,6 +151,7 @@ def _test_gain(analysis: Analysis, doc: Document) -> None:
     if not len(gains):
         doc.note("No baseline results here: run the `baseline@` stages (make repro does).")
         return
+    same = {study.loss for study in load_studies(params) if _kept_published(study.best)}
     header = metric_header(metric)
     n = common_n(list(gains["tuned_n"]) + list(gains["baseline_n"]))
     alpha = params.report.alpha
@@ -161,8 +162,8 @@ def _test_gain(analysis: Analysis, doc: Document) -> None:
             analysis.names.get(row["loss"], row["loss"]),
             format_interval(row["baseline"], row["baseline_low"], row["baseline_high"], row["baseline_n"], show_n=show_n),
             format_interval(row["tuned"], row["tuned_low"], row["tuned_high"], row["tuned_n"], show_n=show_n),
-            _gain(row),
-            "-" if math.isnan(row["p_value"]) else p_value(row["p_value"]),
+            "same values" if row["loss"] in same else _gain(row),
+            "-" if row["loss"] in same or math.isnan(row["p_value"]) else p_value(row["p_value"]),
             f"{row['rank_baseline']:g} -> {row['rank_tuned']:g}",
         ])  # fmt: skip
     dims = ", ".join(str(d) for d in sorted(gains["dim"].unique()))
@@ -175,8 +176,14 @@ def _test_gain(analysis: Analysis, doc: Document) -> None:
         markdown_table(["loss", "published", "tuned", "gain (points)", "p (Welch)", "rank published -> tuned"], rows),
         "",
     )
-    doc.add(_gain_sentence(analysis, gains, alpha), "")
+    doc.add(_gain_sentence(analysis, gains, alpha, same), "")
     doc.add(_ranking_sentence(analysis, gains, baseline, metric), "")
+
+
+def _kept_published(best: dict) -> bool:
+    """Whether the search's best values are the published ones (trial 0 won)."""
+    published = best.get("published") or {}
+    return bool(best.get("values")) and all(published.get(k) == v for k, v in best["values"].items())
 
 
 def _gain(row: dict) -> str:
@@ -185,22 +192,26 @@ def _gain(row: dict) -> str:
     return f"{100 * row['gain']:+.1f} [{100 * row['gain_low']:+.1f}, {100 * row['gain_high']:+.1f}]"
 
 
-def _gain_sentence(analysis: Analysis, gains: pd.DataFrame, alpha: float) -> str:
+def _gain_sentence(analysis: Analysis, gains: pd.DataFrame, alpha: float, same: set[str]) -> str:
     names = analysis.names
-    better = [names.get(r["loss"], r["loss"]) for r in gains.to_dict("records") if r["p_value"] < alpha and r["gain"] > 0]
-    worse = [names.get(r["loss"], r["loss"]) for r in gains.to_dict("records") if r["p_value"] < alpha and r["gain"] < 0]
+    records = [r for r in gains.to_dict("records") if r["loss"] not in same]
+    better = [names.get(r["loss"], r["loss"]) for r in records if r["p_value"] < alpha and r["gain"] > 0]
+    worse = [names.get(r["loss"], r["loss"]) for r in records if r["p_value"] < alpha and r["gain"] < 0]
     parts = []
+    if same:
+        kept = ", ".join(names.get(loss, loss) for loss in gains["loss"] if loss in same)
+        parts.append(f"the search kept the published values of {kept} (trial 0 won), so their two rows are the same trainings")
     if better:
-        parts.append(f"tuning raised the test score of {', '.join(better)}")
+        parts.append(f"tuning raised the test score of {', '.join(better)} significantly")
     if worse:
-        parts.append(f"lowered that of {', '.join(worse)} (the validation classes' optimum did not transfer)")
-    rest = len(gains) - len(better) - len(worse)
-    tail = (
-        f"for {'the other' if parts else 'all'} {rest} loss(es) the difference is not significant at the {alpha:g} level "
-        "(each test uncorrected; with few seeds a real difference of a point or two goes undetected)"
-    ) if rest else ""  # fmt: skip
-    sentence = "; ".join(parts + ([tail] if tail else []))
-    return f"At the {alpha:g} level (Welch's test per loss), {sentence}."
+        parts.append(f"lowered that of {', '.join(worse)} significantly (the validation classes' optimum did not transfer)")
+    rest = len(records) - len(better) - len(worse)
+    if rest:
+        parts.append(
+            f"for {'the other ' if better or worse else ''}{rest} loss{'es' if rest > 1 else ''} whose values changed, the "
+            "difference is not significant (with few seeds a difference of a few points goes undetected)"
+        )
+    return f"At the {alpha:g} level (Welch's test per loss, uncorrected): " + "; ".join(parts) + "."
 
 
 def _ranking_sentence(analysis: Analysis, gains: pd.DataFrame, baseline: pd.DataFrame, metric: str) -> str:
