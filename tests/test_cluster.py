@@ -72,7 +72,7 @@ import signal, sys, time
 from pathlib import Path
 Path("started").write_text("yes")
 try:
-    for epoch in range(600):
+    for epoch in range(3000):  # 5 min unless interrupted
         Path("epoch").write_text(str(epoch))
         time.sleep(0.1)
 except KeyboardInterrupt:
@@ -100,13 +100,17 @@ def test_job_wrapper_stops_the_stage_cleanly_on_slurms_warning_and_requeues(tmp_
         assert time.time() < deadline and job.poll() is None, job.stdout.read() if job.poll() is not None else "no start"
         time.sleep(0.1)
     job.send_signal(signal.SIGUSR1)
-    output = job.communicate(timeout=60)[0]
+    try:
+        output = job.communicate(timeout=120)[0]
+    except subprocess.TimeoutExpired:
+        job.kill()
+        pytest.fail(f"the stage did not stop within 120 s of USR1: {job.communicate()[0]}")
     assert job.returncode == 0, output  # requeued: not a failure of the job
     assert (root / "stopped").read_text() == "KeyboardInterrupt"
     assert (tmp_path / "scontrol.args").read_text().split() == ["requeue", "4242"]
     assert "requeueing job 4242" in output
     # DVC released its stage lock: the stage runs again at once
-    (root / "slow.py").write_text(STAGE.replace("range(600)", "range(2)"))
+    (root / "slow.py").write_text(STAGE.replace("range(3000)", "range(2)"))
     again = run_checked([sys.executable, "-m", "dvc", "--wait-for-lock", "repro", "--single-item", "slow"], root, env)
     assert "Running stage 'slow'" in again.stdout
 

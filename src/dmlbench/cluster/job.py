@@ -24,7 +24,12 @@ def main(stage: str) -> int:
         env.setdefault("OMP_NUM_THREADS", cpus)
         env.setdefault("MKL_NUM_THREADS", cpus)
     child = subprocess.Popen(
-        [sys.executable, "-m", "dvc", "--wait-for-lock", "repro", "--single-item", stage], start_new_session=True, env=env
+        [sys.executable, "-m", "dvc", "--wait-for-lock", "repro", "--single-item", stage],
+        start_new_session=True,
+        env=env,
+        # a job started from a shell's background inherits SIGINT ignored, and Python then installs
+        # no KeyboardInterrupt handler: the interrupt must reach DVC and the stage
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     warned: list[int] = []
 
