@@ -33,14 +33,19 @@ def _running(name: str) -> bool:
     return True
 
 
+def _cluster_env(*keys: str) -> dict[str, str]:
+    """These variables of ``source .cluster/env`` (SLURM_CONF, PGPASSFILE, MLFLOW_TRACKING_*, ...)."""
+    shown = subprocess.run(["bash", "-c", f'source "{CLUSTER / "env"}" && env -0'], capture_output=True, text=True, check=True)
+    env = dict(item.split("=", 1) for item in shown.stdout.split("\0") if "=" in item)
+    return {key: env[key] for key in keys if key in env}
+
+
 @pytest.fixture(scope="module")
 def slurm() -> dict[str, str]:
     """``source .cluster/env``'s variables (SLURM_CONF, ...), or a skip saying how to start Slurm."""
     if not (CLUSTER / "env").is_file() or not (_running("slurmctld") and _running("slurmd")):
         pytest.skip("the local Slurm is not running (start it with `make cluster-up`, as root)")
-    shown = subprocess.run(["bash", "-c", f'source "{CLUSTER / "env"}" && env -0'], capture_output=True, text=True, check=True)
-    env = dict(item.split("=", 1) for item in shown.stdout.split("\0") if "=" in item)
-    return {key: env[key] for key in ("SLURM_CONF",) if key in env}
+    return _cluster_env("SLURM_CONF")
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +53,8 @@ def server() -> dict[str, str]:
     """The team MLflow server's address and credentials (``make server``), or a skip."""
     if not (CLUSTER / "env").is_file() or not (_running("mlflow") and _running("postgres")):
         pytest.skip("the team MLflow server is not running (start it with `make cluster-up server`)")
-    shown = subprocess.run(["bash", "-c", f'source "{CLUSTER / "env"}" && env -0'], capture_output=True, text=True, check=True)
-    env = dict(item.split("=", 1) for item in shown.stdout.split("\0") if "=" in item)
-    keys = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
-    return {key: env[key] for key in keys} | {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    credentials = _cluster_env("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+    return credentials | {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
 
 def _project(tmp_path: Path, raw: dict, slurm: dict[str, str]) -> tuple[Path, dict[str, str]]:
@@ -182,9 +185,7 @@ def postgres() -> dict[str, str]:
     """The cluster's PostgreSQL for Optuna (``DMLBENCH_OPTUNA_STORAGE``, ``PGPASSFILE``), or a skip."""
     if not (CLUSTER / "env").is_file() or not _running("postgres"):
         pytest.skip("the local PostgreSQL is not running (start it with `make cluster-up`, as root)")
-    shown = subprocess.run(["bash", "-c", f'source "{CLUSTER / "env"}" && env -0'], capture_output=True, text=True, check=True)
-    env = dict(item.split("=", 1) for item in shown.stdout.split("\0") if "=" in item)
-    return {key: env[key] for key in ("PGPASSFILE", "DMLBENCH_OPTUNA_STORAGE")}
+    return _cluster_env("PGPASSFILE", "DMLBENCH_OPTUNA_STORAGE")
 
 
 def test_two_slurm_workers_share_one_postgresql_study(tmp_path, small_raw_params, slurm, postgres):
