@@ -58,6 +58,23 @@ def test_sbatch_command_carries_resources_dependencies_and_the_warning_signal():
     assert "--cpus-per-task=1" in report and not any(a.startswith(("--gres", "--dependency")) for a in report)
 
 
+def test_a_tune_job_that_only_waits_for_its_worker_array_asks_for_little():
+    from dmlbench.cluster.array import array_command
+    from dmlbench.cluster.slurm import tunes_as_array
+
+    config = ClusterConfig.model_validate({"stages": {"tune": {"gpus": 1, "cpus": 8, "mem": "64G", "time": "2-00:00:00"}}})
+    stage = "tune@cub200-resnet50-triplet"
+    waiting = sbatch_command(stage, config, [], Path("/s/log"), Path("/s"), "python", waits_for_array=True)
+    assert "--cpus-per-task=1" in waiting and "--mem=2G" in waiting and "--time=2-00:00:00" in waiting
+    assert not any(a.startswith("--gres") for a in waiting)  # no GPU held while the array waits for GPUs
+    alone = sbatch_command(stage, config, [], Path("/s/log"), Path("/s"), "python")
+    assert "--gres=gpu:1" in alone and "--cpus-per-task=8" in alone
+    tasks = array_command(config, 4, ["python", "-m", "w", "{worker}"], Path("/s/t-%a.log"), "tune-s")
+    assert "--gres=gpu:1" in tasks and "--cpus-per-task=8" in tasks
+    assert tunes_as_array(4, "postgresql://u@h/optuna") and not tunes_as_array(1, "postgresql://u@h/optuna")
+    assert not tunes_as_array(4, None)  # a journal file: the workers are processes inside the tune job
+
+
 def test_failure_report_names_the_failed_stage_its_log_and_the_cancelled(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("epoch 1\nTraceback (most recent call last):\nRuntimeError: diverged\n")

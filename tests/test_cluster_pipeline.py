@@ -57,9 +57,9 @@ def server() -> dict[str, str]:
     return credentials | {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
 
-def _project(tmp_path: Path, raw: dict, slurm: dict[str, str]) -> tuple[Path, dict[str, str]]:
+def _project(tmp_path: Path, raw: dict, slurm: dict[str, str], cluster: dict = FAST) -> tuple[Path, dict[str, str]]:
     root = tmp_path / "repo"
-    env = dvc_project(root, {**raw, "cluster": FAST}, mlflow_db=tmp_path / "store" / "mlflow.db")
+    env = dvc_project(root, {**raw, "cluster": cluster}, mlflow_db=tmp_path / "store" / "mlflow.db")
     return root, {**env, **slurm}
 
 
@@ -112,7 +112,7 @@ def test_a_failed_job_cancels_its_dependents_and_names_its_log(tmp_path, small_r
     result = _pipeline(root, env)
     assert result.returncode == 1
     log = root / "artifacts" / "logs" / "s1.log"
-    assert f"stage s1 FAILED" in result.stderr and f"log: {log}" in result.stderr and "disk on fire" in result.stderr
+    assert "stage s1 FAILED" in result.stderr and f"log: {log}" in result.stderr and "disk on fire" in result.stderr
     assert "cancelled by Slurm as their dependencies failed: join" in result.stderr
     assert not (root / "joined").exists()
 
@@ -142,6 +142,38 @@ def test_a_scancelled_training_resumes_from_its_checkpoint(tmp_path, small_raw_p
     again = _pipeline(root, env)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "resuming after epoch" in log.read_text()
+
+
+def test_a_training_at_its_time_limit_checkpoints_requeues_and_resumes(tmp_path, small_raw_params, slurm):
+    """Slurm's own warning, not a signal the test sends: a 2-minute limit with
+    ``--signal=B:USR1@50`` (slurmctld sends it on a periodic pass, up to 60 s early; here about
+    50 s in), during a training of about 80 s (400 epochs of the small grid)."""
+    raw = _small_grid(small_raw_params)
+    raw["seeds"] = [0]
+    raw["protocols"] = {**raw["protocols"], raw["protocol"]: {**raw["protocols"][raw["protocol"]], "epochs": 400}}
+    cluster = {**FAST, "signal_seconds": 50, "stages": {"train": {"time": "2"}}}
+    root, env = _project(tmp_path, raw, slurm, cluster)
+    run = subprocess.Popen([sys.executable, "-m", "dmlbench.pipeline", "--executor", "slurm"], cwd=root, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    stage = "train@glyphs-tiny_cnn-contrastive-32-0"
+    log = root / "artifacts" / "logs" / f"{stage}.log"
+    deadline = time.time() + 600
+    while "requeueing job" not in (text := log.read_text() if log.exists() else ""):
+        assert time.time() < deadline and run.poll() is None, (text, run.communicate())
+        time.sleep(1)
+    job_id = text.split("requeueing job ", 1)[1].split()[0]
+    # the requeued job may now finish (one warning is what this test is about), and start at once
+    # rather than after Slurm's delay for requeued jobs (about 3 minutes here)
+    run_checked(["scontrol", "update", f"JobId={job_id}", "TimeLimit=20", "StartTime=now"], root, env)
+    out, err = run.communicate(timeout=900)
+    assert run.returncode == 0, out + err
+    text = log.read_text()
+    resumed = int(text.split("resuming after epoch ", 1)[1].split()[0])
+    assert 0 < resumed < 400 and "epoch 400/400" in text, text
+    # Slurm's records: the same job ran twice (the first run ended REQUEUED), the second COMPLETED
+    runs = run_checked(["sacct", "-n", "-P", "-X", "--duplicates", f"--jobs={job_id}", "--format=JobID,State"], root, env)
+    states = [line.split("|")[1].split()[0] for line in runs.stdout.splitlines() if line]
+    assert states[-1] == "COMPLETED" and "REQUEUED" in states[:-1], states
 
 
 def test_the_grid_on_slurm_gives_the_local_metrics_and_the_server_every_run(tmp_path, small_raw_params, slurm, server):
@@ -198,7 +230,7 @@ def test_two_slurm_workers_share_one_postgresql_study(tmp_path, small_raw_params
     seed = int(time.time()) % 100_000  # a new study in the shared database on every run
     raw["tuning"] = {**raw["tuning"], "sampler": "random", "trials": 6, "pruner": "none", "workers": 2,
                      "storage": postgres["DMLBENCH_OPTUNA_STORAGE"], "seed": seed, "space": space}  # fmt: skip
-    root, env = _project(tmp_path, raw, slurm)
+    root, env = _project(tmp_path, raw, slurm, {**FAST, "stages": {"tune": {"cpus": 2}}})
     env["PGPASSFILE"] = postgres["PGPASSFILE"]
     result = _pipeline(root, env)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -211,6 +243,12 @@ def test_two_slurm_workers_share_one_postgresql_study(tmp_path, small_raw_params
         os.environ.pop("PGPASSFILE")
     assert len(trials) >= 6 and {t.user_attrs["worker"] for t in trials} == {0, 1}  # both tasks trained trials
     assert len({tuple(sorted(t.params.items())) for t in trials}) == len(trials)  # no point drawn twice
-    tasks = run_checked(["sacct", "-n", "-P", "-X", f"--name=tune-{best['study']}", "--format=JobID,State"], root, env)
+    tasks = run_checked(["sacct", "-n", "-P", "-X", f"--name=tune-{best['study']}", "--format=JobID,State,AllocCPUS"], root, env)
     rows = [line.split("|") for line in tasks.stdout.splitlines() if line]
-    assert len(rows) == 2 and all(state == "COMPLETED" for _, state in rows) and all("_" in job for job, _ in rows)
+    assert len(rows) == 2 and all(state == "COMPLETED" for _, state, _ in rows) and all("_" in job for job, _, _ in rows)
+    assert {cpus for _, _, cpus in rows} == {"2"}  # each task: the tune kind's resources
+    first, last = (int(x) for x in result.stdout.split(" as jobs ", 1)[1].split(" ", 1)[0].split(".."))
+    jobs = run_checked(["sacct", "-n", "-P", "-X", f"--jobs={','.join(map(str, range(first, last + 1)))}",
+                        "--format=JobName%100,AllocCPUS"], root, env)  # fmt: skip
+    allocated = dict(line.split("|")[:2] for line in jobs.stdout.splitlines() if line)
+    assert allocated["tune@glyphs-tiny_cnn-contrastive"] == "1"  # the tune job itself only waits for its array

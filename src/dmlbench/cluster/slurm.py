@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dmlbench.cluster.settings import ClusterConfig
+from dmlbench.cluster.settings import ClusterConfig, StageResources
 from dmlbench.errors import DmlbenchError
 
 DONE = {"COMPLETED"}
@@ -34,9 +34,23 @@ class Job:
     log: Path
 
 
-def sbatch_command(stage: str, config: ClusterConfig, after: list[str], log: Path, root: Path, python: str) -> list[str]:
-    """The ``sbatch`` command line of one stage's job (``after``: job ids it waits for)."""
-    res = config.resources(stage)
+def tunes_as_array(workers: int, storage: str | None) -> bool:
+    """Whether a ``tune@`` job runs its workers as a Slurm array (several workers on a shared RDB
+    study, as :func:`dmlbench.tune.stage.tune_stage` decides inside a job) and so only waits."""
+    return workers > 1 and bool(storage)
+
+
+def waiting_resources(config: ClusterConfig, stage: str) -> StageResources:
+    """A job that only submits a worker array and waits for it: one CPU, no GPU, 2G, its kind's
+    time (the array tasks get the kind's resources, :func:`dmlbench.cluster.array.array_command`)."""
+    return StageResources(cpus=1, gpus=0, mem="2G", time=config.resources(stage).time)
+
+
+def sbatch_command(stage: str, config: ClusterConfig, after: list[str], log: Path, root: Path, python: str,
+                   waits_for_array: bool = False) -> list[str]:  # fmt: skip
+    """The ``sbatch`` command line of one stage's job (``after``: job ids it waits for;
+    ``waits_for_array``: the job only waits for a worker array, :func:`waiting_resources`)."""
+    res = waiting_resources(config, stage) if waits_for_array else config.resources(stage)
     command = [
         "sbatch", "--parsable", f"--job-name={stage}", f"--chdir={root}", f"--output={log}", "--open-mode=append",
         f"--cpus-per-task={res.cpus}", f"--mem={res.mem}", f"--time={res.time}",
@@ -68,8 +82,9 @@ def require_slurm() -> None:
 
 
 def submit(order: list[str], waits_for: dict[str, set[str]], config: ClusterConfig, root: Path, log_dir: Path,
-           python: str = sys.executable) -> list[Job]:  # fmt: skip
-    """Submit every stage of ``order`` (topological), each after its upstream stages' jobs."""
+           python: str = sys.executable, array_waiters: frozenset[str] = frozenset()) -> list[Job]:  # fmt: skip
+    """Submit every stage of ``order`` (topological), each after its upstream stages' jobs;
+    ``array_waiters``: stages whose job only waits for a worker array (small resources)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     jobs: dict[str, Job] = {}
     for stage in order:
@@ -77,8 +92,9 @@ def submit(order: list[str], waits_for: dict[str, set[str]], config: ClusterConf
         log.write_text("")  # a fresh log per submission (a requeued job appends to it)
         after = [jobs[upstream].job_id for upstream in sorted(waits_for.get(stage, ())) if upstream in jobs]
         result = subprocess.run(
-            sbatch_command(stage, config, after, log, root.resolve(), python), capture_output=True, text=True
-        )
+            sbatch_command(stage, config, after, log, root.resolve(), python, stage in array_waiters),
+            check=False, capture_output=True, text=True,
+        )  # fmt: skip
         if result.returncode != 0:
             cancel([job.job_id for job in jobs.values()])
             raise DmlbenchError(f"sbatch refused {stage}: {result.stderr.strip()} (its jobs submitted so far are cancelled)")
