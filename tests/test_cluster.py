@@ -59,8 +59,7 @@ def test_sbatch_command_carries_resources_dependencies_and_the_warning_signal():
 
 
 def test_a_tune_job_that_only_waits_for_its_worker_array_asks_for_little():
-    from dmlbench.cluster.array import array_command
-    from dmlbench.cluster.slurm import tunes_as_array
+    from dmlbench.cluster.array import array_command, tunes_as_array
 
     config = ClusterConfig.model_validate({"stages": {"tune": {"gpus": 1, "cpus": 8, "mem": "64G", "time": "2-00:00:00"}}})
     stage = "tune@cub200-resnet50-triplet"

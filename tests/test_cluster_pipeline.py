@@ -68,13 +68,13 @@ def _pipeline(root: Path, env: dict[str, str], *args: str) -> subprocess.Complet
                           capture_output=True, text=True, timeout=1200)  # fmt: skip
 
 
-def _jobs(env: dict[str, str], output: str) -> list[tuple[str, str]]:
-    """(job name, state) of each job one pipeline run submitted ("as jobs <first>..<last>"), from
-    Slurm's accounting (sacct)."""
+def _jobs(env: dict[str, str], output: str, field: str = "State") -> list[tuple[str, str]]:
+    """(job name, ``field``) of each job one pipeline run submitted ("as jobs <first>..<last>"),
+    from Slurm's accounting (sacct); a state without its suffix ("CANCELLED by 0" -> CANCELLED)."""
     first, last = (int(x) for x in output.split(" as jobs ", 1)[1].split(" ", 1)[0].split(".."))
     ids = ",".join(str(i) for i in range(first, last + 1))
-    shown = run_checked(["sacct", "-X", "-n", "-P", f"--jobs={ids}", "--format=JobName%200,State"], Path("."), env)
-    return [(name, state.split()[0]) for name, state in (line.split("|")[:2] for line in shown.stdout.splitlines() if line)]
+    shown = run_checked(["sacct", "-X", "-n", "-P", f"--jobs={ids}", f"--format=JobName%200,{field}"], Path("."), env)
+    return [(name, value.split()[0]) for name, value in (line.split("|")[:2] for line in shown.stdout.splitlines() if line)]
 
 
 def _fan_out(stages: int) -> dict:
@@ -247,8 +247,5 @@ def test_two_slurm_workers_share_one_postgresql_study(tmp_path, small_raw_params
     rows = [line.split("|") for line in tasks.stdout.splitlines() if line]
     assert len(rows) == 2 and all(state == "COMPLETED" for _, state, _ in rows) and all("_" in job for job, _, _ in rows)
     assert {cpus for _, _, cpus in rows} == {"2"}  # each task: the tune kind's resources
-    first, last = (int(x) for x in result.stdout.split(" as jobs ", 1)[1].split(" ", 1)[0].split(".."))
-    jobs = run_checked(["sacct", "-n", "-P", "-X", f"--jobs={','.join(map(str, range(first, last + 1)))}",
-                        "--format=JobName%100,AllocCPUS"], root, env)  # fmt: skip
-    allocated = dict(line.split("|")[:2] for line in jobs.stdout.splitlines() if line)
+    allocated = dict(_jobs(env, result.stdout, "AllocCPUS"))
     assert allocated["tune@glyphs-tiny_cnn-contrastive"] == "1"  # the tune job itself only waits for its array

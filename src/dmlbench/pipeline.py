@@ -230,7 +230,8 @@ def run_preset(preset: Preset, params_file: Path, forwarded: list[str]) -> int:
 
 def run_on_slurm(params: Params) -> tuple[int, Plan]:
     """Submit the plan to Slurm, watch the jobs; 0 when every job completed, else 1 (reported)."""
-    from dmlbench.cluster.slurm import failure_report, require_slurm, submit, tunes_as_array, wait
+    from dmlbench.cluster.array import tunes_as_array
+    from dmlbench.cluster.slurm import failure_report, require_slurm, submit, wait
     from dmlbench.tracking import ensure_experiment
 
     require_slurm()
@@ -238,8 +239,9 @@ def run_on_slurm(params: Params) -> tuple[int, Plan]:
     plan = make_plan()
     if not plan.order:
         return 0, plan
-    tuning = params.tuning  # a tune@ job that runs its workers as an array only waits for them
-    waiters = frozenset(s for s in plan.order if s.startswith("tune@") and tunes_as_array(tuning.workers, tuning.storage))
+    # a tune@ job that runs its workers as an array only waits for them
+    arrays = tunes_as_array(params.tuning.workers, params.tuning.storage)
+    waiters = frozenset(stage for stage in plan.order if arrays and stage.startswith("tune@"))
     jobs = submit(plan.order, plan.waits_for, params.cluster, Path("."), LOG_DIR, array_waiters=waiters)
     print(f"{len(jobs)} stage(s) submitted to Slurm as jobs {jobs[0].job_id}..{jobs[-1].job_id} "
           f"(squeue --me to watch; logs in {LOG_DIR}/)", flush=True)  # fmt: skip

@@ -23,6 +23,12 @@ def in_slurm_job() -> bool:
     return bool(os.environ.get("SLURM_JOB_ID"))
 
 
+def tunes_as_array(workers: int, storage: str | None) -> bool:
+    """Whether a ``tune@`` job on Slurm runs its workers as an array (several workers on a shared
+    RDB study) and so only waits for them (the executor then gives it small resources)."""
+    return workers > 1 and bool(storage)
+
+
 def array_command(config: ClusterConfig, count: int, command: list[str], log: Path, name: str) -> list[str]:
     """``sbatch --wait --array``: ``command`` per task, ``{worker}`` replaced by the task index."""
     res = config.resources("tune")

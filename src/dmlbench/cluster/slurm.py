@@ -34,12 +34,6 @@ class Job:
     log: Path
 
 
-def tunes_as_array(workers: int, storage: str | None) -> bool:
-    """Whether a ``tune@`` job runs its workers as a Slurm array (several workers on a shared RDB
-    study, as :func:`dmlbench.tune.stage.tune_stage` decides inside a job) and so only waits."""
-    return workers > 1 and bool(storage)
-
-
 def waiting_resources(config: ClusterConfig, stage: str) -> StageResources:
     """A job that only submits a worker array and waits for it: one CPU, no GPU, 2G, its kind's
     time (the array tasks get the kind's resources, :func:`dmlbench.cluster.array.array_command`)."""

@@ -26,7 +26,7 @@ import torch
 import yaml
 
 from dmlbench import paths
-from dmlbench.cluster.array import in_slurm_job, run_array
+from dmlbench.cluster.array import in_slurm_job, run_array, tunes_as_array
 from dmlbench.config import Params, config_hash, load_params
 from dmlbench.data.cache import PreparedDataset
 from dmlbench.devices import default_device
@@ -134,7 +134,7 @@ def tune_stage(params: Params, dataset: str, backbone: str, loss: str, workers: 
     write_json(out / STUDY_DIR / STATUS, {"state": "running", "study": name})
     if count == 1:
         work(params, search, data.training_half(), study, parent, worker=0)
-    elif tuning.storage and in_slurm_job():  # workers on other nodes: a Slurm array on the shared study
+    elif tunes_as_array(count, tuning.storage) and in_slurm_job():  # workers on other nodes: a Slurm array
         command = ["python", "-m", "dmlbench.tune.worker", "--params", params_file, "--dataset", dataset,
                    "--backbone", backbone, "--loss", loss, "--study", name, "--parent-run", parent.run_id,
                    "--worker", "{worker}"]  # fmt: skip
