@@ -36,6 +36,46 @@ def test_every_row_is_sourced_and_typed(literature):
     assert literature[literature["setting"] == "rc_figure_mapr"]["uncertain"].all()
 
 
+def test_published_intervals_are_a_column_that_matches_the_notes_and_the_paper(literature):
+    """The Reality Check's Tables 4-6 print mean ± 95% half-width over 10 runs for every trained loss
+    (3 datasets x 14 losses x 6 columns = 252 cells); the pretrained trunk (no training runs) and
+    the numbers read off its MAP@R figure (which draws no interval) have none, and say so."""
+    rc = literature[literature["paper"] == lit.REALITY_CHECK]
+    assert len(rc) == 312
+    with_interval = rc[rc["half_width"].notna()]
+    assert len(with_interval) == 3 * 14 * 6 and (with_interval["n_published"] == 10).all()
+    assert set(with_interval["setting"]) == {"rc_concatenated", "rc_separated"}
+    without = rc[rc["half_width"].isna()]
+    assert len(without) == 60 and without["n_published"].isna().all()
+    assert set(without[without["setting"] != "rc_figure_mapr"]["loss"]) == {"pretrained"}
+    assert (without["setting"] == "rc_figure_mapr").sum() == 42
+    assert without["note"].str.contains("no interval: ").all()
+    # no other paper publishes an interval: a claim, a baseline or a thesis run is one number
+    assert literature[literature["paper"] != lit.REALITY_CHECK]["half_width"].isna().all()
+    # the column is the note's "95% CI half-width x" wherever the note quotes one
+    for note, column in zip(literature["note"], literature["half_width"], strict=True):
+        quoted = lit.note_half_width(note)
+        assert (quoted is None and pd.isna(column)) or quoted == column, (note, column)
+    # and the paper's (Musgrave et al. 2020, Tables 4-6): first and last rows, both settings, the widest
+    rc_cell = dict(paper=lit.REALITY_CHECK)
+    for loss, dataset, setting, metric, value, half in [
+        ("contrastive", "cub200", "rc_concatenated", "precision_at_1", 68.13, 0.31),
+        ("soft_triple", "cub200", "rc_separated", "map_at_r", 21.31, 0.14),
+        ("margin_per_class", "cars196", "rc_separated", "map_at_r", 15.88, 0.39),
+        ("multi_similarity_without_miner", "cars196", "rc_concatenated", "map_at_r", 28.07, 0.22),
+        ("arcface", "sop", "rc_separated", "precision_at_1", 70.88, 1.51),
+        ("snr", "sop", "rc_concatenated", "r_precision", 47.43, 0.13),
+    ]:
+        where = dict(rc_cell, loss=loss, dataset=dataset, setting=setting, metric=metric)
+        assert _lookup(literature, **where) == value
+        assert _lookup(literature.assign(value=literature["half_width"]), **where) == half
+    # the grid's view carries them: the Reality Check's 128-d cells with their half-width and n
+    published = lit.published_for(literature, "reality_check")
+    trained = published[published["loss"] != "pretrained"]
+    assert trained["half_width"].notna().all() and (trained["n_published"] == 10).all()
+    assert lit.published_for(literature, "thesis")["half_width"].isna().all()
+
+
 def test_numbers_agree_with_the_sources_prose(literature):
     """Values the thesis quotes in its text match its tables; the Reality Check table matches its slides."""
     thesis = dict(paper=lit.THESIS, setting="test_selection", metric="recall_at_1")
@@ -72,6 +112,11 @@ def test_claimed_improvement_uses_the_papers_own_baseline_else_the_median_up_to_
     expected = baselines[baselines["year"] <= 2019]["value"].median()
     ms = claims.loc[("multi_similarity", "cub200", "bn_inception")]
     assert (ms["baseline_value"] == expected).all() and expected == pytest.approx(26.8)
+    # ... a borrowed baseline, flagged with how many papers it pools; an own baseline is not borrowed
+    pooled = baselines[baselines["year"] <= 2019]["paper"].nunique()
+    assert ms["borrowed"].all() and (ms["baseline_papers"] == pooled).all()
+    assert not lifted["borrowed"] and lifted["baseline_papers"] == 1
+    assert set(claims["borrowed"]) == {True, False}
     # the thesis's own loss is compared with the thesis's own contrastive run (63.28 at BN-Inception 512)
     own = claims.loc[("thesis_proxy", "cub200", "bn_inception")]
     assert own["baseline_value"] == 63.28 and own["baseline_from"] == "same paper"
@@ -101,6 +146,8 @@ GOOD = [
     "as_published",
     "recall_at_1",
     "36.1",
+    "",
+    "",
     "baseline",
     "src",
     "false",
@@ -122,6 +169,10 @@ GOOD = [
         ("year", "20x6", r"literature.csv:3: year: Input should be a valid integer"),
         ("loss", "tripplet", r"literature.csv:3: loss: 'tripplet' is not in methods.csv; add it there first"),
         ("metric", "nmi", r"literature.csv:3: metric: Input should be"),
+        ("half_width", "-0.3", r"literature.csv:3: half_width: Input should be greater than or equal to 0"),
+        ("half_width", "0.3", r"literature.csv:3: n_published: half_width and n_published are given together"),
+        ("n_published", "10", r"literature.csv:3: n_published: half_width and n_published are given together"),
+        ("note", "95% CI half-width 0.3", r"literature.csv:3: note: quotes a 95% CI half-width of 0.3 but half_width"),
     ],
 )
 def test_bad_rows_fail_in_one_line_naming_line_and_column(tmp_path, column, value, message):
@@ -146,6 +197,15 @@ def test_duplicate_rows_and_bad_headers_are_rejected(tmp_path):
         lit.load_literature(tmp_path / "missing.csv")
     loaded = lit.load_literature(_write(tmp_path, [GOOD]))
     assert loaded["year"].iloc[0] == 2016 and loaded["dim"].iloc[0] == 64 and not loaded["uncertain"].iloc[0]
+    assert pd.isna(loaded["half_width"].iloc[0]) and pd.isna(loaded["n_published"].iloc[0])
+    with_interval = list(GOOD)
+    for column, value in (("half_width", "0.3"), ("n_published", "10"), ("note", "95% CI half-width 0.3")):
+        with_interval[lit.LITERATURE_COLUMNS.index(column)] = value
+    loaded = lit.load_literature(_write(tmp_path, [with_interval]))
+    assert loaded["half_width"].iloc[0] == 0.3 and loaded["n_published"].iloc[0] == 10
+    with_interval[lit.LITERATURE_COLUMNS.index("n_published")] = "1"  # one run has no interval
+    with pytest.raises(DataError, match=r"literature.csv:2: n_published: Input should be greater than or equal to 2"):
+        lit.load_literature(_write(tmp_path, [with_interval]))
 
 
 def test_recall_and_precision_at_one_are_one_metric():

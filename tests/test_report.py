@@ -36,11 +36,10 @@ SECTIONS = [
     "## Retrieval examples",
     "## Limitations",
 ]
-FIGURES = [  # the demo grid's: 2 experiment blocks, too few for the Friedman test and its CD diagram
+FIGURES = [  # the demo grid's: 1 dataset, too few independent blocks for the Friedman and sign tests
     "metric_by_loss",
     "recall_by_loss",
     "bayesian_comparison",
-    "win_rates",
     "papers_vs_reality",
     "papers_claims",
     "embedding_size",
@@ -102,11 +101,12 @@ def test_report_has_every_section_figure_and_interval(in_project, small_params, 
     tournament = _section(text, "## Tournament of losses")
     ranked = [line.split("|")[1].strip() for line in tournament.splitlines() if line.startswith("| ")][2:]
     assert ranked == ["Multi-Similarity (+miner)", "Proxy-Anchor", "Contrastive", "Triplet"]
-    # 2 experiment blocks (1 dataset x 1 backbone x 2 dims): no Friedman test, and the report says why
+    # 1 dataset (1 backbone x 2 dims = 2 experiments): no Friedman test, and the report says why
     tests = _section(text, "## Statistical tests")
     why = (
-        "they need at least 5 independent blocks (Demšar 2006 uses data sets as blocks); this grid has 2 "
-        "experiments (1 dataset x 1 backbone x 2 embedding sizes); add datasets, backbones or embedding sizes"
+        "they need at least 5 independent blocks, and the independent unit is the dataset (Demšar 2006): "
+        "backbones and embedding sizes on one dataset share its training and test images, so they are repeated "
+        "measures of one block; this grid has 1 dataset (2 experiments: 1 backbone x 2 embedding sizes); add datasets"
     )
     assert f"> Friedman and Nemenyi tests not run: {why}." in tests and "chi2(" not in tests
     summary = _section(text, "## Summary")
@@ -119,17 +119,24 @@ def test_report_has_every_section_figure_and_interval(in_project, small_params, 
     assert "- **Tournament:** Multi-Similarity (+miner) ranks first over 2 experiments" in summary
     assert "no test separates it from Proxy-Anchor, Contrastive and Triplet" in summary
     assert "Tournament winner" not in summary
-    assert "scored by its seed mean (independent blocks" in tests
-    # win rates over the 2 experiment blocks: sign test p = 0.5, Holm over the 6 pairs: min(1, 6 x 0.5) = 1
-    assert "Holm-adjusted p over the m = 6 pairs of losses" in tests
-    assert _table_rows(tests, "Multi-Similarity (+miner) vs Proxy-Anchor | 2 / 0 / 0")[0][-2:] == ["0.5", "1"]
+    assert "Blocks: the datasets, the independent unit of Demšar (2006)" in tests
+    # no win rates over 1 dataset: the sign test counts independent blocks
+    assert "### Win rates\n\nNot run: win rates and their sign tests count wins over independent blocks" in tests
+    assert "Holm" not in tests
+    # the tournament's interval is over datasets: 1 here, so none
+    tournament_text = _section(text, "## Tournament of losses")
+    assert "mean rank over datasets [95% CI] (n = 1)" in tournament_text
+    assert "| Multi-Similarity (+miner) | 2 | 1.00 | 0.00 | 2 | - |" in tournament_text
     # Papers vs reality: the literature table and our relative improvements with intervals
     papers = _section(text, "## Papers versus reality")
     assert "| Proxy-Anchor | CUB200 | 68.4? (bn_inception-512); 69.1 (bn_inception-512)" in papers
     assert re.search(r"\| Triplet \| glyphs/tiny_cnn/64 \| contrastive \| -\d+\.\d% \[-\d+\.\d, -\d+\.\d\] \|", papers)
     # Test-set feedback: the best test epoch beats the selected one by 3 points of MAP@R in every run
     feedback = _section(text, "## Test-set feedback")
-    assert "mean over n = 6 runs" in feedback
+    # n counts seeds: each seed's value averages its 2 runs (2 embedding sizes; no folds here)
+    assert "mean over n = 3 seeds [95% interval] unless a cell states its own n; each seed's value is the mean " \
+        "of its 2 models (2 embedding sizes)" in feedback
+    assert "(n = 3 seeds; each seed's value is the mean of its 8 models over every loss and embedding size)" in summary
     assert "| 3.0 [3.0, 3.0] |" in feedback  # every run gains exactly 3 points: a zero-width interval
     for figure in FIGURES:
         assert f"(figures/{figure}.png)" in text, figure
@@ -345,57 +352,53 @@ def test_report_bayesian_comparison_per_experiment(in_project, small_params, pre
     assert rows[0][3] == f"{100 * mean:+.1f} [{100 * (mean - half):+.1f}, {100 * (mean + half):+.1f}]"
     assert "(within ± 1 point, the ROPE, `report.rope`)" in bayes and "n = 3 matched seeds" in bayes
     assert (
-        "Across experiments: not run; the Bayesian signed-rank test on experiment means needs at least 5 "
-        "experiments and this grid has 2 experiments (1 dataset x 1 backbone x 2 embedding sizes)."
+        "Across datasets: not run; the Bayesian signed-rank test needs at least 5 independent datasets and this "
+        "grid has 1 dataset (2 experiments: 1 backbone x 2 embedding sizes)."
     ) in bayes
+    assert "each pair is chosen after seeing the data" in bayes
     assert "`HierarchicalTest`, Corani et al. 2017) is not run: it needs pystan" in bayes
     assert "(figures/bayesian_comparison.png)" in bayes
     summary = _section(text, "## Summary")
     assert (
-        "- **Bayesian comparison** of tournament neighbours (ROPE ± 1 point of test MAP@R, n = 3 seeds per "
-        "experiment; a verdict needs P >= 0.95): Multi-Similarity (+miner) vs Proxy-Anchor: Multi-Similarity "
+        "- **Bayesian comparison** of tournament neighbours, per experiment over its n = 3 seeds (ROPE ± 1 point "
+        "of test MAP@R; a verdict needs P >= 0.95): Multi-Similarity (+miner) vs Proxy-Anchor: Multi-Similarity "
         "(+miner) better in 2 of 2 experiments; "
+    ) in summary
+    assert (
+        "The experiments come from 1 dataset (2 experiments: 1 backbone x 2 embedding sizes): those of one dataset "
+        "are not independent replications, and each pair was picked as neighbours in the ranking these same scores "
+        "produced; no test across datasets (it needs 5 datasets)."
     ) in summary
     assert "conditions on that experiment's data split" in _section(text, "## Limitations")
 
 
-def test_report_with_seed_blocks_runs_friedman_and_says_they_are_not_independent(
-    in_project, small_raw_params, prepared_glyphs, mlflow_store
-):
-    params = _params(small_raw_params, blocks="experiment_seed")
-    fake_outputs(params, prepared_glyphs)
-    text = report_stage(params, log_to_mlflow=False).read_text()
-    tests = _section(text, "## Statistical tests")
-    # Friedman over 2 dims x 3 seeds = 6 blocks with a perfect ordering: chi2 = 12*6/20*30 - 3*6*5 = 18
-    assert "chi2(3) = 18.00" in tests and "N = 6 blocks, k = 4 losses" in tests
-    assert "these blocks are not independent and the p-values below are optimistic" in tests
-    # every pair 6 / 0: sign test p = 2 / 2^6 = 0.031; Holm over the m = 6 equal p-values: 6 x 0.03125 = 0.19
-    assert "| Multi-Similarity (+miner) vs Proxy-Anchor | 6 / 0 / 0 | 1.00 [0.61, 1.00] | 6 | 0.031 | 0.19 |" in tests
-    assert "Friedman test** over 6 blocks x 4 losses (seed blocks, not independent: p is optimistic)" in text
-    assert "they are not independent: the p-values are optimistic" in _section(text, "## Limitations")
-    assert (in_project / "reports" / "figures" / "critical_difference.png").read_bytes()[:8] == PNG
+def test_report_blocks_setting_is_refused_in_one_line(small_raw_params):
+    """Seed or experiment blocks are not independent: the setting that offered them is gone, and an old
+    params.yaml that still sets it says what to do."""
+    from dmlbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="report: blocks was removed: .*; delete report.blocks"):
+        _params(small_raw_params, blocks="experiment_seed")
 
 
-def test_report_with_five_experiments_runs_friedman_and_pools_the_bayesian_comparison(
+def test_report_with_one_dataset_and_five_dims_runs_no_test_across_experiments(
     in_project, small_raw_params, prepared_glyphs, mlflow_store
 ):
+    """5 embedding sizes of one dataset are 5 experiments but 1 independent block: no Friedman test, no
+    signed-rank test across them, no sign tests; the limitations say what the tournament is then."""
     params = _params(small_raw_params, dims=[16, 24, 32, 48, 64])
     fake_outputs(params, prepared_glyphs)
     text = report_stage(params, log_to_mlflow=False).read_text()
     tests = _section(text, "## Statistical tests")
-    # 5 experiment blocks, perfect ordering of k = 4 losses: chi2 = N (k - 1) = 15, p = chi2.sf(15, 3) = 0.0018
-    assert "chi2(3) = 15.00, p = 0.0018, N = 5 blocks, k = 4 losses" in tests
-    assert "(figures/critical_difference.png)" in tests and "not run" not in tests.split("### Win rates")[0][:600]
-    across = [row for row in _table_rows(tests, "") if len(row) > 1 and row[1] == "across experiments"]
-    assert [row[0] for row in across] == [
-        "Multi-Similarity (+miner) vs Proxy-Anchor",
-        "Proxy-Anchor vs Contrastive",
-        "Contrastive vs Triplet",
-    ]
-    assert all(row[2] == "5" and _probability(row[4]) >= 0.95 for row in across), across
-    assert "Bayesian signed-rank test on the 5 experiment means" in tests
-    assert "across experiments Multi-Similarity (+miner) better" in _section(text, "## Summary")
-    assert "The significance tests rest on 5 blocks" in _section(text, "## Limitations")
+    assert "chi2(" not in tests and "critical_difference" not in tests
+    assert "this grid has 1 dataset (5 experiments: 1 backbone x 5 embedding sizes); add datasets" in tests
+    assert [row for row in _table_rows(tests, "") if len(row) > 1 and row[1] == "across datasets"] == []
+    assert "Across datasets: not run" in tests and "### Win rates\n\nNot run:" in tests
+    assert "Tournament winner" not in _section(text, "## Summary")
+    assert "1 dataset: too few independent blocks for the Friedman, Nemenyi and sign tests" in _section(
+        text, "## Limitations"
+    )
+    assert not (in_project / "reports" / "figures" / "critical_difference.png").exists()
 
 
 def test_cross_validation_table_shows_fold_models_like_the_thesis_and_the_ensemble_like_rc():
@@ -459,7 +462,7 @@ def test_a_winner_only_when_the_tests_separate_it_from_every_other_loss():
     def headline(tests: Tests) -> str:
         return tournament_headline(ranking, ranks, names, "MAP@R", tests, 0.05)
 
-    skipped = Tests(blocks="experiment", skipped="they need at least 5 independent blocks")
+    skipped = Tests(skipped="they need at least 5 independent blocks")
     text = headline(skipped)
     assert text.startswith(
         "- **Tournament:** A ranks first over 6 experiments ranked by test MAP@R (alone at rank 1 in 6 of 6)"
@@ -471,18 +474,18 @@ def test_a_winner_only_when_the_tests_separate_it_from_every_other_loss():
     nemenyi = pd.DataFrame(
         [[1.0, 0.04, 0.001], [0.04, 1.0, 0.04], [0.001, 0.04, 1.0]], index=list("abc"), columns=list("abc")
     )
-    text = headline(Tests(blocks="experiment", friedman=friedman, nemenyi=nemenyi))
+    text = headline(Tests(friedman=friedman, nemenyi=nemenyi))
     assert text.startswith("- **Tournament winner:** A ranks first")
     assert text.endswith("the tests separate it from every other loss (Nemenyi, alpha = 0.05).")
 
     close = nemenyi.copy()
     close.loc["a", "b"] = close.loc["b", "a"] = 0.2  # Nemenyi cannot tell A from B
-    text = headline(Tests(blocks="experiment", friedman=friedman, nemenyi=close))
+    text = headline(Tests(friedman=friedman, nemenyi=close))
     assert "Tournament winner" not in text
     assert "no test separates it from B (it is separated from C: Nemenyi, alpha = 0.05)" in text
 
     flat = FriedmanResult(1.0, 0.6, 6, 3, friedman.mean_ranks)  # Friedman finds nothing: Nemenyi does not count
-    text = headline(Tests(blocks="experiment", friedman=flat, nemenyi=nemenyi))
+    text = headline(Tests(friedman=flat, nemenyi=nemenyi))
     assert "no test separates it from B and C" in text and "the Friedman test finds no difference" in text
 
     def across(better: float) -> pd.DataFrame:
@@ -501,11 +504,11 @@ def test_a_winner_only_when_the_tests_separate_it_from_every_other_loss():
         }
         return pd.DataFrame([row])
 
-    decided = Tests(blocks="experiment", friedman=friedman, nemenyi=close, bayes=across(0.97))
+    decided = Tests(friedman=friedman, nemenyi=close, bayes=across(0.97))
     text = headline(decided)
     assert text.startswith("- **Tournament winner:**")
-    assert "(Nemenyi, alpha = 0.05; Bayesian signed-rank across experiments, P >= 0.95)" in text
-    text = headline(Tests(blocks="experiment", friedman=friedman, nemenyi=close, bayes=across(0.94)))
+    assert "(Nemenyi, alpha = 0.05; Bayesian signed-rank across datasets, P >= 0.95)" in text
+    text = headline(Tests(friedman=friedman, nemenyi=close, bayes=across(0.94)))
     assert "no test separates it from B" in text
 
 
@@ -521,6 +524,6 @@ def test_a_tie_for_first_has_no_winner():
         [("e1", "a", 0.5), ("e1", "b", 0.4), ("e1", "c", 0.1), ("e2", "a", 0.3), ("e2", "b", 0.6), ("e2", "c", 0.2)],
         columns=["experiment", "loss", "score"],
     )
-    tests = Tests(blocks="experiment", skipped="they need at least 5 independent blocks")
+    tests = Tests(skipped="they need at least 5 independent blocks")
     headline = tournament_headline(tournament(results), experiment_ranks(results), names, "MAP@R", tests, 0.05)
     assert headline == "- **Tournament:** A and B tie for first over 2 experiments ranked by test MAP@R; no winner."

@@ -178,6 +178,24 @@ def test_papers_vs_reality_cuts_our_whisker_on_a_published_dataset():
     plt.close(fig)
 
 
+def test_papers_vs_reality_marks_claims_set_against_borrowed_baselines():
+    """A † beside each claim in (a) whose baseline is other papers' median, and a legend entry for it."""
+    claims = _claims().assign(borrowed=[True, False])
+    fig = paper_plots.papers_vs_reality_figure(
+        {"contrastive": claims}, {"contrastive": _reference()}, {"contrastive": _ours("cub200")}, "our runs"
+    )
+    daggers = [t for t in fig.axes[0].texts if t.get_text() == paper_plots.BORROWED]
+    assert len(daggers) == 1 and daggers[0].xy[1] == 140.0
+    assert [t.get_text() for t in fig.legends[0].get_texts()][-1] == "baseline from other papers"
+    plt.close(fig)
+    fig = paper_plots.papers_vs_reality_figure(
+        {"contrastive": claims.assign(borrowed=False)}, {"contrastive": _reference()}, {}, "our runs"
+    )
+    assert not [t for t in fig.axes[0].texts if t.get_text() == paper_plots.BORROWED]
+    assert "baseline from other papers" not in [t.get_text() for t in fig.legends[0].get_texts()]
+    plt.close(fig)
+
+
 def test_one_marker_per_dataset_in_every_papers_panel():
     assert paper_plots.dataset_marker("cub200") == "o" and paper_plots.dataset_marker("sop") == "^"
     assert paper_plots.dataset_marker("glyphs") == paper_plots.OTHER_DATASET_MARKER

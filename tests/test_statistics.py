@@ -13,6 +13,9 @@ from dmlbench.analysis import bayesian as bz
 from dmlbench.analysis.statistics import (
     MIN_BLOCKS,
     critical_difference,
+    dataset_blocks,
+    dataset_means,
+    experiment_scores,
     friedman,
     friedman_shortfall,
     grid_text,
@@ -20,7 +23,6 @@ from dmlbench.analysis.statistics import (
     mean_ranks,
     nemenyi,
     relative_improvement,
-    score_matrix,
     seed_scores,
     win_rates,
 )
@@ -164,17 +166,39 @@ def _runs(dims=(32, 64), seeds=(0, 1), datasets=("glyphs",)) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["dataset", "backbone", "loss", "dim", "seed", "metric", "value"])
 
 
-def test_score_matrix_blocks():
+def test_experiment_scores_are_seed_means_of_complete_experiments():
     runs = _runs()
-    per_seed = score_matrix(runs, "map_at_r", "experiment_seed")
-    assert per_seed.shape == (4, 2) and "glyphs/tiny/32/seed1" in per_seed.index
-    per_experiment = score_matrix(runs, "map_at_r")  # default: experiment blocks = seed means
+    per_experiment = experiment_scores(runs, "map_at_r")
     assert per_experiment.shape == (2, 2)
     assert per_experiment.loc["glyphs/tiny/64", "a"] == pytest.approx(0.5 + 0.005 + 0.064)  # (0.564 + 0.574) / 2
     incomplete = runs.drop(index=runs.index[(runs["loss"] == "b") & (runs["dim"] == 64)])
-    assert score_matrix(incomplete, "map_at_r", "experiment").index.tolist() == ["glyphs/tiny/32"]
-    with pytest.raises(ValueError, match="blocks must be one of"):
-        score_matrix(runs, "map_at_r", "seed")
+    assert experiment_scores(incomplete, "map_at_r").index.tolist() == ["glyphs/tiny/32"]
+
+
+def test_dataset_blocks_average_the_ranks_of_a_datasets_experiments():
+    """Dims and backbones of one dataset are repeated measures: one block per dataset, holding each
+    loss's mean rank over the dataset's experiments."""
+    rows = []
+    # cub200: a first at dim 32 and 64, b first at dim 128 -> a: (1 + 1 + 2) / 3, b: (2 + 2 + 1) / 3, c: 3
+    for dim, order in ((32, "abc"), (64, "abc"), (128, "bac")):
+        for seed in (0, 1):
+            for rank, loss in enumerate(order):
+                rows.append(("cub200", "tiny", loss, dim, seed, "map_at_r", 0.9 - 0.1 * rank + 0.001 * seed))
+    # sop: c > b > a on one backbone, a tie b = c on another -> b: (2 + 1.5) / 2, c: (1 + 1.5) / 2
+    for backbone, scores in (("tiny", {"a": 0.1, "b": 0.2, "c": 0.3}), ("big", {"a": 0.1, "b": 0.5, "c": 0.5})):
+        for seed in (0, 1):
+            for loss, score in scores.items():
+                rows.append(("sop", backbone, loss, 64, seed, "map_at_r", score))
+    runs = pd.DataFrame(rows, columns=["dataset", "backbone", "loss", "dim", "seed", "metric", "value"])
+    blocks = dataset_blocks(runs, "map_at_r")
+    assert list(blocks.ranks.index) == ["cub200", "sop"] and len(blocks) == 2
+    assert blocks.ranks.loc["cub200"].to_dict() == pytest.approx({"a": 4 / 3, "b": 5 / 3, "c": 3.0})
+    assert blocks.ranks.loc["sop"].to_dict() == pytest.approx({"a": 3.0, "b": (2 + 1.5) / 2, "c": (1 + 1.5) / 2})
+    assert blocks.experiments.to_dict() == {"cub200": 3, "sop": 2}
+    assert (blocks.scores == -blocks.ranks).all().all()  # the tests read higher = better
+    means = dataset_means(runs, "map_at_r")
+    assert means.loc["sop", "b"] == pytest.approx((0.2 + 0.5) / 2)
+    assert means.loc["cub200", "a"] == pytest.approx((0.9 + 0.9 + 0.8) / 3 + 0.0005)  # seed mean of 0.x, 0.x + 0.001
 
 
 def test_seed_scores_and_grid_text():
@@ -184,29 +208,76 @@ def test_seed_scores_and_grid_text():
     block = seeds["glyphs/tiny/64"]
     assert list(block.index) == ["seed0", "seed1", "seed2"] and list(block.columns) == ["a", "b"]
     assert block.loc["seed2", "b"] == pytest.approx(0.4 + 0.02 + 0.064)
-    assert grid_text(runs, "map_at_r") == "6 experiments (2 datasets x 1 backbone x 3 embedding sizes)"
+    assert grid_text(runs, "map_at_r") == "2 datasets (6 experiments: 1 backbone x 3 embedding sizes)"
     assert grid_text(_runs(dims=(32,), seeds=(0,)), "map_at_r") == (
-        "1 experiment (1 dataset x 1 backbone x 1 embedding size)"
+        "1 dataset (1 experiment: 1 backbone x 1 embedding size)"
     )
 
 
-def test_friedman_needs_five_blocks_and_three_losses():
+def test_friedman_needs_five_independent_blocks_and_three_losses():
     assert MIN_BLOCKS == 5
     four = _blocks(np.ones((4, 3)), ["a", "b", "c"])
-    why = friedman_shortfall(four, "experiment", "4 experiments (1 dataset x 1 backbone x 4 embedding sizes)")
+    why = friedman_shortfall(four, "4 datasets (4 experiments: 1 backbone x 1 embedding size)")
     assert why == (
-        "they need at least 5 independent blocks (Demšar 2006 uses data sets as blocks); this grid has 4 "
-        "experiments (1 dataset x 1 backbone x 4 embedding sizes); add datasets, backbones or embedding sizes"
+        "they need at least 5 independent blocks, and the independent unit is the dataset (Demšar 2006): "
+        "backbones and embedding sizes on one dataset share its training and test images, so they are repeated "
+        "measures of one block; this grid has 4 datasets (4 experiments: 1 backbone x 1 embedding size); add datasets"
     )
-    assert friedman_shortfall(four, "experiment_seed") == (
-        "they need at least 5 blocks; this grid has 4 experiment x seed blocks"
-    )
-    assert friedman_shortfall(_blocks(np.ones((5, 3)), ["a", "b", "c"]), "experiment") is None
-    assert "at least 3 losses; the grid has 2" in friedman_shortfall(_blocks(np.ones((9, 2)), ["a", "b"]), "experiment")
+    assert friedman_shortfall(_blocks(np.ones((5, 3)), ["a", "b", "c"])) is None
+    assert "at least 3 losses; the grid has 2" in friedman_shortfall(_blocks(np.ones((9, 2)), ["a", "b"]))
     # why 5: with N blocks a perfect ordering of k = 4 losses gives chi2 = N (k - 1); N = 2 cannot reach 0.05
     from scipy.stats import chi2
 
     assert chi2.sf(2 * 3, 3) > 0.05 > chi2.sf(MIN_BLOCKS * 3, 3)
+
+
+def _grid(datasets: int, dims: tuple[int, ...], quality: dict[str, float], noise: float, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for d in range(datasets):
+        for dim in dims:
+            for s in range(3):
+                for loss, q in quality.items():
+                    rows.append((f"data{d}", "tiny", loss, dim, s, "map_at_r", q + rng.normal(0, noise)))
+    return pd.DataFrame(rows, columns=["dataset", "backbone", "loss", "dim", "seed", "metric", "value"])
+
+
+def test_one_dataset_with_three_dims_refuses_the_tests_and_says_why():
+    from dmlbench.analysis.numbers import rank_intervals, significance_tests
+
+    runs = _grid(1, (32, 64, 128), {"a": 0.7, "b": 0.5, "c": 0.3, "d": 0.1}, 0.001)
+    tests = significance_tests(runs, "map_at_r", ["a", "b", "c", "d"], 0.95, 0.05, 0.01)
+    assert tests.friedman is None and tests.nemenyi is None and tests.cd is None and tests.wins is None
+    assert (tests.datasets, tests.experiments) == (1, 3)
+    assert tests.skipped.endswith(
+        "this grid has 1 dataset (3 experiments: 1 backbone x 3 embedding sizes); add datasets"
+    )
+    assert bz.ACROSS not in set(tests.bayes["experiment"])  # 3 experiments of one dataset are not pooled
+    intervals = rank_intervals(tests.blocks, 0.95)
+    assert intervals["a"].n == 1 and math.isnan(intervals["a"].low)  # one dataset: no interval over datasets
+
+
+def test_five_datasets_run_friedman_and_nemenyi_follows_only_a_significant_one():
+    from dmlbench.analysis.numbers import rank_intervals, significance_tests
+
+    # a > b > c > d on every one of 5 datasets (2 dims each): chi2 = N (k - 1) = 15, p = 0.0018
+    runs = _grid(5, (32, 64), {"a": 0.7, "b": 0.5, "c": 0.3, "d": 0.1}, 0.001)
+    tests = significance_tests(runs, "map_at_r", ["a", "b", "c", "d"], 0.95, 0.05, 0.01)
+    assert tests.skipped is None and tests.friedman.n_blocks == 5 and tests.experiments == 10
+    assert tests.friedman.statistic == pytest.approx(15.0)
+    assert tests.nemenyi is not None and tests.cd == pytest.approx(critical_difference(4, 5))
+    assert tests.nemenyi.loc["a", "d"] < 0.05
+    wins = tests.wins.set_index(["loss", "opponent"])
+    assert (wins.loc[("a", "b"), "wins"], wins.loc[("a", "b"), "n"]) == (5, 5)  # counted over datasets, not dims
+    across = tests.bayes[tests.bayes["experiment"] == bz.ACROSS]
+    assert across["n"].eq(5).all() and len(across) == 3
+    intervals = rank_intervals(tests.blocks, 0.95)
+    assert intervals["a"].n == 5 and intervals["a"].mean == 1.0
+    # the same losses indistinguishable: Friedman runs but finds nothing, and no Nemenyi pair is shown
+    flat = _grid(6, (32,), {"a": 0.5, "b": 0.5, "c": 0.5, "d": 0.5}, 0.05, seed=3)
+    tests = significance_tests(flat, "map_at_r", ["a", "b", "c", "d"], 0.95, 0.05, 0.01)
+    assert tests.friedman is not None and tests.friedman.pvalue >= 0.05
+    assert tests.nemenyi is None and tests.cd is None
 
 
 def test_seed_comparison_matches_the_student_posterior_in_closed_form():
@@ -256,49 +327,50 @@ def test_seed_comparison_known_outcomes():
         bz.seed_comparison(base[:1], base[:1], rope=0.01)
 
 
-def test_experiment_comparison_signed_rank_known_outcomes_and_reproducible():
+def test_dataset_comparison_signed_rank_known_outcomes_and_reproducible():
     rng = np.random.default_rng(7)
     b = rng.uniform(0.3, 0.7, size=8)
-    better = bz.experiment_comparison(b + rng.uniform(0.03, 0.06, 8), b, rope=0.01, nsamples=5000)
+    better = bz.dataset_comparison(b + rng.uniform(0.03, 0.06, 8), b, rope=0.01, nsamples=5000)
     assert better.better > 0.95 and better.n == 8
-    again = bz.experiment_comparison(b + rng.uniform(0.03, 0.06, 8), b, rope=0.01, nsamples=5000)
+    again = bz.dataset_comparison(b + rng.uniform(0.03, 0.06, 8), b, rope=0.01, nsamples=5000)
     assert again.better > 0.95
-    equal = bz.experiment_comparison(b + rng.normal(0, 0.001, 8), b, rope=0.01, nsamples=5000)
+    equal = bz.dataset_comparison(b + rng.normal(0, 0.001, 8), b, rope=0.01, nsamples=5000)
     assert equal.equivalent > 0.95
     a = b + rng.normal(0.01, 0.03, 8)
-    first = bz.experiment_comparison(a, b, rope=0.01, nsamples=5000)
-    assert first == bz.experiment_comparison(a, b, rope=0.01, nsamples=5000)  # seeded Monte Carlo
-    mirror = bz.experiment_comparison(b, a, rope=0.01, nsamples=5000)  # same draws: better and worse swap
+    first = bz.dataset_comparison(a, b, rope=0.01, nsamples=5000)
+    assert first == bz.dataset_comparison(a, b, rope=0.01, nsamples=5000)  # seeded Monte Carlo
+    mirror = bz.dataset_comparison(b, a, rope=0.01, nsamples=5000)  # same draws: better and worse swap
     swapped = (mirror.better, mirror.equivalent, mirror.worse)
     assert swapped == pytest.approx((first.worse, first.equivalent, first.better))
-    with pytest.raises(ValueError, match="at least 5 experiments; got 4"):
-        bz.experiment_comparison(a[:4], b[:4], rope=0.01)
+    with pytest.raises(ValueError, match="at least 5 datasets; got 4"):
+        bz.dataset_comparison(a[:4], b[:4], rope=0.01)
 
 
-def test_compare_neighbours_per_experiment_and_across():
+def test_compare_neighbours_per_experiment_and_across_datasets():
     rng = np.random.default_rng(8)
     quality = {"x": 0.6, "y": 0.5, "z": 0.497}
     rows = []
-    for dim in (16, 32, 64, 128, 256):
-        for seed in range(3):
-            shared = rng.normal(0, 0.02)  # seed k shares initial weights and batches: matched runs
-            for loss, q in quality.items():
-                rows.append(("glyphs", "tiny", loss, dim, seed, "map_at_r", q + shared + rng.normal(0, 0.001)))
+    for dataset in ("d0", "d1", "d2", "d3", "d4"):
+        for dim in (16, 32):
+            for seed in range(3):
+                shared = rng.normal(0, 0.02)  # seed k shares initial weights and batches: matched runs
+                for loss, q in quality.items():
+                    rows.append((dataset, "tiny", loss, dim, seed, "map_at_r", q + shared + rng.normal(0, 0.001)))
     runs = pd.DataFrame(rows, columns=["dataset", "backbone", "loss", "dim", "seed", "metric", "value"])
 
     def compare(runs, ranked):
-        return bz.compare_neighbours(seed_scores(runs, "map_at_r"), score_matrix(runs, "map_at_r"), ranked, 0.01)
+        return bz.compare_neighbours(seed_scores(runs, "map_at_r"), dataset_means(runs, "map_at_r"), ranked, 0.01)
 
     table = compare(runs, ["x", "y", "z"])
-    assert len(table) == 2 * (5 + 1) and table["n"].tolist() == [3] * 5 + [5] + [3] * 5 + [5]
+    assert len(table) == 2 * (10 + 1) and table["n"].tolist() == [3] * 10 + [5] + [3] * 10 + [5]
     xy, yz = table[table["a"] == "x"], table[table["a"] == "y"]
-    assert (xy["better"] > 0.95).all()  # 10 points apart in every experiment and across them
+    assert (xy["better"] > 0.95).all()  # 10 points apart in every experiment and across datasets
     assert (yz["equivalent"] > 0.5).all() and (yz["better"] < 0.05).all()  # 0.3 points apart: within the ROPE
     across = xy[xy["experiment"] == bz.ACROSS].iloc[0]
     assert across["test"] == "signed-rank" and across["difference"] == pytest.approx(0.1, abs=0.005)
-    two = compare(runs[runs["dim"] < 64], ["x", "y"])
-    assert bz.ACROSS not in set(two["experiment"]) and len(two) == 2  # 2 experiments: too few to pool
+    four = compare(runs[runs["dataset"] != "d4"], ["x", "y"])
+    assert bz.ACROSS not in set(four["experiment"]) and len(four) == 8  # 8 experiments of 4 datasets: not pooled
     one_seed = runs[runs["seed"] == 0]
     single = compare(one_seed, ["x", "y"])
-    per_experiment = single[single["experiment"] != bz.ACROSS]  # 1 seed: no posterior; 5 seed means: pooled
-    assert per_experiment["better"].isna().all() and per_experiment["n"].eq(1).all() and len(single) == 5 + 1
+    per_experiment = single[single["experiment"] != bz.ACROSS]  # 1 seed: no posterior; 5 dataset means: pooled
+    assert per_experiment["better"].isna().all() and per_experiment["n"].eq(1).all() and len(single) == 10 + 1

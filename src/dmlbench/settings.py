@@ -5,9 +5,9 @@ A leaf of the params schema: it builds only on :mod:`dmlbench.schema`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from dmlbench.schema import StrictModel
 
@@ -86,22 +86,29 @@ class ReportConfig(StrictModel):
     """What the report ranks by and how it tests differences.
 
     ``focus_dim``: embedding size of the backbone comparison, convergence and papers-vs-reality
-    figures (default: 512 if in ``dims``, else the largest). ``blocks``: the Friedman/Nemenyi
-    blocks, ``experiment`` (one per dataset x backbone x dim, scored by the seed mean: the
-    independent blocks Demšar 2006 asks for) or ``experiment_seed`` (each seed of each
-    experiment; seeds of one experiment are not independent, so the tests' p-values are then
-    optimistic). ``alpha``: level of the Friedman and Nemenyi tests. ``rope``: half-width of
-    the region of practical equivalence of the Bayesian comparison, in metric units
-    (0.01 = 1 point of a metric reported in percent).
+    figures (default: 512 if in ``dims``, else the largest). ``alpha``: level of the Friedman
+    and Nemenyi tests. ``rope``: half-width of the region of practical equivalence of the
+    Bayesian comparison and of the reproduction verdicts, in metric units (0.01 = 1 point of a
+    metric reported in percent). The tests' blocks are not a setting: they are the datasets, the
+    only independent units of a grid (:mod:`dmlbench.analysis.statistics`).
     """
 
     primary_metric: Literal["precision_at_1", "r_precision", "map_at_r", "recall_at_1"] = "map_at_r"
     title: str = "dmlbench report"
     focus_dim: PositiveInt | None = None
-    blocks: Literal["experiment", "experiment_seed"] = "experiment"
     alpha: float = Field(0.05, gt=0, lt=0.5)
     rope: float = Field(0.01, gt=0, lt=0.5)
     gallery: GalleryConfig = GalleryConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _blocks_removed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "blocks" in data:
+            raise ValueError(
+                "blocks was removed: the statistical tests always use the datasets as their independent blocks "
+                "(the experiments of one dataset share its images); delete report.blocks"
+            )
+        return data
 
 
 class TrackingConfig(StrictModel):

@@ -17,10 +17,12 @@ practically equivalent (|d| <= rope, the region of practical equivalence, ROPE) 
   (baycomp's ``single.Posterior``, the correlated t-test with rho = 0). It speaks for that
   experiment's split only; variation across splits or data sets is not in the seeds, and no rho
   would put it there.
-* Across experiments, over experiment means (:func:`experiment_comparison`): baycomp's Bayesian
+* Across datasets, over dataset means (:func:`dataset_comparison`): baycomp's Bayesian
   signed-rank test (``SignedRankTest``; Benavoli et al., ICML 2014), a Dirichlet process on the
-  experiment differences with baycomp's prior (a pseudo-observation d = 0 of weight 0.5), sampled
-  with a fixed seed (:data:`SEED`). Run from :data:`MIN_EXPERIMENTS` experiments.
+  per-dataset differences with baycomp's prior (a pseudo-observation d = 0 of weight 0.5), sampled
+  with a fixed seed (:data:`SEED`). Its units must be independent, so they are datasets (the
+  experiments of one dataset share its images; :mod:`dmlbench.analysis.statistics`): a dataset's
+  score is the mean of its experiments' seed means. Run from :data:`MIN_DATASETS` datasets.
 * baycomp's hierarchical test (seeds nested in experiments; Corani et al., Machine Learning
   106, 2017) is not run: see :data:`HIERARCHICAL_NOTE`.
 """
@@ -38,9 +40,9 @@ from dmlbench.analysis.statistics import MIN_BLOCKS
 SEED = 0  # random_state of the signed-rank test's Monte Carlo sample: the report is reproducible
 NSAMPLES = 50_000  # posterior samples; Monte Carlo standard error of a probability <= 0.5 / sqrt(50000) = 0.002
 MIN_SEEDS = 2  # s^2 needs two paired seeds
-MIN_EXPERIMENTS = MIN_BLOCKS
-"""Fewest experiments for the signed-rank test: the same independent blocks the Friedman test
-needs. With n experiments the posterior is a Dirichlet(0.5, 1, ..., 1) over n + 1 points, so with
+MIN_DATASETS = MIN_BLOCKS
+"""Fewest datasets for the signed-rank test: the same independent blocks the Friedman test
+needs. With n datasets the posterior is a Dirichlet(0.5, 1, ..., 1) over n + 1 points, so with
 fewer than 5 the prior point weighs more than 10% and a few differences decide everything."""
 DECISION = 0.95  # a probability >= 0.95 counts as a decision (the 95% threshold of Benavoli et al. 2017)
 HIERARCHICAL_NOTE = (
@@ -58,7 +60,7 @@ class Comparison:
     better: float
     equivalent: float
     worse: float
-    n: int  # seeds (per experiment) or experiments (across)
+    n: int  # seeds (per experiment) or datasets (across)
     difference: float  # mean of A - B
     low: float  # 95% t-interval of the mean difference (per experiment = the Student posterior's credible interval)
     high: float
@@ -112,17 +114,18 @@ def seed_comparison(a: np.ndarray, b: np.ndarray, rope: float) -> Comparison:
     return Comparison(float(better), float(equivalent), float(worse), n, float(diff.mean()), low, high)
 
 
-def experiment_comparison(
+def dataset_comparison(
     a: np.ndarray, b: np.ndarray, rope: float, seed: int = SEED, nsamples: int = NSAMPLES
 ) -> Comparison:
-    """Bayesian signed-rank test over experiments (``a[e]``, ``b[e]``: seed means of experiment e).
+    """Bayesian signed-rank test over datasets (``a[d]``, ``b[d]``: the scores of dataset d, the mean
+    of its experiments' seed means).
 
     baycomp ``SignedRankTest`` with x = b, y = a (baycomp's difference is y - x = A - B), its
     default prior, ``nsamples`` Dirichlet draws from ``random_state=seed``.
     """
     from baycomp import SignedRankTest
 
-    diff = _pairs(a, b, MIN_EXPERIMENTS, "experiments")
+    diff = _pairs(a, b, MIN_DATASETS, "datasets")
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     posterior = SignedRankTest(b, a, rope, nsamples=nsamples, random_state=seed)
     worse, equivalent, better = posterior.probs(with_rope=True)
@@ -130,19 +133,22 @@ def experiment_comparison(
     return Comparison(float(better), float(equivalent), float(worse), diff.size, float(diff.mean()), low, high)
 
 
-ACROSS = "across experiments"
+ACROSS = "across datasets"
 
 
 def compare_neighbours(
-    seeds: dict[str, pd.DataFrame], experiments: pd.DataFrame, ranked: list[str], rope: float
+    seeds: dict[str, pd.DataFrame], datasets: pd.DataFrame, ranked: list[str], rope: float
 ) -> pd.DataFrame:
-    """Each pair of neighbours (A, B) in ``ranked`` (best first): per experiment and across experiments.
+    """Each pair of neighbours (A, B) in ``ranked`` (best first): per experiment and across datasets.
 
     ``seeds``: experiment -> seeds x losses (:func:`dmlbench.analysis.statistics.seed_scores`);
-    ``experiments``: experiments x losses seed means (``score_matrix(..., "experiment")``).
+    ``datasets``: datasets x losses (:func:`dmlbench.analysis.statistics.dataset_means`).
     Rows: a, b, experiment (or :data:`ACROSS`), test, n, and the :class:`Comparison` fields;
     an experiment with fewer than :data:`MIN_SEEDS` matched seeds gets NaN probabilities; the
-    across row only from :data:`MIN_EXPERIMENTS` experiments.
+    across row only from :data:`MIN_DATASETS` datasets.
+
+    The pairs are neighbours in a ranking computed from the same test scores, so each pair is
+    chosen after seeing the data; the report says so where it shows them.
     """
     rows = []
     for a, b in zip(ranked, ranked[1:], strict=False):
@@ -152,8 +158,8 @@ def compare_neighbours(
                 rows.append({"a": a, "b": b, "experiment": name, "test": "t", **vars(result)})
             else:
                 rows.append({"a": a, "b": b, "experiment": name, "test": "t", "n": len(scores)})
-        if len(experiments) >= MIN_EXPERIMENTS:
-            result = experiment_comparison(experiments[a].to_numpy(), experiments[b].to_numpy(), rope)
+        if len(datasets) >= MIN_DATASETS:
+            result = dataset_comparison(datasets[a].to_numpy(), datasets[b].to_numpy(), rope)
             rows.append({"a": a, "b": b, "experiment": ACROSS, "test": "signed-rank", **vars(result)})
     columns = ["a", "b", "experiment", "test", "n", "better", "equivalent", "worse", "difference", "low", "high"]
     return pd.DataFrame(rows, columns=columns)

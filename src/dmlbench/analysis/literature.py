@@ -4,8 +4,12 @@ Two versioned data files sit next to this module; every row cites its source, an
 that come from memory or were read off a figure are marked ``uncertain``:
 
 * ``literature.csv`` - one published number per row: ``loss, paper, venue, year, dataset,
-  backbone, dim, setting, metric, value, kind, source, uncertain, note``. ``value`` is in
-  percent. ``kind`` is ``claimed`` (a paper's number for its own loss), ``baseline`` (the
+  backbone, dim, setting, metric, value, half_width, n_published, kind, source, uncertain, note``.
+  ``value`` is in percent; ``half_width`` is the published 95% interval's half-width in points
+  (value ± half_width, as the Reality Check's Tables 4-6 print it) and ``n_published`` the number
+  of runs it is over (10 for the Reality Check), both empty where the paper gives no interval
+  (the note then says why); a note quoting "95% CI half-width x" must agree with ``half_width``.
+  ``kind`` is ``claimed`` (a paper's number for its own loss), ``baseline`` (the
   number a paper reported for an older loss it claims to beat) or ``reproduction`` (a re-run
   under one protocol for every loss: the Reality Check, the thesis, Roth et al.).
   ``setting`` names the protocol inside a paper (``rc_concatenated``, ``test_selection``, ...);
@@ -20,12 +24,21 @@ neighbour has the query's class", so they are compared as one metric (:func:`can
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from dmlbench.errors import DataError
 
@@ -43,6 +56,8 @@ LITERATURE_COLUMNS = (
     "setting",
     "metric",
     "value",
+    "half_width",
+    "n_published",
     "kind",
     "source",
     "uncertain",
@@ -87,9 +102,21 @@ PROTOCOL_SOURCES: dict[str, tuple[PublishedSetup, ...]] = {
 
 def published_for(literature: pd.DataFrame, protocol: str) -> pd.DataFrame:
     """The numbers published under ``protocol``'s setup (:data:`PROTOCOL_SOURCES`), keyed like the
-    grid: loss, dataset, backbone, dim (the grid's), metric (canonical), value (percent), source,
-    uncertain. Empty for a protocol with no published setup (the demo)."""
-    columns = ["loss", "dataset", "backbone", "dim", "metric", "value", "source", "uncertain"]
+    grid: loss, dataset, backbone, dim (the grid's), metric (canonical), value (percent), half_width
+    (points, NaN without a published interval), n_published, source, uncertain. Empty for a
+    protocol with no published setup (the demo)."""
+    columns = [
+        "loss",
+        "dataset",
+        "backbone",
+        "dim",
+        "metric",
+        "value",
+        "half_width",
+        "n_published",
+        "source",
+        "uncertain",
+    ]
     parts = []
     for setup in PROTOCOL_SOURCES.get(protocol, ()):
         rows = literature[(literature["paper"] == setup.paper) & (literature["setting"] == setup.setting)]
@@ -128,9 +155,9 @@ class _Row(BaseModel):
             raise ValueError("must be true or false")
         return value == "true"
 
-    @field_validator("year", "dim", mode="before", check_fields=False)
+    @field_validator("year", "dim", "half_width", "n_published", mode="before", check_fields=False)
     @classmethod
-    def _optional_int(cls, value: str) -> str | None:
+    def _optional(cls, value: str) -> str | None:
         return None if value == "" else value
 
 
@@ -155,10 +182,36 @@ class LiteratureRow(_Row):
     setting: Slug
     metric: Literal[METRICS]  # type: ignore[valid-type]
     value: float = Field(ge=0, le=100)
+    half_width: float | None = Field(None, ge=0, le=100)
+    n_published: int | None = Field(None, ge=2)
     kind: Literal[KINDS]  # type: ignore[valid-type]
     source: str = Field(min_length=1)
     uncertain: bool
     note: str
+
+    @field_validator("n_published")
+    @classmethod
+    def _runs_with_interval(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if (value is None) != (info.data.get("half_width") is None):
+            raise ValueError("half_width and n_published are given together or not at all")
+        return value
+
+    @field_validator("note")
+    @classmethod
+    def _note_agrees(cls, value: str, info: ValidationInfo) -> str:
+        quoted, column = note_half_width(value), info.data.get("half_width")
+        if quoted is not None and quoted != column:
+            raise ValueError(f"quotes a 95% CI half-width of {quoted:g} but half_width is {column}")
+        return value
+
+
+_NOTE_HALF_WIDTH = re.compile(r"95% CI half-width (\d+(?:\.\d+)?)")
+
+
+def note_half_width(note: str) -> float | None:
+    """The half-width a note quotes as ``95% CI half-width x`` (points), else None."""
+    match = _NOTE_HALF_WIDTH.search(note)
+    return float(match.group(1)) if match else None
 
 
 def canonical_metric(metric: str) -> str:
@@ -212,6 +265,8 @@ def load_literature(path: str | Path = LITERATURE, methods: pd.DataFrame | None 
         line = int(literature.index[literature["loss"] == unknown[0]][0]) + 2
         raise DataError(f"{path}:{line}: loss: {unknown[0]!r} is not in {METHODS.name}; add it there first")
     literature["dim"] = literature["dim"].astype("Int64")
+    literature["n_published"] = literature["n_published"].astype("Int64")
+    literature["half_width"] = literature["half_width"].astype(float)
     key = ["loss", "kind", *GROUP]
     twice = literature.duplicated(key, keep="first")
     if twice.any():
@@ -241,8 +296,10 @@ def claimed_improvements(literature: pd.DataFrame, baseline: str) -> pd.DataFram
     claiming paper itself reports for ``baseline`` on that dataset (as a baseline or in its own
     re-run, preferring the same backbone and size) when it reports one, else the
     median of the numbers papers published up to that year reported (what authors compared
-    against then). Rows: loss, paper, year, dataset, value, baseline_value, baseline_from,
-    improvement, uncertain.
+    against then): a baseline *borrowed* from other papers, which the claiming paper never set its
+    number against. Rows: loss, paper, year, dataset, backbone, dim, value, baseline_value,
+    baseline_from, borrowed, baseline_papers (how many papers the value comes from), improvement,
+    uncertain.
     """
     rows = top1(literature)
     claims = rows[rows["kind"] == "claimed"]
@@ -254,12 +311,13 @@ def claimed_improvements(literature: pd.DataFrame, baseline: str) -> pd.DataFram
         same_cell = same[(same["backbone"] == claim.backbone) & (same["dim"] == claim.dim).fillna(False)]
         same = same_cell if len(same_cell) else same
         if len(same):
-            base, origin = float(same["value"].median()), "same paper"
+            base, origin, papers = float(same["value"].median()), "same paper", 1
         else:
             earlier = baselines[(baselines["dataset"] == claim.dataset) & (baselines["year"] <= claim.year)]
             if earlier.empty:
                 continue
             base, origin = float(earlier["value"].median()), f"median of papers up to {claim.year}"
+            papers = int(earlier["paper"].nunique())
         out.append(
             {
                 "loss": claim.loss,
@@ -271,6 +329,8 @@ def claimed_improvements(literature: pd.DataFrame, baseline: str) -> pd.DataFram
                 "value": claim.value,
                 "baseline_value": base,
                 "baseline_from": origin,
+                "borrowed": origin != "same paper",
+                "baseline_papers": papers,
                 "improvement": 100 * (claim.value / base - 1),
                 "uncertain": claim.uncertain,
             }

@@ -30,6 +30,25 @@ BASELINES = ("contrastive", "triplet")
 TOP1 = "precision_at_1"  # = Recall@1, what papers report
 
 
+RUN = ["dataset", "backbone", "loss", "dim", "seed"]
+
+
+def seed_means(frame: pd.DataFrame, columns: list[str], keys: list[str] = RUN) -> pd.DataFrame:
+    """One row per ``keys`` (by default a run: one seed of one cell) with the mean of ``columns`` over
+    the rows it holds: the fold models of a cross-validated run become one value per seed.
+
+    The fold models of one seed share its seed and training classes, so they are not independent;
+    every interval over runs is built on these means, and its n counts seeds (times the cells a
+    table pools, which it then states).
+    """
+    return frame.groupby(keys, as_index=False, sort=False)[columns].mean()
+
+
+def fold_models_per_seed(frame: pd.DataFrame) -> int:
+    """How many fold models one seed of one cell holds in ``frame`` (1 without cross-validation)."""
+    return int(frame.groupby(RUN, sort=False).size().max()) if len(frame) else 0
+
+
 def summarize(runs: pd.DataFrame, confidence: float) -> pd.DataFrame:
     """Mean, t-interval inside the metric's range (:func:`~dmlbench.evaluate.metrics.metric_range`) and n per
     (dataset, backbone, loss, dim, metric)."""
@@ -141,27 +160,32 @@ def run_costs(results: Results) -> pd.DataFrame:
 
 @dataclass
 class Tests:
-    """Friedman + Nemenyi (or why they were not run), Holm-adjusted win rates, Bayesian comparison."""
+    """Friedman + Nemenyi (or why they were not run), Holm-adjusted win rates and the Bayesian
+    comparison, every test over independent blocks: the datasets (:func:`~.statistics.dataset_blocks`).
 
-    blocks: str
-    scores: pd.DataFrame | None = None
+    ``nemenyi``/``cd`` exist only after a significant Friedman test; ``wins`` only from
+    :data:`~.statistics.MIN_BLOCKS` datasets (``skipped`` says why not).
+    """
+
+    blocks: st.DatasetBlocks | None = None
     friedman: st.FriedmanResult | None = None
     nemenyi: pd.DataFrame | None = None
     cd: float | None = None
     wins: pd.DataFrame | None = None
     skipped: str | None = None
-    grid: str = ""  # the complete experiments, e.g. "2 experiments (1 dataset x 1 backbone x 2 embedding sizes)"
-    experiments: int = 0  # independent experiment blocks
+    grid: str = ""  # e.g. "1 dataset (2 experiments: 1 backbone x 2 embedding sizes)"
+    experiments: int = 0  # complete experiments (dataset x backbone x dim), described per experiment
+    datasets: int = 0  # independent blocks
     bayes: pd.DataFrame | None = None  # bayesian.compare_neighbours
     rope: float = 0.01  # metric units
 
     def separated_from(self, best: str, others: Iterable[str], alpha: float) -> dict[str, str]:
         """The losses among ``others`` that a test separates from ``best``, each with the test:
         Nemenyi p < alpha after a Friedman test with p < alpha, or the Bayesian comparison across
-        experiments deciding ``best`` practically better (P >= 0.95; it compares tournament
+        datasets deciding ``best`` practically better (P >= 0.95; it compares tournament
         neighbours only). Per-experiment Bayesian verdicts speak for one data split and do not count."""
         found: dict[str, str] = {}
-        if self.skipped is None and self.friedman.pvalue < alpha:
+        if self.nemenyi is not None and self.friedman is not None and self.friedman.pvalue < alpha:
             for other in others:
                 if self.nemenyi.loc[best, other] < alpha:
                     found[other] = f"Nemenyi, alpha = {alpha:g}"
@@ -169,20 +193,53 @@ class Tests:
             across = self.bayes[(self.bayes["experiment"] == bz.ACROSS) & (self.bayes["a"] == best)]
             for r in across.itertuples():
                 if r.b in others and r.better >= bz.DECISION:
-                    found.setdefault(r.b, f"Bayesian signed-rank across experiments, P >= {bz.DECISION:g}")
+                    found.setdefault(r.b, f"Bayesian signed-rank across datasets, P >= {bz.DECISION:g}")
         return found
 
     def why_not_separated(self, alpha: float) -> str:
         """What keeps the tests from separating losses in this grid (for a claim that stops short)."""
-        if self.skipped is not None:
+        if self.friedman is None:
             reason = "the Friedman and Nemenyi tests were not run (why: next line)"
         elif self.friedman.pvalue >= alpha:
             reason = f"the Friedman test finds no difference at alpha = {alpha:g}"
         else:
             reason = f"Nemenyi p >= {alpha:g}"
         if self.bayes is None or not (self.bayes["experiment"] == bz.ACROSS).any():
-            reason += f"; the Bayesian comparison across experiments needs {bz.MIN_EXPERIMENTS} experiments"
+            reason += f"; the Bayesian comparison across datasets needs {bz.MIN_DATASETS} datasets"
         return reason
+
+
+def significance_tests(
+    runs: pd.DataFrame, metric: str, ranked: list[str], confidence: float, alpha: float, rope: float
+) -> Tests:
+    """The tests of ``metric`` over the dataset blocks of ``runs``; ``ranked``: the tournament order
+    (best first), whose neighbours the Bayesian comparison pairs. Nemenyi and the critical
+    difference only after a Friedman test with p < ``alpha``."""
+    blocks = st.dataset_blocks(runs, metric)
+    tests = Tests(blocks=blocks, rope=rope, datasets=len(blocks), grid=st.grid_text(runs, metric))
+    tests.experiments = int(blocks.experiments.sum())
+    scores = blocks.scores
+    tests.skipped = st.friedman_shortfall(scores, tests.grid)
+    if tests.skipped is None:
+        tests.friedman = st.friedman(scores)
+        if tests.friedman.pvalue < alpha:
+            tests.nemenyi = st.nemenyi(scores)
+            tests.cd = st.critical_difference(scores.shape[1], scores.shape[0], alpha)
+    if scores.shape[1] > 1 and len(blocks) >= st.MIN_BLOCKS:
+        tests.wins = st.win_rates(scores, confidence)
+    if scores.shape[1] > 1:
+        seeds = st.seed_scores(runs, metric)
+        tests.bayes = bz.compare_neighbours(seeds, st.dataset_means(runs, metric), ranked, rope)
+    return tests
+
+
+def rank_intervals(blocks: st.DatasetBlocks, confidence: float) -> dict[str, Any]:
+    """Per loss: the t-interval of its mean rank over the independent blocks (n = datasets; each
+    dataset's rank is the mean over its experiments), inside [1, losses ranked]."""
+    worst = float(blocks.ranks.shape[1])
+    return {
+        loss: bounded_t_interval(blocks.ranks[loss].to_numpy(), confidence, 1.0, worst) for loss in blocks.ranks
+    }
 
 
 @dataclass
@@ -204,7 +261,7 @@ class Analysis:
     order: list[str]  # display names, oldest loss first
     ranking: pd.DataFrame
     ranks: pd.DataFrame  # experiment, loss, rank (tournament.experiment_ranks)
-    rank_intervals: dict[str, Any]
+    rank_intervals: dict[str, Any]  # loss -> interval of its mean rank over datasets (rank_intervals)
     tests: Tests
     papers: Papers
     bias: pd.DataFrame
@@ -228,26 +285,8 @@ def analyse(params: Params, results: Results) -> Analysis:
 
     ranking = tournament(tournament_input(results.runs, primary))
     ranks = experiment_ranks(tournament_input(results.runs, primary))
-    worst = float(ranks.groupby("experiment")["loss"].nunique().max())  # ranks lie in [1, losses ranked]
-    rank_intervals = {
-        loss: bounded_t_interval(group["rank"].to_numpy(), confidence, 1.0, worst)
-        for loss, group in ranks.groupby("loss")
-    }
-
-    tests = Tests(blocks=params.report.blocks, rope=params.report.rope)
-    scores = st.score_matrix(results.runs, primary, params.report.blocks)
-    experiments = st.score_matrix(results.runs, primary, "experiment")
-    tests.scores, tests.experiments = scores, len(experiments)
-    tests.grid = st.grid_text(results.runs, primary)
-    tests.wins = st.win_rates(scores, confidence) if scores.shape[1] > 1 else None
-    tests.skipped = st.friedman_shortfall(scores, params.report.blocks, tests.grid)
-    if tests.skipped is None:
-        tests.friedman = st.friedman(scores)
-        tests.nemenyi = st.nemenyi(scores)
-        tests.cd = st.critical_difference(scores.shape[1], scores.shape[0], params.report.alpha)
-    if scores.shape[1] > 1:
-        seeds = st.seed_scores(results.runs, primary)
-        tests.bayes = bz.compare_neighbours(seeds, experiments, list(ranking["loss"]), params.report.rope)
+    report = params.report
+    tests = significance_tests(results.runs, primary, list(ranking["loss"]), confidence, report.alpha, report.rope)
 
     summary = summarize(results.runs, confidence)
     return Analysis(
@@ -258,13 +297,15 @@ def analyse(params: Params, results: Results) -> Analysis:
         order=order,
         ranking=ranking,
         ranks=ranks,
-        rank_intervals=rank_intervals,
+        rank_intervals=rank_intervals(tests.blocks, confidence),
         tests=tests,
         papers=papers_vs_reality(params, results, literature, methods, names, confidence),
         bias=feedback_bias(results),
         costs=run_costs(results),
         dim=focus_dim(params),
-        reproduction=reproduction_table(summary, lit.published_for(literature, params.protocol_name)),
+        reproduction=reproduction_table(
+            summary, lit.published_for(literature, params.protocol_name), params.report.rope, confidence
+        ),
     )
 
 

@@ -15,7 +15,7 @@ from dmlbench import paths
 from dmlbench.analysis.collect import collect_results
 from dmlbench.analysis.curves import CURVES, write_curves
 from dmlbench.analysis.exports import code_versions, run_codes, write_exports
-from dmlbench.analysis.numbers import Analysis, analyse
+from dmlbench.analysis.numbers import Analysis, analyse, seed_means
 from dmlbench.analysis.sections import SECTIONS
 from dmlbench.analysis.sections.base import FIGURES, Document
 from dmlbench.analysis.text import slug
@@ -95,10 +95,12 @@ def report_metrics(analysis: Analysis) -> dict[str, float]:
     metrics: dict[str, float] = {}
     for r in analysis.ranking.itertuples():
         metrics[f"mean_rank/{r.loss}"] = float(r.mean_rank)
-    if analysis.tests.skipped is None:
-        metrics["friedman/statistic"] = float(analysis.tests.friedman.statistic)
-        metrics["friedman/p_value"] = float(analysis.tests.friedman.pvalue)
-        metrics["nemenyi/critical_difference"] = float(analysis.tests.cd)
+    tests = analysis.tests
+    if tests.friedman is not None:
+        metrics["friedman/statistic"] = float(tests.friedman.statistic)
+        metrics["friedman/p_value"] = float(tests.friedman.pvalue)
+    if tests.cd is not None:
+        metrics["nemenyi/critical_difference"] = float(tests.cd)
     if len(analysis.bias):
-        metrics["test_feedback/mean_gain"] = float(analysis.bias["bias"].mean())
+        metrics["test_feedback/mean_gain"] = float(seed_means(analysis.bias, ["bias"])["bias"].mean())
     return {k: v for k, v in metrics.items() if math.isfinite(v)}

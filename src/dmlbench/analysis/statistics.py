@@ -1,14 +1,19 @@
 """Statistics beyond the thesis: are the losses' differences real?
 
-* Friedman test (scipy) over blocks: rows = blocks (experiments, or experiment x seed),
-  columns = losses; H0: every loss has the same expected rank. Blocks must be independent
-  (Demšar 2006 uses data sets): an experiment (dataset x backbone x dim) scored by its seed mean
-  is one block; the seeds of one experiment are not independent blocks. Not run below
-  :data:`MIN_BLOCKS` blocks (:func:`friedman_shortfall`).
+* Independent blocks. Demšar (2006, JMLR 7) compares classifiers over *data sets*: independent
+  samples of the problem. Here the experiments of one dataset (its backbones x embedding sizes)
+  share its training and test images, so they are repeated measures of one block, not separate
+  blocks. :func:`dataset_blocks` therefore aggregates them: within each experiment the losses are
+  ranked by their seed-mean score (1 = best, ties averaged), and a dataset's block holds each
+  loss's mean rank over that dataset's experiments. Every test below runs over these dataset
+  blocks; the per-experiment tournament stays a description.
+* Friedman test (scipy) over the dataset blocks (rows = datasets, columns = losses); H0: every
+  loss has the same expected rank. Not run below :data:`MIN_BLOCKS` blocks (:func:`friedman_shortfall`).
 * Nemenyi post-hoc test (scikit-posthocs ``posthoc_nemenyi_friedman``) and Demšar's (2006)
   critical difference CD = q_alpha * sqrt(k (k + 1) / (6 N)), q_alpha = studentized range
   quantile / sqrt(2): two losses whose mean ranks differ by more than CD differ at level alpha.
-* Win rates: how often loss A beats loss B over the blocks, with a Wilson interval and a
+  Read only after a significant Friedman test (Demšar 2006, Sec. 3.2.2).
+* Win rates: how often loss A beats loss B over the dataset blocks, with a Wilson interval and a
   two-sided sign test (scipy ``binomtest``); ties are counted but left out of the rate. The
   sign tests of all unordered pairs form one family, adjusted by Holm's (1979) step-down method.
 * Relative improvement of one loss over another with a delta-method t-interval.
@@ -23,17 +28,17 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
-BLOCKS = ("experiment", "experiment_seed")
 CELL = ["dataset", "backbone", "dim"]
 
 MIN_BLOCKS = 5
-"""Fewest blocks on which the Friedman and Nemenyi tests are run (the issue's floor).
+"""Fewest independent blocks (datasets) on which the Friedman, Nemenyi and sign tests are run.
 
 Demšar (2006, JMLR 7, Sec. 3.2.2) trusts the Friedman chi2 approximation for N > 10 blocks and
 k > 5 losses and points to exact tables below. With N blocks even a perfect ordering gives only
 chi2 = N (k - 1): for k = 4 losses, N = 2 gives p = 0.11 (nothing can be significant), N = 5
-gives p = 0.002. Below 5 the tests are not run; from 5 to 10 the report warns that only large
-differences can reach significance.
+gives p = 0.002. A two-sided sign test over N blocks cannot go below p = 2 / 2^N: 0.0625 at N = 5.
+Below 5 the tests are not run; from 5 to 10 the report warns that only large differences can
+reach significance.
 """
 
 
@@ -46,25 +51,59 @@ def _complete_cells(runs: pd.DataFrame, metric: str, keys: list[str]) -> pd.Data
     return matrix.dropna(axis=0, how="any")
 
 
-def score_matrix(runs: pd.DataFrame, metric: str, blocks: str = "experiment") -> pd.DataFrame:
-    """Scores of ``metric`` as blocks x losses (a complete block design).
+def experiment_scores(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Seed-mean scores of ``metric`` as experiments x losses: one row per complete
+    (dataset, backbone, dim), indexed ``dataset/backbone/dim``; (1/S) sum_s score_s.
 
     ``runs``: long table with dataset, backbone, loss, dim, seed, metric, value.
-    ``experiment``: one block per (dataset, backbone, dim), scored by the seed mean
-    (1/S) sum_s score_s - the independent blocks of Demšar (2006);
-    ``experiment_seed``: one block per (dataset, backbone, dim, seed) - seed k gives every loss
-    the same initial weights and batches, so the runs of one seed are matched, but the seeds of
-    one experiment share its data and are not independent blocks.
-    Blocks where some loss has no score are dropped.
     """
-    if blocks not in BLOCKS:
-        raise ValueError(f"blocks must be one of {', '.join(BLOCKS)}; got {blocks!r}")
-    keys = CELL + (["seed"] if blocks == "experiment_seed" else [])
-    matrix = _complete_cells(runs, metric, keys)
-    matrix.index = [
-        "/".join(f"seed{v}" if k == "seed" else str(v) for k, v in zip(keys, idx, strict=True)) for idx in matrix.index
-    ]
+    matrix = _complete_cells(runs, metric, CELL)
+    matrix.index = ["/".join(map(str, idx)) for idx in matrix.index]
     matrix.columns.name = None
+    return matrix
+
+
+@dataclass(frozen=True)
+class DatasetBlocks:
+    """The independent blocks of the tests: one per dataset.
+
+    ``ranks``: datasets x losses, each loss's mean rank over the dataset's complete experiments
+    (rank 1 = best within an experiment; ties averaged); ``experiments``: how many experiments
+    each dataset's row averages.
+    """
+
+    ranks: pd.DataFrame
+    experiments: pd.Series
+
+    @property
+    def scores(self) -> pd.DataFrame:
+        """The blocks as scores (higher = better) for the rank-based tests: minus the mean rank."""
+        return -self.ranks
+
+    def __len__(self) -> int:
+        return len(self.ranks)
+
+
+def dataset_blocks(runs: pd.DataFrame, metric: str) -> DatasetBlocks:
+    """Aggregate the experiments of each dataset into one block (the module docstring says why).
+
+    R_{d,l} = (1/|E_d|) sum_{e in E_d} rank_e(l), rank_e = rank of the seed-mean ``metric`` of
+    loss l among the losses of experiment e (1 = best, ties averaged); E_d = the complete
+    experiments (every loss scored) of dataset d.
+    """
+    matrix = _complete_cells(runs, metric, CELL)
+    ranks = matrix.rank(axis=1, ascending=False, method="average")
+    per_dataset = ranks.groupby(level="dataset", sort=True)
+    blocks = per_dataset.mean()
+    blocks.index.name, blocks.columns.name = None, None
+    return DatasetBlocks(blocks, per_dataset.size())
+
+
+def dataset_means(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """datasets x losses: the mean over each dataset's complete experiments of their seed-mean
+    ``metric`` (the unit of the Bayesian signed-rank test across datasets)."""
+    matrix = _complete_cells(runs, metric, CELL).groupby(level="dataset", sort=True).mean()
+    matrix.index.name, matrix.columns.name = None, None
     return matrix
 
 
@@ -85,31 +124,31 @@ def seed_scores(runs: pd.DataFrame, metric: str) -> dict[str, pd.DataFrame]:
 
 
 def grid_text(runs: pd.DataFrame, metric: str) -> str:
-    """``2 experiments (1 dataset x 1 backbone x 2 embedding sizes)``: the complete experiments of ``metric``."""
+    """``1 dataset (2 experiments: 1 backbone x 2 embedding sizes)``: the independent blocks and the
+    complete experiments of ``metric`` they hold."""
     cells = _complete_cells(runs, metric, CELL).index
     counts = [cells.get_level_values(key).nunique() for key in CELL]
     words = [("dataset", "datasets"), ("backbone", "backbones"), ("embedding size", "embedding sizes")]
-    parts = " x ".join(f"{c} {one if c == 1 else many}" for c, (one, many) in zip(counts, words, strict=True))
-    return f"{len(cells)} experiment{'' if len(cells) == 1 else 's'} ({parts})"
+    text = [f"{c} {one if c == 1 else many}" for c, (one, many) in zip(counts, words, strict=True)]
+    return f"{text[0]} ({len(cells)} experiment{'' if len(cells) == 1 else 's'}: {text[1]} x {text[2]})"
 
 
-def friedman_shortfall(scores: pd.DataFrame, blocks: str, grid: str = "") -> str | None:
-    """Why the Friedman/Nemenyi tests are not run on ``scores`` (blocks x losses), or None.
+def friedman_shortfall(blocks: pd.DataFrame, grid: str = "") -> str | None:
+    """Why the Friedman/Nemenyi and sign tests are not run on ``blocks`` (datasets x losses), or None.
 
-    They need >= 3 losses and >= :data:`MIN_BLOCKS` blocks; ``grid`` (:func:`grid_text`) names
-    what the grid has.
+    They need >= 3 losses (Friedman) and >= :data:`MIN_BLOCKS` independent blocks; ``grid``
+    (:func:`grid_text`) names what the grid has.
     """
-    n, k = scores.shape
+    n, k = blocks.shape
     if k < 3:
         return f"the Friedman test compares at least 3 losses; the grid has {k}"
     if n >= MIN_BLOCKS:
         return None
-    if blocks == "experiment":
-        return (
-            f"they need at least {MIN_BLOCKS} independent blocks (Demšar 2006 uses data sets as blocks); "
-            f"this grid has {grid or f'{n} experiments'}; add datasets, backbones or embedding sizes"
-        )
-    return f"they need at least {MIN_BLOCKS} blocks; this grid has {n} experiment x seed blocks"
+    return (
+        f"they need at least {MIN_BLOCKS} independent blocks, and the independent unit is the dataset "
+        "(Demšar 2006): backbones and embedding sizes on one dataset share its training and test images, so "
+        f"they are repeated measures of one block; this grid has {grid or f'{n} datasets'}; add datasets"
+    )
 
 
 def mean_ranks(scores: pd.DataFrame) -> pd.Series:

@@ -21,6 +21,7 @@ SERIES_STYLE = {  # papers-vs-reality series: colour, marker (the marker is used
 }
 
 
+BORROWED = "†"  # a claim set against other papers' baseline numbers (sections/papers.py uses the same mark)
 DATASET_MARKERS = {"cub200": "o", "cars196": "s", "sop": "^", "inshop": "D"}
 OTHER_DATASET_MARKER = "P"  # a dataset no paper reports on (the offline demo's glyphs)
 
@@ -50,13 +51,14 @@ def papers_vs_reality_figure(
     """Relative improvement over each baseline by year: claimed by papers (a), re-measured (b).
 
     One encoding per channel in every panel: colour = who measured (the claiming paper, the Reality
-    Check, the thesis, our runs), marker = dataset, hollow = a value not verified. Our runs on a
+    Check, the thesis, our runs), marker = dataset, hollow = a value not verified; in (a) a † beside
+    a claim whose baseline is borrowed (its paper reports none: ``borrowed`` in ``claimed[b]``). Our runs on a
     dataset no paper reports on (the demo) get their own row (c) and its own y axis, so their wide
     intervals do not flatten the published points; on a published dataset they join (b), whose y
     axis the published points and our means set: a whisker beyond it is cut at the edge with an
     arrow and its end printed.
 
-    ``claimed[b]``: loss, display, year, dataset, improvement, uncertain; ``reference[b]``:
+    ``claimed[b]``: loss, display, year, dataset, improvement, uncertain (borrowed optional); ``reference[b]``:
     series, loss, year, dataset, improvement (uncertain optional); ``ours[b]``: loss, display,
     year, dataset, estimate, low, high (all percent) - for baseline ``b``. Losses of one year are
     spread apart horizontally.
@@ -78,6 +80,7 @@ def papers_vs_reality_figure(
         if len(frame):
             frame = frame.assign(x=_x(frame, positions))
             _scatter_by_dataset(top, frame, "improvement", colours["claimed"], size=36)
+            _mark_borrowed(top, frame)
             for _, part in frame.groupby("loss", sort=False):
                 top.annotate(
                     part["display"].iloc[0],
@@ -132,13 +135,25 @@ def papers_vs_reality_figure(
             [], [], marker="o", linestyle="none", markerfacecolor="none", color="#555", label="hollow: not verified"
         )
     ]
+    if any("borrowed" in f.columns and f["borrowed"].any() for f in claimed.values() if len(f)):
+        marker_handles.append(
+            plt.Line2D(
+                [],
+                [],
+                marker=r"$\dagger$",
+                linestyle="none",
+                color="#555",
+                label="baseline from other papers",
+            )
+        )
     names = {"claimed": "claimed by the loss's paper", "ours": f"{ours_label} (95% interval)"}
     colour_handles = [
         plt.Line2D([], [], marker="s", linestyle="none", color=colour, label=names.get(series, series))
         for series, colour in colours.items()
         if series != "ours" or frames
     ]
-    fig.suptitle("Papers versus reality: relative improvement over the old losses", y=1.05)
+    # title 0.65 in above the marker legend whatever the rows: a fixed figure fraction overlaps them at 2 rows
+    fig.suptitle("Papers versus reality: relative improvement over the old losses", y=1 + 0.65 / fig.get_figheight())
     fig.tight_layout()
     fig.legend(
         handles=marker_handles,
@@ -177,6 +192,14 @@ def _scatter_by_dataset(ax, frame: pd.DataFrame, column: str, colour: str, size:
             linewidths=1.2,
             alpha=alpha,
         )
+
+
+def _mark_borrowed(ax, frame: pd.DataFrame) -> None:
+    """A † beside each claim whose baseline is borrowed from other papers (its paper reports none)."""
+    if "borrowed" not in frame.columns:
+        return
+    for row in frame[frame["borrowed"].astype(bool)].itertuples():
+        ax.annotate(BORROWED, (row.x, row.improvement), textcoords="offset points", xytext=(4, -3), fontsize=7)
 
 
 def _our_points(ax, mine: pd.DataFrame, limits: tuple[float, float] | None) -> None:

@@ -5,27 +5,36 @@ from __future__ import annotations
 import pandas as pd
 
 from dmlbench.analysis.labels import metric_header
-from dmlbench.analysis.numbers import Analysis
+from dmlbench.analysis.numbers import RUN, Analysis, fold_models_per_seed, seed_means
 from dmlbench.analysis.plots import convergence as plots
 from dmlbench.analysis.sections.base import NO_TIMINGS, Document, Section
 from dmlbench.analysis.text import common_n, format_interval, format_number, markdown_table
 from dmlbench.evaluate.intervals import bounded_t_interval
 
 
+def fold_means(history: pd.DataFrame) -> pd.DataFrame:
+    """The history with a cross-validated run's fold models averaged per epoch (one curve per seed)."""
+    numeric = [c for c in history.select_dtypes("number").columns if c not in RUN + ["epoch", "fold"]]
+    return seed_means(history, numeric, RUN + ["epoch"])
+
+
 def selected_epochs(analysis: Analysis) -> pd.DataFrame:
     """Per loss (display name, chronological) and dim: mean selected epoch, its t-interval inside
-    [1, epochs trained], n, min and max: the numbers of both the table and the figure's caption."""
+    [1, epochs trained] over seeds (a cross-validated run's fold models averaged first: n = seeds),
+    n, and min and max over the models: the numbers of both the table and the figure's caption."""
     selections = analysis.results.selections
+    per_seed = seed_means(selections, ["selected_epoch"])
     trained = int(analysis.results.history["epoch"].max())  # a selected epoch lies in [1, epochs trained]
     confidence = analysis.params.evaluate.confidence
     rows = []
     for name in analysis.order:
         for dim in sorted(selections["dim"].unique()):
-            epochs = selections[(selections["loss"].map(analysis.names) == name) & (selections["dim"] == dim)]
-            epochs = epochs["selected_epoch"].to_numpy(dtype=float)
+            models = selections[(selections["loss"].map(analysis.names) == name) & (selections["dim"] == dim)]
+            seeds = per_seed[(per_seed["loss"].map(analysis.names) == name) & (per_seed["dim"] == dim)]
+            epochs = models["selected_epoch"].to_numpy(dtype=float)
             if not len(epochs):
                 continue
-            interval = bounded_t_interval(epochs, confidence, 1.0, float(trained))
+            interval = bounded_t_interval(seeds["selected_epoch"].to_numpy(dtype=float), confidence, 1.0, float(trained))
             rows.append(
                 {
                     "loss": name,
@@ -44,7 +53,7 @@ def selected_epochs(analysis: Analysis) -> pd.DataFrame:
 def write(analysis: Analysis, doc: Document) -> None:
     params, results = analysis.params, analysis.results
     confidence, metric = params.evaluate.confidence, params.protocol.selection_metric
-    history = analysis.display(results.history)
+    history = analysis.display(fold_means(results.history))
     epochs = selected_epochs(analysis)
     doc.figure(
         "convergence",
@@ -62,9 +71,16 @@ def write(analysis: Analysis, doc: Document) -> None:
         [r.loss, r.dim, format_interval(r.mean, r.low, r.high, r.n, scale=1, show_n=r.n != n), r.min, r.max]
         for r in epochs.itertuples()
     ]
+    models = fold_models_per_seed(results.selections)
     doc.add(
         f"Epoch selected on the validation classes ({params.protocol.epochs} epochs trained); mean over n = {n} "
-        "seeds [95% interval] unless a cell states its own n:",
+        "seeds [95% interval] unless a cell states its own n"
+        + (
+            f" (each seed's value is the mean of its {models} fold models, which share the seed; min and max are "
+            "over the fold models):"
+            if models > 1
+            else ":"
+        ),
         "",
         markdown_table(["loss", "dim", "selected epoch", "min", "max"], rows),
         "",

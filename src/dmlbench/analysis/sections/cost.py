@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dmlbench.analysis.numbers import Analysis, t_bounds
+from dmlbench.analysis.numbers import Analysis, fold_models_per_seed, t_bounds
 from dmlbench.analysis.plots import cost as plots
 from dmlbench.analysis.sections.base import NO_TIMINGS, Document, Section
 from dmlbench.analysis.text import common_n, format_interval, markdown_table
@@ -45,9 +45,13 @@ def write(analysis: Analysis, doc: Document) -> None:
                 ),
             ]
         )
+    seeds, dims = costs["seed"].nunique(), costs["dim"].nunique()
+    runs = f"{seeds} seeds x {dims} embedding sizes" if dims > 1 else f"{seeds} seeds"
+    models = fold_models_per_seed(analysis.results.selections)
     doc.add(
         f"Training cost per run ({', '.join(sorted(set(costs['device'])))}; timings on a shared machine are "
-        f"indicative only); mean over n = {n} runs per loss [95% interval] unless a cell states its own n:",
+        f"indicative only); mean over n = {n} runs per loss ({runs}) [95% interval] unless a cell states its own n"
+        + (f"; a run's seconds are the sum over its {models} fold models." if models > 1 else ":"),
         "",
         markdown_table(["loss", "training seconds per run", "images / s"], rows),
         "",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dmlbench.analysis.labels import metric_header
-from dmlbench.analysis.numbers import Analysis, t_bounds
+from dmlbench.analysis.numbers import RUN, Analysis, fold_models_per_seed, seed_means, t_bounds
 from dmlbench.analysis.plots import feedback as plots
 from dmlbench.analysis.sections.base import Document, Section
 from dmlbench.analysis.text import common_n, format_interval, markdown_table
@@ -13,7 +13,8 @@ def write(analysis: Analysis, doc: Document) -> None:
     doc.add(
         "Papers without a validation set pick the epoch (and the hyperparameters) by the test score. Here the "
         "epoch is picked on the validation classes; the test score of every epoch is recorded only to measure "
-        "how much picking on the test set would have flattered the result.",
+        "how much picking the *epoch* on the test set would have flattered the result (hyperparameters picked on "
+        "the test set would add more; that part is not measured here).",
         "",
     )
     bias = analysis.bias
@@ -24,16 +25,21 @@ def write(analysis: Analysis, doc: Document) -> None:
             "(history.json) and run.json has no `test_feedback` record."
         )
         return
+    columns = ["selected_value", "best_value", "bias"]
+    per_run = seed_means(bias, columns, RUN + ["metric"])
+    models = fold_models_per_seed(bias)
     doc.figure(
         "test_feedback",
-        lambda p: plots.test_feedback(analysis.display(bias), p, analysis.order, confidence),
+        lambda p: plots.test_feedback(analysis.display(per_run), p, analysis.order, confidence),
         "Gain from choosing each run's epoch on the test set instead of the validation classes, per run "
-        f"(dots) and mean with {int(confidence * 100)}% t-interval: the optimism that test-set feedback "
-        "builds into published numbers.",
+        + (f"(dots; each the mean of its {models} fold models) " if models > 1 else "(dots) ")
+        + f"and mean with {int(confidence * 100)}% t-interval over seeds per embedding size: how much choosing "
+        "only the epoch on the test set would have raised these runs' test scores.",
     )
-    rows = []
-    display = analysis.display(bias)
+    per_seed = seed_means(per_run, columns, ["loss", "seed"])  # the embedding sizes of one seed pooled
+    display = analysis.display(per_seed)
     n = common_n(display.groupby("loss").size())
+    rows = []
     for name in analysis.order:
         group = display[display["loss"] == name]
         if group.empty:
@@ -44,12 +50,22 @@ def write(analysis: Analysis, doc: Document) -> None:
                 format_interval(
                     group[column].mean(), *t_bounds(group[column], confidence, 0, 1), len(group), show_n=len(group) != n
                 )
-                for column in ("selected_value", "best_value", "bias")
+                for column in columns
             ]
         )
     metric = metric_header(str(bias["metric"].iloc[0]))
+    dims = int(bias["dim"].nunique())
+    pooled = " x ".join(
+        part for part, count in ((f"{dims} embedding sizes", dims), (f"{models} fold models", models)) if count > 1
+    )
     doc.add(
-        f"Per loss: mean over n = {n} runs (seeds x embedding sizes) [95% interval] unless a cell states its own n.",
+        f"Per loss: mean over n = {n} seeds [95% interval] unless a cell states its own n"
+        + (
+            f"; each seed's value is the mean of its {dims * models} models ({pooled}), which share the seed "
+            "and are not independent."
+            if pooled
+            else "."
+        ),
         "",
         markdown_table(["loss", f"test {metric} at selected epoch", f"best test {metric}", "gain (points)"], rows),
         "",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dmlbench.analysis.numbers import Analysis
 from dmlbench.analysis.sections.base import Document, Section
+from dmlbench.analysis.statistics import MIN_BLOCKS
 
 
 def write(analysis: Analysis, doc: Document) -> None:
@@ -29,16 +30,29 @@ def write(analysis: Analysis, doc: Document) -> None:
             f"- The grid has no 512-d embedding (the papers' size); backbone, convergence and papers-vs-reality "
             f"figures use dim {analysis.dim}."
         )
-    tests = analysis.tests
-    if tests.skipped is None and tests.friedman.n_blocks < 10:
+    cropped = {
+        name: info["max_aspect"]
+        for name, info in analysis.results.datasets.items()
+        if float(info.get("max_aspect", 1.0)) > 1.0
+    }
+    if cropped:
+        listed = ", ".join(f"`{name}` {aspect:.3g}" for name, aspect in cropped.items())
         lines.append(
-            f"- The significance tests rest on {tests.friedman.n_blocks} blocks; with so few, only large "
+            "- Deviation from the Reality Check and the thesis: the prepared cache centre-crops each image's long side "
+            f"to at most max_aspect x its short side ({listed}) before RandomResizedCrop, which they applied to the "
+            "full image; wider images (many in Cars196) lose the ends of their frame here (docs/datasets.md)."
+        )
+    tests = analysis.tests
+    if tests.friedman is not None and tests.friedman.n_blocks < 10:
+        lines.append(
+            f"- The significance tests rest on {tests.friedman.n_blocks} datasets; with so few, only large "
             "differences can reach significance."
         )
-    if tests.blocks == "experiment_seed":
+    elif tests.friedman is None and tests.datasets < MIN_BLOCKS:
         lines.append(
-            "- The Friedman, Nemenyi and sign tests treat the seeds of one experiment as separate blocks; they share "
-            "its data, so they are not independent: the p-values are optimistic and say nothing about other datasets."
+            f"- {tests.datasets} dataset{'' if tests.datasets == 1 else 's'}: too few independent blocks for the "
+            "Friedman, Nemenyi and sign tests, so the tournament and the per-experiment comparisons describe this "
+            "grid and test nothing beyond it."
         )
     if tests.bayes is not None and tests.bayes["better"].notna().any():
         lines.append(

@@ -9,13 +9,13 @@ from typing import Iterable
 import pandas as pd
 
 from dmlbench.analysis import literature as lit
+from dmlbench.analysis import reproduction as rp
 from dmlbench.analysis.cross_validation import cross_validation_table
 from dmlbench.analysis.labels import metric_header
 from dmlbench.analysis.numbers import TOP1, Analysis
 from dmlbench.analysis.plots import results as plots
-from dmlbench.analysis.reproduction import REPRODUCED
 from dmlbench.analysis.sections.base import Document, Section, demo_note
-from dmlbench.analysis.text import common_n, format_bounds, format_interval, markdown_table
+from dmlbench.analysis.text import common_n, format_bounds, format_interval, markdown_table, p_value, points
 
 
 def table_metrics(present: Iterable[str]) -> list[str]:
@@ -113,9 +113,10 @@ def _baseline_row(baseline: pd.DataFrame, metrics: list[str]) -> list:
 
 
 def reproduction_lines(analysis: Analysis) -> list[str]:
-    """Per grid cell of a published setup: is the published number inside our 95% interval, and by
-    how much do we differ (points)? One line when the protocol follows no published setup."""
-    params, table = analysis.params, analysis.reproduction
+    """Per grid cell of a published setup: our interval beside the published one, the difference
+    with its Welch interval, the equivalence test's p and the verdict (:mod:`~dmlbench.analysis.reproduction`).
+    One line when the protocol follows no published setup."""
+    params = analysis.params
     lines = ["### Published numbers reproduced?", ""]
     if params.protocol_name not in lit.PROTOCOL_SOURCES:
         return lines + [
@@ -123,41 +124,66 @@ def reproduction_lines(analysis: Analysis) -> list[str]:
             "reproduce for this grid.",
             "",
         ]
+    confidence, rope = params.evaluate.confidence, params.report.rope
+    table = rp.judge(analysis.reproduction, rope, confidence)
     if table.empty:
         return lines + [
             f"Protocol `{params.protocol_name}` follows a published setup, but no published number matches a cell "
             "of this grid (dataset, backbone, loss, embedding size and metric).",
             "",
         ]
-    n = common_n(table["n"])
+    n, level = common_n(table["n"]), int(round(100 * confidence))
     rows = []
     for r in table.itertuples():
-        own_n = int(r.n) != n
+        interval = "" if pd.isna(r.half_width) else f" ± {r.half_width:.2f} (n={int(r.n_published)})"
         rows.append(
             [
                 analysis.names.get(r.loss, r.loss),
                 f"{r.dataset}/{r.backbone}/{r.dim}",
                 metric_header(r.metric),
-                f"{r.published:.2f}{'?' if r.uncertain else ''} ({r.source})",
-                format_interval(r.mean, r.low, r.high, int(r.n), show_n=own_n),
+                f"{r.published:.2f}{interval}{'?' if r.uncertain else ''} ({r.source})",
+                format_interval(r.mean, r.low, r.high, int(r.n), show_n=int(r.n) != n),
                 "-"
                 if math.isnan(r.difference_low)
                 else f"{r.difference:+.1f} [{r.difference_low:+.1f}, {r.difference_high:+.1f}]",
+                "-" if math.isnan(r.p_equivalent) else p_value(r.p_equivalent),
                 r.verdict,
             ]
         )
-    counts = table["verdict"].value_counts()
+    counts = table["outcome"].value_counts()
+    tally = ", ".join(
+        f"{counts.get(o, 0)} {o}" for o in (rp.LOWER, rp.HIGHER, rp.INCONCLUSIVE, rp.NO_TEST) if counts.get(o, 0)
+    )
+    bare = int(table["half_width"].isna().sum())
     return lines + [
-        f"Protocol `{params.protocol_name}` follows a published setup. A published number is reproduced when it lies "
-        f"inside our {int(params.evaluate.confidence * 100)}% interval (mean over n = {n} seeds unless a cell states "
-        "its own n); the difference is our mean minus the published number in points, with our interval shifted by "
-        "it (the published number taken as exact; `?` = not verified). "
-        f"{counts.get(REPRODUCED, 0)} of {len(table)} published numbers reproduced.",
+        f"Protocol `{params.protocol_name}` follows a published setup. Each published number is compared with our "
+        f"mean over n = {n} seeds (independent training runs; a cell with another n states it), interval against "
+        "interval, in points of the metric: our standard error s/sqrt(n) is the one behind our "
+        f"{level}% interval, the published one comes from its 95% half-width h over the paper's n runs "
+        "(se = h / t(0.975, n - 1); the Reality Check: 10 runs). Welch's t-test gives ours - published with its "
+        f"{level}% interval (Welch-Satterthwaite df); the equivalence test (TOST, two one-sided Welch tests) asks "
+        f"whether the difference lies within ± {points(rope)} (`report.rope`), p in the table. Verdict: "
+        f"*reproduced* when TOST rejects a difference of {points(rope)} or more at level {1 - confidence:.2g} "
+        f"(the {100 - 2 * (100 - level)}% interval of the difference inside ± {points(rope)}); else *ours "
+        f"lower*/*higher* when the {level}% interval of the difference excludes 0; else *inconclusive*. A "
+        "published number without an interval is taken as exact (one-sample tests on our n - 1 df) and its "
+        f"verdict says so ({bare} of {len(table)} here). `?` = not verified. "
+        f"{counts.get(rp.REPRODUCED, 0)} of {len(table)} published numbers reproduced"
+        + (f"; {tally}." if tally else "."),
         "",
         markdown_table(
-            ["loss", "cell", "metric", "published", "ours [95% CI]", "ours - published (points)", "verdict"],
+            [
+                "loss",
+                "cell",
+                "metric",
+                "published (± 95% half-width, n runs)",
+                f"ours [{level}% CI]",
+                f"ours - published, points [{level}% CI]",
+                f"TOST p (± {points(rope)})",
+                "verdict",
+            ],
             rows,
-            "lllrrrl",
+            "lllrrrrl",
         ),
         "",
     ]

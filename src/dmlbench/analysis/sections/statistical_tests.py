@@ -12,41 +12,57 @@ from dmlbench.analysis.labels import metric_header
 from dmlbench.analysis.numbers import Analysis
 from dmlbench.analysis.plots import statistical_tests as plots
 from dmlbench.analysis.sections.base import Document, Section
+from dmlbench.analysis.statistics import MIN_BLOCKS
 from dmlbench.analysis.text import markdown_table, p_value, points, probability
+
+SELECTED_PAIRS = (
+    "The pairs are neighbours in the ranking that these same test scores produced: each pair is chosen after "
+    "seeing the data, which favours \"A better\", so read the verdicts as a description of this grid."
+)
 
 
 def write(analysis: Analysis, doc: Document) -> None:
     params = analysis.params
     tests = analysis.tests
     primary = metric_header(params.report.primary_metric)
-    block_text = {
-        "experiment_seed": "one block per seed of each dataset x backbone x embedding size (seed k gives every "
-        "loss the same initial weights and batches); the seeds of one experiment share its data, so these blocks "
-        "are not independent and the p-values below are optimistic",
-        "experiment": "one block per dataset x backbone x embedding size, scored by its seed mean (independent "
-        "blocks, as Demšar 2006 asks)",
-    }[tests.blocks]
     doc.add(
-        f"Blocks: {block_text}; score: test {primary}. The tests ask whether the losses' ranks within blocks "
-        "differ by more than chance; they generalise to these datasets and this protocol only.",
+        "Blocks: the datasets, the independent unit of Demšar (2006). The backbones and embedding sizes of one "
+        "dataset share its training and test images, so they are repeated measures of one block, not blocks of "
+        f"their own: a dataset's block holds each loss's mean rank over its experiments (ranked by seed-mean test "
+        f"{primary}). This grid: {tests.grid}. The tests ask whether the losses' ranks differ across datasets by "
+        "more than chance; they generalise to datasets like these under this protocol only.",
         "",
     )
-    if tests.skipped is None:
+    if tests.friedman is None:
+        doc.note(f"Friedman and Nemenyi tests not run: {tests.skipped}.")
+    else:
         f = tests.friedman
         doc.add(
             f"- Friedman test (scipy): chi2({f.n_losses - 1}) = {f.statistic:.2f}, p = {p_value(f.pvalue)}, "
-            f"N = {f.n_blocks} blocks, k = {f.n_losses} losses.",
+            f"N = {f.n_blocks} datasets, k = {f.n_losses} losses.",
             f"- Nemenyi post-hoc (scikit-posthocs): critical difference of mean ranks CD = {tests.cd:.2f} at "
-            f"alpha = {params.report.alpha:g}; {nemenyi_sentence(analysis)}",
+            f"alpha = {params.report.alpha:g}; {nemenyi_sentence(analysis)}"
+            if tests.nemenyi is not None
+            else f"- Nemenyi post-hoc test not run: the Friedman test finds no difference at alpha = "
+            f"{params.report.alpha:g}, and pairs are compared only after it does (Demšar 2006).",
             "",
         )
-        _critical_difference_figure(analysis, doc)
-    else:
-        doc.note(f"Friedman and Nemenyi tests not run: {tests.skipped}.")
-    if tests.wins is None:
+        if tests.nemenyi is not None:
+            _critical_difference_figure(analysis, doc)
+    if analysis.ranking["loss"].nunique() < 2:
         doc.note("No head-to-head comparison: the grid has one loss.")
         return
     _bayes_lines(analysis, doc)
+    if tests.wins is None:
+        doc.add(
+            "### Win rates",
+            "",
+            f"Not run: win rates and their sign tests count wins over independent blocks and need at least "
+            f"{MIN_BLOCKS} datasets (over N blocks a two-sided sign test cannot go below p = 2 / 2^N); this grid has "
+            f"{tests.grid}. The tournament above describes the order within each experiment.",
+            "",
+        )
+        return
     wins = tests.wins.set_index(["loss", "opponent"])
     ranked = list(analysis.ranking["loss"])
     rows = []
@@ -67,8 +83,9 @@ def write(analysis: Analysis, doc: Document) -> None:
     doc.add(
         "### Win rates",
         "",
-        "Neighbours in the tournament, head to head over the same blocks (win rate with its 95% Wilson interval; "
-        f"two-sided sign-test p, and Holm-adjusted p over the m = {m} pairs of losses):",
+        "Neighbours in the tournament, head to head over the datasets (a loss wins a dataset when its mean rank "
+        "there is better; win rate with its 95% Wilson interval, n = datasets decided; two-sided sign-test p, and "
+        f"Holm-adjusted p over the m = {m} pairs of losses):",
         "",
         markdown_table(
             ["pair", "wins / defeats / ties", "win rate [95% CI]", "n", "sign test p", f"Holm p (m = {m})"],
@@ -83,7 +100,7 @@ def write(analysis: Analysis, doc: Document) -> None:
     doc.figure(
         "win_rates",
         lambda p: plots.win_rate_heatmap(wins, analysis.order, p, params.evaluate.confidence),
-        "How often the row loss beats the column loss over the blocks, with 95% Wilson intervals: a rate whose "
+        "How often the row loss beats the column loss over the datasets, with 95% Wilson intervals: a rate whose "
         "interval covers 0.5 is no evidence of a difference.",
     )
 
@@ -100,15 +117,19 @@ def _critical_difference_figure(analysis: Analysis, doc: Document) -> None:
             tests.cd,
             p,
             alpha,
-            f"Mean rank over {tests.friedman.n_blocks} blocks (1 = best); CD = {tests.cd:.2f} at alpha = {alpha:g}",
+            f"Mean rank over {tests.friedman.n_blocks} datasets (1 = best); CD = {tests.cd:.2f} at alpha = {alpha:g}",
         ),
-        "Critical-difference diagram: mean rank of each loss (1 = best) over the blocks; losses joined by a "
-        f"bar are not significantly different (Nemenyi, alpha = {alpha:g}) - " + nemenyi_sentence(analysis),
+        "Critical-difference diagram: mean rank of each loss (1 = best) over the datasets, after a significant "
+        f"Friedman test; losses joined by a bar are not significantly different (Nemenyi, alpha = {alpha:g}) - "
+        + nemenyi_sentence(analysis),
     )
 
 
 def nemenyi_sentence(analysis: Analysis) -> str:
+    """The Nemenyi pairs that differ, or why none are named (no Friedman test, or not significant)."""
     tests = analysis.tests
+    if tests.nemenyi is None:
+        return "not run (it follows a significant Friedman test only)."
     ranks = tests.friedman.mean_ranks
     pairs = [
         f"{analysis.names[a]} > {analysis.names[b]}"
@@ -137,13 +158,14 @@ def _bayes_lines(analysis: Analysis, doc: Document) -> None:
     seeds = sorted({int(n) for n in table.loc[table["experiment"] != bz.ACROSS, "n"]})
     if (table["experiment"] == bz.ACROSS).any():
         across = (
-            f"Across experiments: baycomp's Bayesian signed-rank test on the {tests.experiments} experiment means "
-            f"(Monte Carlo, {bz.NSAMPLES} draws, fixed seed)."
+            f"Across datasets: baycomp's Bayesian signed-rank test on the {tests.datasets} dataset means (each the "
+            f"mean of its experiments' seed means; datasets are the independent units), Monte Carlo, "
+            f"{bz.NSAMPLES} draws, fixed seed."
         )
     else:
         across = (
-            f"Across experiments: not run; the Bayesian signed-rank test on experiment means needs at least "
-            f"{bz.MIN_EXPERIMENTS} experiments and this grid has {tests.grid}."
+            f"Across datasets: not run; the Bayesian signed-rank test needs at least {bz.MIN_DATASETS} independent "
+            f"datasets and this grid has {tests.grid}."
         )
     doc.add(
         "### Bayesian comparison",
@@ -155,8 +177,9 @@ def _bayes_lines(analysis: Analysis, doc: Document) -> None:
         f"n = {', '.join(map(str, seeds))} matched seeds (seed k gives both losses the same initial weights and "
         "batches; independent seeds, so no cross-validation correlation: rho = 0); its Student posterior has "
         "n - 1 degrees of freedom (its 95% credible interval is the t-interval shown), wide with few seeds, and "
-        "speaks for that experiment's data split only. "
-        f"{across} A probability >= {bz.DECISION:g} is a decision; anything less is undecided.",
+        "speaks for that experiment's data split only; the experiments of one dataset share its images, so their "
+        f"verdicts are not independent replications. {across} A probability >= {bz.DECISION:g} is a decision; "
+        f"anything less is undecided. {SELECTED_PAIRS}",
         "",
         markdown_table(
             [
@@ -185,13 +208,14 @@ def _bayes_lines(analysis: Analysis, doc: Document) -> None:
         "Bayesian comparison of neighbours in the tournament (A = the better-ranked loss): posterior "
         f"probability that A is practically better (blue), equivalent within ± {points(tests.rope)} "
         "(grey) or practically worse (red), per experiment over its n matched seeds"
-        + (" and across experiments" if (table["experiment"] == bz.ACROSS).any() else "")
+        + (" and across datasets" if (table["experiment"] == bz.ACROSS).any() else "")
         + "; dotted lines at 0.05 and 0.95.",
     )
 
 
 def bayes_summary(analysis: Analysis) -> str:
-    """Per neighbour pair: how many experiments decide A better / equivalent / B better (P >= 0.95)."""
+    """Per neighbour pair: how many experiments decide A better / equivalent / B better (P >= 0.95),
+    saying how many datasets they come from and that the pairs were picked from the same ranking."""
     tests = analysis.tests
     table = tests.bayes.dropna(subset=["better"])
     parts = []
@@ -212,15 +236,21 @@ def bayes_summary(analysis: Analysis) -> str:
         across = group[group["experiment"] == bz.ACROSS]
         if len(across):
             r = across.iloc[0]
-            text += f"; across experiments {names[bz.verdict(r['better'], r['equivalent'], r['worse'])]}"
+            text += f"; across datasets {names[bz.verdict(r['better'], r['equivalent'], r['worse'])]}"
         parts.append(text)
     seeds = sorted({int(n) for n in table.loc[table["experiment"] != bz.ACROSS, "n"]})
+    across = (
+        ""
+        if (table["experiment"] == bz.ACROSS).any()
+        else f"; no test across datasets (it needs {bz.MIN_DATASETS} datasets)"
+    )
     return (
-        f"- **Bayesian comparison** of tournament neighbours (ROPE ± {points(tests.rope)} of test "
-        f"{metric_header(analysis.params.report.primary_metric)}, "
-        f"n = {', '.join(map(str, seeds))} seeds per experiment; a verdict needs P >= {bz.DECISION:g}): "
+        f"- **Bayesian comparison** of tournament neighbours, per experiment over its "
+        f"n = {', '.join(map(str, seeds))} seeds (ROPE ± {points(tests.rope)} of test "
+        f"{metric_header(analysis.params.report.primary_metric)}; a verdict needs P >= {bz.DECISION:g}): "
         + "; ".join(parts)
-        + "."
+        + f". The experiments come from {tests.grid}: those of one dataset are not independent replications, "
+        f"and each pair was picked as neighbours in the ranking these same scores produced{across}."
     )
 
 
