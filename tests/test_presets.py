@@ -118,6 +118,21 @@ def test_thesis_cub_preset_is_the_tournament_grid():
     assert batch_and_step == {"resnet50": (100, 5), "bn_inception": (180, 10), "googlenet": (180, 10)}  # Table 3
 
 
+PAPER_METRIC = {  # protocol: the metric its paper ranks by
+    "thesis": "precision_at_1",  # R@1 (= P@1): the thesis's tournament, Table 11
+    "proxy_anchor": "precision_at_1",  # R@1: Proxy-Anchor's Tables 1-2
+    "reality_check": "map_at_r",  # MAP@R: the Reality Check's headline (Tables 4-6)
+}
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_preset_ranks_by_its_papers_metric(name):
+    preset = load_preset(name, ROOT / "params.yaml")
+    text = yaml.safe_load(preset.path.read_text())
+    assert text["report"]["primary_metric"] == PAPER_METRIC[text["protocol"]]  # written in the preset
+    assert preset.params.report.primary_metric == PAPER_METRIC[preset.params.protocol_name]
+
+
 def test_first_real_run_preset_is_small():
     params = load_preset("first-real-run", ROOT / "params.yaml").params
     assert list(params.datasets) == ["cub200"] and list(params.backbones) == ["resnet50"]

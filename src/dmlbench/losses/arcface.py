@@ -1,6 +1,9 @@
 """ArcFace (Deng et al., CVPR 2019): softmax over s cos(theta_j), with the target angle
 theta_y + m (additive angular margin, m in degrees), class weights W learnable (PML
-``ArcFaceLoss``). Thesis Table 4: margin 28.6 deg (= 0.5 rad), scale 64, weights lr 1e-4 (1x)."""
+``ArcFaceLoss``). Thesis Table 4: margin 28.6 deg (= 0.5 rad), scale 64, weights lr 1e-4, absolute
+(whatever the base lr). The thesis code differs: scale 220 (``ArcFaceLoss(scale=220)``) and the
+class weights never reach its optimiser (billpsomas/deep_metric_learning_benchmark ``train.py``);
+we follow Table 4."""
 
 from pydantic import PositiveFloat
 
@@ -11,6 +14,7 @@ from dmlbench.losses.search import PARAM_LR, FloatRange
 class ArcFaceParams(ParametricLossParams):
     margin: PositiveFloat = 28.6  # degrees
     scale: PositiveFloat = 64.0
+    param_lr: PositiveFloat | None = 1e-4  # weights lr, absolute (thesis Table 4)
 
 
 def build(p: ArcFaceParams, num_classes: int, dim: int):

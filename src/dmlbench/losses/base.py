@@ -7,7 +7,7 @@ Each module defines a parameter model (defaults = thesis Table 4, unless noted) 
 ``SPEC``: how to build the pytorch-metric-learning loss and its default miner (thesis
 Table 5), what batches it needs, and whether it owns parameters (proxies, class weights,
 a learnable margin) that are trained by their own optimiser with their own learning rate
-(``param_lr_multiplier`` x the protocol's lr; powerful-benchmarker's ``metric_loss_optimizer``).
+(:class:`ParametricLossParams`; powerful-benchmarker's ``metric_loss_optimizer``).
 """
 
 from __future__ import annotations
@@ -31,8 +31,18 @@ class ParametricLossParams(LossParams):
     """For losses with their own parameters (proxies, class weights, a learnable margin), trained
     by a second optimiser of the protocol's kind (powerful-benchmarker's ``metric_loss_optimizer``).
 
-    Its lr: ``param_lr`` if set (an absolute value, e.g. the Reality Check's tuned "proxy lr"),
-    else the protocol lr x the protocol's ``loss_lr_multiplier``, else x ``param_lr_multiplier``.
+    Its lr, the first that applies:
+
+    1. ``param_lr`` given (by the protocol, ``losses.<name>`` or a tuning trial): absolute, e.g. the
+       Reality Check's tuned "proxy lr";
+    2. the protocol lr x the protocol's ``loss_lr_multiplier`` (one rule for every loss, e.g. the
+       Proxy-Anchor recipe's x100);
+    3. the module's default ``param_lr``: absolute, where the source gives an absolute lr (thesis
+       Table 4: ProxyNCA 1e-5, Margin 5e-5, ArcFace and SoftTriple 1e-4, whatever the base lr);
+    4. the protocol lr x ``param_lr_multiplier`` (given, or the module's default, e.g.
+       Proxy-Anchor's 100; 1 where the source gives none).
+
+    Giving ``param_lr_multiplier`` replaces a default absolute ``param_lr``; giving both is an error.
     Its weight decay: ``param_weight_decay`` if set, else the protocol optimiser's.
     """
 
@@ -40,17 +50,36 @@ class ParametricLossParams(LossParams):
     param_lr: PositiveFloat | None = None
     param_weight_decay: NonNegativeFloat | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _multiplier_replaces_default_lr(cls, data: Any) -> Any:
+        if (
+            isinstance(data, dict)
+            and "param_lr_multiplier" in data
+            and "param_lr" not in data
+            and cls.model_fields["param_lr"].default is not None
+        ):
+            return {**data, "param_lr": None}
+        return data
+
     @model_validator(mode="after")
     def _one_lr(self) -> "ParametricLossParams":
-        if self.param_lr is not None and "param_lr_multiplier" in self.model_fields_set:
+        if self._param_lr_given() and "param_lr_multiplier" in self.model_fields_set:
             raise ValueError("set param_lr (absolute) or param_lr_multiplier (x the protocol lr), not both")
         return self
 
+    def _param_lr_given(self) -> bool:
+        return self.param_lr is not None and "param_lr" in self.model_fields_set
+
     def optimizer_lr(self, protocol_lr: float, protocol_multiplier: float | None) -> float:
         """The lr of the loss's own parameters (see the class docstring)."""
+        if self._param_lr_given():
+            return self.param_lr
+        if protocol_multiplier:
+            return protocol_lr * protocol_multiplier
         if self.param_lr is not None:
             return self.param_lr
-        return protocol_lr * (protocol_multiplier or self.param_lr_multiplier)
+        return protocol_lr * self.param_lr_multiplier
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ the Reality Check's "Margin / class" row): L = [d_ap - beta_y(a) + m]_+ + [beta_
 
 No miner by default: the Reality Check ran it on every pair of the batch, and the thesis did not
 run it (``miner: true`` adds the distance-weighted miner of ``margin``). Defaults otherwise as
-``margin`` (thesis Table 4: margin 0.5, beta 1.2, beta lr 0.5 x the protocol lr). The module does
+``margin`` (thesis Table 4: margin 0.5, beta 1.2, betas' lr 5e-5 absolute). The module does
 not import ``losses/margin.py``: a loss's stages depend on its own module only (dvc.yaml), so
 editing one Margin variant must not leave the other's results stale or re-run them."""
 
@@ -21,7 +21,7 @@ class MarginPerClassParams(ParametricLossParams):
     miner: bool = False
     miner_cutoff: PositiveFloat = 0.5
     miner_nonzero_loss_cutoff: PositiveFloat = 1.4
-    param_lr_multiplier: PositiveFloat = 0.5
+    param_lr: PositiveFloat | None = 5e-5  # absolute, as margin's beta lr (thesis Table 4)
 
 
 def build(p: MarginPerClassParams, num_classes: int, dim: int):

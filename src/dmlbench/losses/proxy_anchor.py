@@ -1,7 +1,9 @@
 """Proxy-Anchor loss (Kim et al., CVPR 2020): one learnable proxy per training class,
 L = 1/|P+| sum_p log(1 + sum_{x in X_p+} exp(-alpha (s(x,p) - delta)))
   + 1/|P|  sum_p log(1 + sum_{x in X_p-} exp( alpha (s(x,p) + delta))),  s = cosine.
-The proxies get their own optimiser at 100x the protocol lr (the paper's recipe)."""
+The proxies get their own optimiser at 100 x the protocol lr, a multiplier: the official code
+(tjddus9597/Proxy-Anchor-CVPR2020 ``code/train.py``: ``'lr':float(args.lr) * 100``), which the
+thesis code keeps; thesis Table 4 gives no proxy lr."""
 
 from pydantic import NonNegativeFloat, PositiveFloat
 
@@ -12,7 +14,7 @@ from dmlbench.losses.search import PARAM_LR, FloatRange
 class ProxyAnchorParams(ParametricLossParams):
     margin: NonNegativeFloat = 0.1  # delta; thesis Table 4
     alpha: PositiveFloat = 32.0
-    param_lr_multiplier: PositiveFloat = 100.0
+    param_lr_multiplier: PositiveFloat = 100.0  # x the protocol lr (official code)
 
 
 def build(p: ProxyAnchorParams, num_classes: int, dim: int):

@@ -67,7 +67,8 @@ def write(analysis: Analysis, doc: Document) -> None:
         "(PML `MPerClassSampler`);",
         f"  - {protocol.optimizer.name} lr {protocol.optimizer.lr:g}, weight decay "
         f"{protocol.optimizer.weight_decay:g}, schedule `{protocol.scheduler.name}`; losses with parameters get "
-        "their own optimiser (at `param_lr`, else the lr x the protocol's or the loss's multiplier);",
+        "their own optimiser (at an explicit `param_lr`, else the lr x the protocol's multiplier, else the loss's "
+        "default absolute `param_lr` (thesis Table 4), else the lr x the loss's multiplier);",
         f"  - train transform RandomResizedCrop({protocol.augment.crop_size}, "
         f"scale={list(protocol.augment.crop_scale)}){flip_note(params)}; eval transform resize "
         f"{protocol.augment.eval_resize} + centre crop {protocol.augment.crop_size};",
