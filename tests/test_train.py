@@ -133,7 +133,10 @@ class _ScriptedScores:
     def install(self, monkeypatch):
         from dmlbench.train import loop
 
-        monkeypatch.setattr(loop._Scorer, "__call__", lambda scorer, model, split, gallery=None: self(model, split))
+        def scripted(scorer, model, epoch, name, split, gallery=None):
+            return self(model, split)
+
+        monkeypatch.setattr(loop._Scorer, "__call__", scripted)
 
     def __call__(self, model, split):
         self.calls.append(split.name)
@@ -257,6 +260,7 @@ def test_diverged_run_is_failed_in_mlflow(small_raw_params, prepared_glyphs, in_
     (run,) = client().search_runs([client().get_experiment_by_name("dmlbench").experiment_id], "tags.kind = 'train'")
     assert run.info.status == "FAILED"
     assert run.data.tags["failure"].startswith("TrainingDiverged: glyphs-tiny_cnn-contrastive-32-0: loss is inf")
+    assert (run.data.tags["failure_cause"], run.data.tags["diverged"]) == ("diverged", "loss")
 
 
 def test_stage_resumes_into_the_same_mlflow_run_logging_each_epoch_once(

@@ -1,5 +1,7 @@
 """Errors a user can fix. Stages print them as one line and exit with status 2."""
 
+from __future__ import annotations
+
 
 class DmlbenchError(Exception):
     """A problem with the user's input or environment, explained in one line."""
@@ -14,4 +16,14 @@ class DataError(DmlbenchError):
 
 
 class TrainingDiverged(DmlbenchError):
-    """The training loss became NaN or infinite."""
+    """A training went non-finite: ``cause`` names what (``loss``, ``embeddings``, ``weights`` or
+    ``validation embeddings``), ``epoch`` and ``batch`` when (None where not known, e.g. a study
+    none of whose trials completed). The MLflow run's ``diverged`` tag is the cause."""
+
+    def __init__(self, message: str, cause: str = "loss", epoch: int | None = None, batch: int | None = None):
+        super().__init__(message)
+        self.cause, self.epoch, self.batch = cause, epoch, batch
+
+
+class NonFiniteEmbeddings(DataError):
+    """Embeddings to evaluate hold NaN or infinity (a diverged model): names the run and the split."""

@@ -12,6 +12,9 @@ The "Pretrained" baseline (``embed_pretrained``): the pooled trunk features (bef
 embedding head) of the trunk as it is before training, i.e. ImageNet weights when the
 protocol says ``pretrained: true``, else its seeded random initialisation; same transform,
 same file layout under ``artifacts/embeddings/<ds>/<bb>/pretrained/``.
+
+Embeddings that are not finite (a diverged model, an overflow in the trunk) are never written:
+the stage stops with one line naming the run and the split (:func:`require_finite`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from dmlbench import paths
 from dmlbench.config import Params
 from dmlbench.data.augment import eval_transform
 from dmlbench.devices import default_device
-from dmlbench.errors import ConfigError, DataError
+from dmlbench.errors import ConfigError, DataError, NonFiniteEmbeddings
 from dmlbench.grid import RunSpec
 from dmlbench.protocol import AugmentConfig
 from dmlbench.run_config import RunConfig, run_config
@@ -191,6 +194,25 @@ def compute_embeddings(
     return result
 
 
+def nonfinite_rows(embeddings: np.ndarray) -> int:
+    """How many rows of ``embeddings`` hold a NaN or an infinity (0: every value is finite)."""
+    if embeddings.size == 0 or np.isfinite(embeddings).all():
+        return 0
+    return int((~np.isfinite(embeddings)).reshape(len(embeddings), -1).any(axis=1).sum())
+
+
+DIVERGED = "the model diverged: re-train it with a lower learning rate (optimizer.lr) or gradient clipping (grad_clip)"
+UNTRAINED = "the untrained trunk's features overflow: check its weights (backbones.<name>.weights_path)"
+
+
+def require_finite(embeddings: np.ndarray, who: str, split: str, remedy: str = DIVERGED) -> None:
+    """:class:`~dmlbench.errors.NonFiniteEmbeddings` naming ``who`` (the run), ``split`` and
+    ``remedy`` when a row of ``embeddings`` is not finite: one line, not a traceback from the metric code."""
+    bad = nonfinite_rows(embeddings)
+    if bad:
+        raise NonFiniteEmbeddings(f"{who}: {bad} of {len(embeddings)} {split} embeddings are not finite; {remedy}")
+
+
 class UnsafeFile(DataError):
     """A checkpoint or model file holds more than tensors and plain values (refused, never run).
 
@@ -247,10 +269,12 @@ def embed_splits(
     batch_size: int,
     features: bool = False,
     fold: int | None = None,
+    who: str | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Unit-norm embeddings and labels of every non-empty evaluation split of ``dataset``, with
     the eval transform of ``augment`` in batches of ``batch_size`` (the protocol's
-    ``eval_batch_size``; ``fold``: the validation split is that fold's validation classes); on the CPU in
+    ``eval_batch_size``; ``fold``: the validation split is that fold's validation classes);
+    :class:`~dmlbench.errors.NonFiniteEmbeddings` naming ``who`` (the run) if any is not finite; on the CPU in
     :func:`heap_kept` (no system time for page faults, at the price of a higher peak RSS: ResNet50,
     224 px, batch 256: 3.95 -> 8.40 GB, benchmarks/embed_memory.py)."""
     from dmlbench.data.cache import PreparedDataset
@@ -275,6 +299,7 @@ def embed_splits(
                 sizes=getattr(split, "sizes", None),
                 progress=True,
             )
+        require_finite(embeddings, who or dataset, name, UNTRAINED if features else DIVERGED)
         arrays[f"{name}_embeddings"] = normalize_rows(embeddings)
         arrays[f"{name}_labels"] = split.labels
         counts[name] = len(split)
@@ -303,8 +328,9 @@ def embed_stage(params: Params, run: RunSpec, device: torch.device | str | None 
         for fold in paths.folds_in(paths.model_dir(run)):
             model, _ = load_trained_model(config, device, fold)
             run_info = read_json(paths.model_dir(run, fold) / "run.json")
+            who = run.key if fold is None else f"{run.key} fold {fold}"
             arrays, counts = embed_splits(
-                run.dataset, model, device, protocol.augment, protocol.eval_batch_size, fold=fold
+                run.dataset, model, device, protocol.augment, protocol.eval_batch_size, fold=fold, who=who
             )
             meta = {
                 "run": run.key,
@@ -348,9 +374,12 @@ def embed_pretrained_stage(
         pretrained=protocol.pretrained,
         frozen_bn=protocol.frozen_bn,
     ).to(device, memory_format=INFERENCE_FORMAT)
-    arrays, counts = embed_splits(dataset, model, device, protocol.augment, protocol.eval_batch_size, features=True)
+    key = f"{paths.pretrained_key(dataset, backbone)}-{paths.PRETRAINED}"
+    arrays, counts = embed_splits(
+        dataset, model, device, protocol.augment, protocol.eval_batch_size, features=True, who=key
+    )
     meta = {
-        "run": f"{paths.pretrained_key(dataset, backbone)}-{paths.PRETRAINED}",
+        "run": key,
         "model_md5": _state_md5(model),
         "weights": "pretrained"
         if protocol.pretrained

@@ -42,7 +42,7 @@ from dmlbench.errors import DataError
 from dmlbench.evaluate import intervals as interval_stats
 from dmlbench.evaluate.clustering import clustering_metrics
 from dmlbench.evaluate.combine import concatenate_embeddings, fold_spread
-from dmlbench.evaluate.embed import EMBEDDINGS, META
+from dmlbench.evaluate.embed import DIVERGED, EMBEDDINGS, META, UNTRAINED, require_finite
 from dmlbench.evaluate.intervals import Interval, bounded_t_interval
 from dmlbench.evaluate.metrics import means, metric_range, per_query_metrics
 from dmlbench.io import atomic_dir, md5_file, read_json, write_json
@@ -108,14 +108,22 @@ def _interval_dict(interval: Interval, kind: str) -> dict[str, Any]:
     }
 
 
-def evaluate_run(directory: Path, dataset: str, settings: EvaluateConfig, query_gallery: bool | None) -> dict:
-    """Evaluate one embeddings directory: the run's entry of runs.json plus its per-query values."""
+def evaluate_run(
+    directory: Path, dataset: str, settings: EvaluateConfig, query_gallery: bool | None, remedy: str = DIVERGED
+) -> dict:
+    """Evaluate one embeddings directory: the run's entry of runs.json plus its per-query values.
+    Embeddings that are not finite stop it in one line naming the run, the split and ``remedy``."""
     file = directory / EMBEDDINGS
     if not file.exists():
         raise DataError(f"{file}: missing (run its train stage first: it writes the embeddings)")
     meta = read_json(directory / META)
-    with np.load(file) as arrays:
-        metrics, values, mode = evaluate_arrays(arrays, dataset, settings, query_gallery)
+    with np.load(file) as stored:
+        arrays = {key: stored[key] for key in stored.files}
+    who = str(meta.get("run", directory.as_posix())) + ("" if meta.get("fold") is None else f" fold {meta['fold']}")
+    for key, embeddings in arrays.items():
+        if key.endswith("_embeddings"):
+            require_finite(embeddings, who, key.removesuffix("_embeddings"), f"{remedy} ({file})")
+    metrics, values, mode = evaluate_arrays(arrays, dataset, settings, query_gallery)
     return {
         "metrics": metrics,
         "num_queries": int(len(values["r"])),
@@ -274,7 +282,7 @@ def evaluate_pretrained_stage(params: Params, dataset: str, backbone: str) -> di
     params.check_listed(dataset, backbone)
     settings = params.evaluate
     info = evaluate_run(
-        paths.pretrained_embedding_dir(dataset, backbone), dataset, settings, _is_query_gallery(dataset)
+        paths.pretrained_embedding_dir(dataset, backbone), dataset, settings, _is_query_gallery(dataset), UNTRAINED
     )
     runs = {paths.PRETRAINED: {"seed": None, **info}}
     summary = summarize_runs(runs, settings)

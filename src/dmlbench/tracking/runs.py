@@ -15,6 +15,11 @@ https://mlflow.org/docs/latest/ml/tracking/tracking-api/#nested-runs): a grid ce
 (:mod:`dmlbench.tracking.cells`) holds its seeds' training runs; on a cross-validation split a
 seed's run holds its fold models' runs. Names lead with what differs between siblings:
 ``contrastive d32 s0``, ``contrastive d32 s0 f1``.
+
+A run that fails is FAILED with tag ``failure`` (the error's type and message) and
+``failure_cause``: ``diverged`` for a training that went non-finite (with ``diverged`` = what
+went first: loss, embeddings, weights, validation embeddings), else the error's type
+(:func:`failure_tags`), so ``tags.failure_cause = 'diverged'`` finds every diverged run.
 """
 
 from __future__ import annotations
@@ -26,12 +31,23 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dmlbench.config import RunSpec, flatten
+from dmlbench.errors import TrainingDiverged
 from dmlbench.tracking.store import client as make_client
 from dmlbench.tracking.store import ensure_experiment, git_state
+
+FAILURE_TAG_CHARS = 5000  # MLflow keeps tag values up to 8000 characters
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def failure_tags(exc: BaseException) -> dict[str, str]:
+    """Tags naming why a run failed: ``failure``, ``failure_cause`` (and ``diverged``)."""
+    tags = {"failure": f"{type(exc).__name__}: {exc}"[:FAILURE_TAG_CHARS], "failure_cause": type(exc).__name__}
+    if isinstance(exc, TrainingDiverged):
+        tags.update(failure_cause="diverged", diverged=exc.cause)
+    return tags
 
 
 class TrackedRun:
@@ -98,6 +114,11 @@ class TrackedRun:
 
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.run_id, status=status, end_time=_now_ms())
+
+    def fail(self, exc: BaseException) -> None:
+        """End the run FAILED, tagged with why (:func:`failure_tags`)."""
+        self.set_tags(failure_tags(exc))
+        self.finish("FAILED")
 
     @property
     def status(self) -> str:

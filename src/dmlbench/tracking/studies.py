@@ -3,8 +3,9 @@
 Parent (tags ``kind=study``, ``study``): the search settings and space as params; at the end the
 best objective, trial counts by state, trainings run and saved by pruning, and the figures. Child
 (``kind=trial``, ``study``, ``trial``): the trial's values as params, each fold's validation score
-(``val_fold<f>/<objective>``), the objective, and ``trial_state`` = finished / pruned / failed
-(MLflow status FINISHED, FINISHED, FAILED; KILLED while a killed worker's trial awaits its re-run).
+(``val_fold<f>/<objective>``), the objective, and ``trial_state`` = finished / pruned / invalid /
+diverged (MLflow status FINISHED, FINISHED, FINISHED, FAILED with the failure tags of
+:func:`dmlbench.tracking.runs.failure_tags`; KILLED while a killed worker's trial awaits its re-run).
 """
 
 from __future__ import annotations

@@ -8,6 +8,12 @@ optimiser and, for losses that own parameters, of their own optimiser (lr x
 parameters train. Then the schedulers step; every ``validate_every`` epochs (and after the
 last) the validation classes are embedded and scored, and a checkpoint is written.
 
+A diverging run stops with :class:`~dmlbench.errors.TrainingDiverged` naming the run (and fold),
+epoch, batch and what went non-finite first: the loss, the batch's embeddings or the weights,
+recorded on the device per batch and checked every ``finite_check_interval`` batches with one
+device sync (:mod:`dmlbench.train.divergence`); validation embeddings that are not finite stop
+it the same way, before any metric code sees them.
+
 Model selection uses the validation split only (``selection_metric``), with optional early
 stopping after ``patience`` validations without improvement; with no validation split the last
 epoch is kept. For the *analysis* of test-set feedback only, the test split is scored at every
@@ -33,13 +39,13 @@ from dmlbench.data.augment import train_transform
 from dmlbench.data.cache import PreparedDataset, SplitData
 from dmlbench.devices import default_device
 from dmlbench.errors import TrainingDiverged
-from dmlbench.evaluate.embed import compute_embeddings
+from dmlbench.evaluate.embed import compute_embeddings, nonfinite_rows
 from dmlbench.evaluate.metrics import retrieval_metrics
-from dmlbench.grid import RunSpec
 from dmlbench.models import EmbeddingModel
 from dmlbench.protocol import Protocol
 from dmlbench.run_config import RunConfig
 from dmlbench.train.checkpoint import TrainState, save_checkpoint
+from dmlbench.train.divergence import GPU_FINITE_CHECK_EVERY, FiniteWatch, diverged, finite_check_interval
 from dmlbench.train.optim import make_loss_optimizer, make_optimizer, make_scheduler
 from dmlbench.train.rng import epoch_seed, restore_rng_state, rng_state, seed_everything
 from dmlbench.train.sampling import epoch_batches
@@ -47,7 +53,8 @@ from dmlbench.train.step import FastPath, ImageSource, TrainStep
 
 EpochCallback = Callable[[int, dict[str, float]], None]
 TEST_FEEDBACK = "test_feedback"
-GPU_FINITE_CHECK_EVERY = 25  # batches between finiteness checks off the CPU (each syncs the device)
+# the finiteness-check interval is defined in train.divergence, and importable from here too
+__all__ = ["GPU_FINITE_CHECK_EVERY", "TrainOutcome", "finite_check_interval", "train"]
 
 
 @dataclass
@@ -64,12 +71,6 @@ class TrainOutcome:
     stopped_early: bool = False
 
 
-def finite_check_interval(device: torch.device) -> int:
-    """Batches between loss-finiteness checks: every batch on the CPU, every
-    ``GPU_FINITE_CHECK_EVERY`` elsewhere (a check waits for the device)."""
-    return 1 if device.type == "cpu" else GPU_FINITE_CHECK_EVERY
-
-
 def set_warmup(model: EmbeddingModel, warm: bool) -> None:
     """During warm-up only the head (and the loss's parameters) get gradients."""
     for parameter in model.trunk_parameters():
@@ -78,15 +79,16 @@ def set_warmup(model: EmbeddingModel, warm: bool) -> None:
 
 class _Scorer:
     """Embeds splits with the eval transform (autocast on GPU) and scores them: a split against
-    itself, or a query split against a gallery split (In-Shop)."""
+    itself, or a query split against a gallery split (In-Shop). Embeddings that are not finite
+    stop the run (:class:`TrainingDiverged` naming ``where``, the epoch and the split)."""
 
-    def __init__(self, protocol: Protocol, recall_ks: tuple[int, ...], fast: FastPath):
-        self.protocol, self.recall_ks, self.fast = protocol, recall_ks, fast
+    def __init__(self, protocol: Protocol, recall_ks: tuple[int, ...], fast: FastPath, where: str):
+        self.protocol, self.recall_ks, self.fast, self.where = protocol, recall_ks, fast, where
 
-    def _embed(self, model: torch.nn.Module, split: SplitData) -> np.ndarray:
+    def _embed(self, model: torch.nn.Module, split: SplitData, name: str, epoch: int) -> np.ndarray:
         aug = self.protocol.augment
         with self.fast.autocast():
-            return compute_embeddings(
+            embeddings = compute_embeddings(
                 model,
                 split.images,
                 aug.eval_resize,
@@ -95,12 +97,26 @@ class _Scorer:
                 self.fast.device,
                 sizes=split.sizes,
             )
+        bad = nonfinite_rows(embeddings)
+        if bad:
+            optimizer = self.protocol.optimizer
+            raise TrainingDiverged(
+                f"{self.where}: {bad} of {len(embeddings)} {name} embeddings are not finite at epoch {epoch}; lower "
+                f"the learning rate (optimizer.lr, now {optimizer.lr:g}) or clip gradients (protocol key grad_clip)",
+                cause=f"{name} embeddings",
+                epoch=epoch,
+            )
+        return embeddings
 
-    def __call__(self, model: torch.nn.Module, split: SplitData, gallery: SplitData | None = None) -> dict[str, float]:
-        queries = self._embed(model, split)
+    def __call__(
+        self, model: torch.nn.Module, epoch: int, name: str, split: SplitData, gallery: SplitData | None = None
+    ) -> dict[str, float]:
+        """Metrics of ``split`` (``name``: validation or test feedback) at ``epoch``."""
+        queries = self._embed(model, split, name, epoch)
         if gallery is None:
             return retrieval_metrics(queries, split.labels, recall_ks=self.recall_ks)
-        return retrieval_metrics(queries, split.labels, self._embed(model, gallery), gallery.labels, self.recall_ks)
+        gallery_embeddings = self._embed(model, gallery, f"{name} gallery", epoch)
+        return retrieval_metrics(queries, split.labels, gallery_embeddings, gallery.labels, self.recall_ks)
 
 
 @dataclass
@@ -190,7 +206,8 @@ def train(
     fast = FastPath.for_device(device, fast_path)
     run, protocol, chash = config.run, config.protocol, config.config_hash
     splits = _Splits.of(data, fold)
-    score = _Scorer(protocol, config.recall_ks, fast)
+    where = run.key if fold is None else f"{run.key} fold {fold}"
+    score = _Scorer(protocol, config.recall_ks, fast, where)
     has_val = len(splits.val) > 0
     test_feedback = protocol.test_feedback and len(splits.test) > 0
 
@@ -205,7 +222,7 @@ def train(
         state.best, state.best_state = resume.best, resume.best_state
         restore_rng_state(resume.rng, generator)
     start_epoch = state.epoch
-    epochs = _Epochs(config, splits, parts, device)
+    epochs = _Epochs(config, splits, parts, device, where)
     stopped_early = bool(state.history) and state.history[-1].get("stopped_early", False)
 
     for epoch in range(start_epoch + 1, protocol.epochs + 1):
@@ -216,10 +233,10 @@ def train(
         metrics["train/elapsed_seconds"] = state.elapsed
         validate = epoch % protocol.early_stopping.validate_every == 0 or epoch == protocol.epochs
         if validate and has_val:
-            metrics.update({f"val/{k}": v for k, v in score(parts.model, splits.val).items()})
+            metrics.update({f"val/{k}": v for k, v in score(parts.model, epoch, "validation", splits.val).items()})
             stopped_early = _select(state, parts.model, epoch, metrics[f"val/{protocol.selection_metric}"], protocol)
         if validate and test_feedback:
-            test_metrics = score(parts.model, splits.test, splits.gallery)
+            test_metrics = score(parts.model, epoch, "test feedback", splits.test, splits.gallery)
             metrics.update({f"{TEST_FEEDBACK}/{name}": value for name, value in test_metrics.items()})
         state.history.append({"epoch": epoch, **metrics, **({"stopped_early": True} if stopped_early else {})})
         state.epoch = epoch
@@ -234,11 +251,12 @@ def train(
 
 class _Epochs:
     """One training epoch: the epoch's seeded batches, augmentation on the cache's device, the
-    step on each batch, a finiteness check every ``finite_check_interval`` batches, schedulers."""
+    step on each batch, a divergence check every ``finite_check_interval`` batches (and after the
+    last), schedulers. ``where``: the run (and fold) that a divergence message names."""
 
-    def __init__(self, config: RunConfig, splits: _Splits, parts: _Parts, device: torch.device):
+    def __init__(self, config: RunConfig, splits: _Splits, parts: _Parts, device: torch.device, where: str):
         protocol = config.protocol
-        self.run, self.protocol, self.parts, self.device = config.run, protocol, parts, device
+        self.run, self.protocol, self.parts, self.device, self.where = config.run, protocol, parts, device, where
         self.labels = splits.labels
         self.per_class = protocol.sampling_for(config.loss_spec.sampler)
         self.hflip = protocol.augment.hflip and config.dataset_spec.hflip_invariant
@@ -257,8 +275,7 @@ class _Epochs:
         parts.model.train()
         parts.loss_fn.train()
         started = time.perf_counter()
-        losses: list[torch.Tensor] = []
-        checked = 0
+        watch = FiniteWatch(parts.step.named_state)
         desc = f"{run.key} epoch {epoch}/{protocol.epochs}"
         for index, batch in enumerate(tqdm(batches, desc=desc, unit="batch", mininterval=2.0, leave=False), 1):
             inputs = train_transform(
@@ -270,16 +287,17 @@ class _Epochs:
                 generator,
                 sizes=self.images.sizes_of(batch),
             )
-            losses.append(parts.step(inputs, self.targets[torch.from_numpy(batch).to(self.device)]))
+            parts.step(inputs, self.targets[torch.from_numpy(batch).to(self.device)], watch)
             if index % self.check_every == 0 or index == len(batches):
-                _check_finite(losses, checked, run, epoch)
-                checked = index
+                found = watch.check()
+                if found is not None:
+                    raise diverged(self.where, epoch, found, protocol.optimizer.lr, protocol.grad_clip)
         lr = parts.optimizers[0].param_groups[0]["lr"]
         for sched in parts.schedulers:
             sched.step()
         seconds = time.perf_counter() - started
         return generator, {
-            "train/loss": float(torch.stack(losses).float().mean()),
+            "train/loss": float(torch.stack(watch.losses).float().mean()),
             "train/lr": lr,
             "train/epoch_seconds": seconds,
             "train/images_per_second": batches.size / seconds,
@@ -329,19 +347,6 @@ def _outcome(
         resumed_from_epoch=start_epoch,
         test_feedback=summarize_test_feedback(history, protocol.test_feedback_metric, selection["epoch"]),
         stopped_early=stopped_early,
-    )
-
-
-def _check_finite(losses: list[torch.Tensor], start: int, run: RunSpec, epoch: int) -> None:
-    """Raise on the first non-finite loss among ``losses[start:]`` (batch numbers from 1)."""
-    recent = torch.stack(losses[start:])
-    finite = torch.isfinite(recent)
-    if bool(finite.all()):
-        return
-    first = int((~finite).nonzero()[0, 0])
-    raise TrainingDiverged(
-        f"{run.key}: loss is {recent[first].item()} at epoch {epoch}, batch {start + first + 1}; "
-        "lower the learning rate or check the loss hyperparameters"
     )
 
 

@@ -14,7 +14,11 @@ Check's unit of repetition). Every seed's run nests under its grid cell's run
 a crash or a kill resumes from the last checkpoint into the same MLflow run (found by its
 identity, :func:`dmlbench.tracking.runs.start_training_run`); every epoch is logged exactly
 once (epochs checkpointed but not yet logged when the process died are logged on resume, none
-twice). A diverged run is marked FAILED in MLflow.
+twice). A diverged run (:mod:`dmlbench.train.divergence`) stops in one line naming the run, fold,
+epoch, batch and what went non-finite; its MLflow run (and, on a cross-validation split, the
+seed's run above its fold runs) ends FAILED with tags ``failure``, ``failure_cause=diverged`` and
+``diverged`` (:func:`dmlbench.tracking.runs.failure_tags`), and nothing is written to
+``artifacts/models/`` (DVC then leaves ``dvc.lock`` as it was).
 """
 
 from __future__ import annotations
@@ -136,8 +140,8 @@ def _train_folds(
     except KeyboardInterrupt:
         seed_run.finish("KILLED")
         raise
-    except BaseException:
-        seed_run.finish("FAILED")
+    except BaseException as exc:
+        seed_run.fail(exc)
         raise
     seed_run.finish("FINISHED")
     return infos
@@ -236,8 +240,7 @@ def train_member(
         raise
     except BaseException as exc:
         monitor.finish()
-        tracked.set_tags({"failure": f"{type(exc).__name__}: {exc}"[:5000]})
-        tracked.finish("FAILED")
+        tracked.fail(exc)
         raise
 
     history, timings = split_timings(outcome.history)

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
+
+from dmlbench.train.divergence import FiniteWatch
 
 GPU_CACHE_FRACTION = 0.5  # at most this share of the free GPU memory holds the image cache
 
@@ -117,7 +119,9 @@ class ImageSource:
 
 
 class TrainStep:
-    """forward (autocast) -> miner -> loss (float32) -> backward -> clip -> optimiser steps."""
+    """forward (autocast) -> miner -> loss (float32) -> backward -> clip -> optimiser steps; with a
+    ``watch``, the batch's loss and embeddings are recorded there (device-side finiteness flags,
+    :mod:`dmlbench.train.divergence`)."""
 
     def __init__(
         self,
@@ -135,7 +139,14 @@ class TrainStep:
         yield from self.model.parameters()
         yield from self.loss_fn.parameters()
 
-    def __call__(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def named_state(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every parameter and buffer of the model and the loss (BatchNorm statistics included),
+        named ``model.<name>`` / ``loss.<name>``: what a divergence check looks at."""
+        for prefix, module in (("model", self.model), ("loss", self.loss_fn)):
+            for name, tensor in (*module.named_parameters(), *module.named_buffers()):
+                yield f"{prefix}.{name}", tensor.detach()
+
+    def __call__(self, inputs: torch.Tensor, labels: torch.Tensor, watch: FiniteWatch | None = None) -> torch.Tensor:
         with self.fast.autocast():
             embeddings = self.model(self.fast.prepare_inputs(inputs))
         embeddings = embeddings.float()
@@ -148,4 +159,6 @@ class TrainStep:
             torch.nn.utils.clip_grad_value_([p for p in self.parameters() if p.grad is not None], self.grad_clip)
         for optimizer in self.optimizers:
             optimizer.step()
+        if watch is not None:
+            watch.record(loss.detach(), embeddings.detach())
         return loss.detach()

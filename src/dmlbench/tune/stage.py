@@ -34,7 +34,7 @@ from dmlbench.errors import TrainingDiverged
 from dmlbench.evaluate.metrics import metric_range
 from dmlbench.grid import Combo
 from dmlbench.io import atomic_path, write_json
-from dmlbench.tracking.runs import TrackedRun
+from dmlbench.tracking.runs import TrackedRun, failure_tags
 from dmlbench.tracking.studies import mark_interrupted, study_run, trial_run
 from dmlbench.train.checkpoint import code_fingerprint
 from dmlbench.tune.objective import InvalidTrial, Search, make_search
@@ -178,9 +178,11 @@ def work(params: Params, search: Search, data: PreparedDataset, study: Any, pare
          device: torch.device | None = None) -> int:  # fmt: skip
     """Ask, train, tell until the study has ``tuning.trials`` finished trials; return how many
     this worker ran. A trial whose values break the loss's constraints is ``invalid``: it trains
-    nothing and is told complete at the objective's floor with a violated constraint
-    (:func:`tell`), so it counts and the samplers learn the region is infeasible; one whose training diverges is failed (not counted); after 3 x trials attempts
-    the worker gives up."""
+    nothing; one whose training diverges (:class:`TrainingDiverged`, any fold) is ``diverged``:
+    failed for that reason in the trial table (state ``fail``, the message in ``failure``) and
+    in MLflow (FAILED, ``failure_cause=diverged``). Both are told complete at the objective's floor
+    with a violated constraint (:func:`tell`), so they count and the samplers learn the region is
+    bad; the study goes on. After 3 x trials attempts the worker gives up."""
     import optuna
 
     tuning, experiment = params.tuning, params.tracking.experiment
@@ -196,59 +198,65 @@ def work(params: Params, search: Search, data: PreparedDataset, study: Any, pare
         def on_fold(index: int, value: float, epoch: int, child: TrackedRun = child) -> None:
             child.log_metrics({f"val_fold{index}/{search.objective}": value, f"fold{index}/selected_epoch": epoch})
 
-        state, value, failure = "finished", None, None
+        state, value, error = "finished", None, None
         try:
             with heartbeat(trial.storage, trial):
                 value = search.evaluate(trial, data, device, on_fold=on_fold)
         except optuna.TrialPruned:
             state = "pruned"
         except InvalidTrial as exc:
-            state, failure = "invalid", f"{type(exc).__name__}: {exc}"
+            state, error = "invalid", exc
             trial.set_user_attr("invalid", True)
         except TrainingDiverged as exc:
-            state, failure = "failed", f"{type(exc).__name__}: {exc}"
+            state, error = "diverged", exc
         except BaseException:
             child.set_tags({"trial_state": "interrupted"})
             child.finish("KILLED")  # the trial stays RUNNING in the study: the next start re-runs it
             raise
         seconds = time.perf_counter() - started
         trial.set_user_attr("seconds", round(seconds, 3))
+        failure = f"{type(error).__name__}: {error}" if error is not None else None
         if failure:
             trial.set_user_attr("failure", failure[:500])
-        _log_trial(child, trial, state, value, seconds, failure, search.objective)
+        _log_trial(child, trial, state, value, seconds, error, search.objective)
         tell(study, trial, state, value, search.objective)
-        shown = f"{value:.4f}" if value is not None else state
-        print(f"trial {trial.number} ({state}): {search.objective} {shown} in {seconds:.1f} s [{finished_count(study)}/{tuning.trials}]")
+        shown = f"{search.objective} {value:.4f}" if value is not None else failure if state == "diverged" else state
+        print(f"trial {trial.number} ({state}): {shown} in {seconds:.1f} s [{finished_count(study)}/{tuning.trials}]")
     return ran
 
 
 CONSTRAINT = "loss_rules"
+TRAINS = "trains"  # the constraint a diverged trial violates
 
 
 def tell(study: Any, trial: Any, state: str, value: float | None, objective: str) -> None:
-    """Tell Optuna how ``trial`` ended (finished, pruned, invalid or failed).
+    """Tell Optuna how ``trial`` ended (finished, pruned, invalid, diverged or failed).
 
-    Every counted trial carries the constraint ``loss_rules`` (Optuna's ``Trial.set_constraint``:
-    > 0 infeasible): 1 for an invalid trial (values that break the loss's own rules, e.g.
-    pos_margin >= neg_margin), which is told complete at the objective's floor; -1 otherwise. The
-    GP sampler then models each point's feasibility (constrained log-EI) and TPE ranks infeasible
-    trials last, so neither proposes the invalid region again; told as pruned, which GP ignores,
-    an invalid point was proposed again and again."""
+    Every counted trial carries the constraints ``loss_rules`` and ``trains`` (Optuna's
+    ``Trial.set_constraint``: > 0 infeasible). ``loss_rules`` is 1 for an invalid trial (values
+    that break the loss's own rules, e.g. pos_margin >= neg_margin), ``trains`` 1 for a diverged
+    one (its training went non-finite: the values, e.g. a proxy lr, make it blow up); -1
+    otherwise. Both kinds are told complete at the objective's floor. The GP sampler then
+    models each point's feasibility (constrained log-EI) and TPE ranks them last, so neither
+    proposes the region again; told as pruned or failed, which GP and TPE ignore, such a point was
+    proposed again and again (and a failed trial is not counted, so a diverging region could use
+    up every attempt). Failed is left for what no trial value explains."""
     import optuna
 
-    if state in ("finished", "pruned", "invalid"):
+    if state in ("finished", "pruned", "invalid", "diverged"):
         trial.set_constraint(CONSTRAINT, 1.0 if state == "invalid" else -1.0)
+        trial.set_constraint(TRAINS, 1.0 if state == "diverged" else -1.0)
     if state == "finished":
         study.tell(trial, value)
-    elif state == "invalid":
-        trial.set_user_attr("invalid", True)
+    elif state in ("invalid", "diverged"):
+        trial.set_user_attr(state, True)
         study.tell(trial, metric_range(objective)[0])
     else:
         study.tell(trial, state=optuna.trial.TrialState.PRUNED if state == "pruned" else optuna.trial.TrialState.FAIL)
 
 
-def _log_trial(child: TrackedRun, trial: Any, state: str, value: float | None, seconds: float, failure: str | None,
-               objective: str) -> None:  # fmt: skip
+def _log_trial(child: TrackedRun, trial: Any, state: str, value: float | None, seconds: float,
+               error: Exception | None, objective: str) -> None:  # fmt: skip
     from mlflow.entities import Param
 
     if trial.params:
@@ -257,8 +265,8 @@ def _log_trial(child: TrackedRun, trial: Any, state: str, value: float | None, s
     if value is not None:
         metrics[f"objective/{objective}"] = value
     child.log_metrics(metrics)
-    child.set_tags({"trial_state": state, **({"failure": failure[:5000]} if failure else {})})
-    child.finish("FAILED" if state == "failed" else "FINISHED")
+    child.set_tags({"trial_state": state, **(failure_tags(error) if error is not None else {})})
+    child.finish("FAILED" if state in ("failed", "diverged") else "FINISHED")
 
 
 def summarise(params: Params, search: Search, study: Any, parent: TrackedRun, out: Path) -> dict[str, Any]:
@@ -271,8 +279,11 @@ def summarise(params: Params, search: Search, study: Any, parent: TrackedRun, ou
     table = trial_table(trials, search.space, len(search.folds))
     best = best_trial(table)
     if best is None:
-        parent.finish("FAILED")
-        raise TrainingDiverged(f"study {study.study_name}: no trial completed ({len(table)} failed or pruned)")
+        error = TrainingDiverged(
+            f"study {study.study_name}: no trial completed ({len(table)} failed or pruned)", cause="no complete trial"
+        )
+        parent.fail(error)
+        raise error
     summary = {"searched": True, "study": study.study_name, **study_summary(table, len(search.folds))}
     summary["importance"] = importances(study, tuning.seed)
     published = table[table["number"] == 0] if tuning.start_from_published else table.iloc[0:0]

@@ -1,7 +1,10 @@
 """A finished (or partly finished) study as files: the trial table, the best values, the summary.
 
 ``trials.csv``: one row per trial (number, state, objective, each fold's validation score and
-selected epoch, each searched value, ``retry_of`` for re-runs of interrupted trials).
+selected epoch, each searched value, ``retry_of`` for re-runs of interrupted trials, ``failure``).
+States: complete, pruned, invalid (values that break the loss's rules), fail (a diverged
+training, its message in ``failure``; Optuna holds it as complete at the objective's floor with
+a violated constraint, :func:`dmlbench.tune.stage.tell`, so the table is what to read).
 ``best.yaml``: the best complete trial's values, what ``train@`` reads (:mod:`dmlbench.tune.results`).
 ``study.json``: trial counts by state, trainings run and saved by pruning, parameter importances.
 None of them holds a timing: the seconds per trial go to MLflow and to the run log.
@@ -17,14 +20,22 @@ import pandas as pd
 from dmlbench.losses.search import Dimension
 
 
+def _state(trial: Any) -> str:
+    """A trial's state in the table: Optuna's, except for the trials told at the objective's floor."""
+    if trial.user_attrs.get("invalid"):
+        return "invalid"
+    return "fail" if trial.user_attrs.get("diverged") else trial.state.name.lower()
+
+
 def trial_table(trials: list[Any], space: Mapping[str, Dimension], folds: int) -> pd.DataFrame:
     rows = []
     for trial in sorted(trials, key=lambda t: t.number):
         attrs = trial.user_attrs
+        state = _state(trial)
         row: dict[str, Any] = {
             "number": trial.number,
-            "state": "invalid" if attrs.get("invalid") else trial.state.name.lower(),
-            "objective": trial.value if trial.state.name == "COMPLETE" and not attrs.get("invalid") else None,
+            "state": state,
+            "objective": trial.value if state == "complete" else None,
             "folds_trained": sum(f"fold{i}" in attrs for i in range(folds)),
         }
         for index in range(folds):
@@ -77,12 +88,12 @@ def importances(study: Any, seed: int) -> dict[str, float]:
 
     complete = [
         t for t in study.get_trials(deepcopy=False)
-        if t.state == optuna.trial.TrialState.COMPLETE and not t.user_attrs.get("invalid")
+        if t.state == optuna.trial.TrialState.COMPLETE and _state(t) == "complete"
     ]  # fmt: skip
     if len(complete) < 2:
         return {}
-    # the invalid trials' floor values left out: a copy in memory (storage-level, so that a published
-    # trial 0 outside a user-narrowed space is copied as it was run, not re-validated)
+    # the invalid and diverged trials' floor values left out: a copy in memory (storage-level, so that a
+    # published trial 0 outside a user-narrowed space is copied as it was run, not re-validated)
     storage = optuna.storages.InMemoryStorage()
     study_id = storage.create_new_study([optuna.study.StudyDirection.MAXIMIZE], "feasible")
     for trial in complete:

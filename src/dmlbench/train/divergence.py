@@ -1,0 +1,118 @@
+"""Divergence: a training whose loss, batch embeddings or weights went non-finite, found on the device.
+
+The loss alone does not show it. With NaN embeddings every distance is NaN, and a loss whose
+reducer or miner drops NaN terms (PML's ``AvgNonZeroReducer`` under Contrastive, the miners of
+Triplet and Multi-Similarity: ``NaN > 0`` is False) can return a finite number while the
+weights are already NaN; a BatchNorm's running statistics can overflow while training-mode
+batches still normalise, which only validation would show. So each step records, on the
+device, whether its loss and its embeddings are finite (:meth:`FiniteWatch.record`: tensor ops,
+no host sync); every :func:`finite_check_interval` batches :meth:`FiniteWatch.check` adds
+whether every parameter and buffer (model and loss) is finite and reads it all back in one
+device sync (:func:`to_host`). Which came first decides the report: the first batch whose loss
+or embeddings were non-finite, else the weights at the check.
+
+A tensor's finiteness is read from its sum, one reduction per tensor (a NaN or an infinity
+makes the sum NaN or infinite), cheaper than ``isfinite(t).all()`` per tensor, which matters on
+the CPU, where the check runs every batch (tiny_cnn, one thread: record and check 0.24 ms a
+batch instead of 0.9 ms, against ~20 ms a training step). A sum that overflowed from finite
+values (|weights| ~ 1e38 / size) is told apart exactly, on that path only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import torch
+
+from dmlbench.errors import TrainingDiverged
+
+GPU_FINITE_CHECK_EVERY = 25  # batches between finiteness checks off the CPU (each syncs the device)
+NAMED_SHOWN = 3  # non-finite weights named in a message
+
+NamedTensors = Callable[[], Iterable[tuple[str, torch.Tensor]]]
+
+
+def finite_check_interval(device: torch.device) -> int:
+    """Batches between finiteness checks: every batch on the CPU, every
+    ``GPU_FINITE_CHECK_EVERY`` elsewhere (a check waits for the device)."""
+    return 1 if device.type == "cpu" else GPU_FINITE_CHECK_EVERY
+
+
+def to_host(flags: torch.Tensor) -> list[bool]:
+    """The one device sync of a check: ``flags`` (bool, 1-D) read back to the host."""
+    return flags.cpu().tolist()
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """What went non-finite first: ``cause`` (loss, embeddings or weights), at ``batch`` (from 1)."""
+
+    cause: str
+    batch: int
+    detail: str  # e.g. "loss is nan", "embeddings are not finite while the loss is 0.0 (...)"
+
+
+class FiniteWatch:
+    """One epoch's per-batch finiteness of loss and embeddings, kept on the device until checked.
+
+    ``named_state`` yields the tensors whose finiteness a check adds (the model's and the loss's
+    parameters and buffers), with names for the message. ``losses`` keeps each batch's loss (the
+    epoch's mean loss is read from it once, at the end)."""
+
+    def __init__(self, named_state: NamedTensors):
+        self.named_state = named_state
+        self.losses: list[torch.Tensor] = []
+        self.flags: list[torch.Tensor] = []  # per batch: [loss finite, every embedding finite]
+        self.checked = 0  # batches already checked
+
+    def record(self, loss: torch.Tensor, embeddings: torch.Tensor) -> None:
+        """Keep the batch's loss and its finiteness flags on the device (no host sync)."""
+        self.losses.append(loss)
+        self.flags.append(torch.stack([torch.isfinite(loss), torch.isfinite(embeddings).all()]))
+
+    def check(self) -> Divergence | None:
+        """What went non-finite among the batches recorded since the last check, or in the weights
+        now; None when everything is finite. One device sync."""
+        recent = self.flags[self.checked :]
+        named = [(name, t) for name, t in self.named_state() if t.is_floating_point()]
+        parts = [torch.stack(recent).flatten()] if recent else []
+        if named:
+            parts.append(torch.isfinite(torch.stack([t.sum().float() for _, t in named])))
+        flags = to_host(torch.cat(parts))
+        start, self.checked = self.checked, len(self.flags)
+        for offset in range(len(recent)):
+            loss_finite, embeddings_finite = flags[2 * offset], flags[2 * offset + 1]
+            if not (loss_finite and embeddings_finite):
+                return self._batch(start + offset, bool(loss_finite), bool(embeddings_finite))
+        summed = zip(named, flags[2 * len(recent) :], strict=True)
+        bad = [name for (name, tensor), ok in summed if not ok and not bool(torch.isfinite(tensor).all())]
+        if not bad:
+            return None
+        shown = ", ".join(bad[:NAMED_SHOWN]) + (f" and {len(bad) - NAMED_SHOWN} more" if len(bad) > NAMED_SHOWN else "")
+        return Divergence("weights", self.checked, f"weights are not finite ({shown})")
+
+    def _batch(self, index: int, loss_finite: bool, embeddings_finite: bool) -> Divergence:
+        loss = self.losses[index].item()
+        if embeddings_finite:
+            return Divergence("loss", index + 1, f"loss is {loss}")
+        if loss_finite:
+            detail = f"embeddings are not finite while the loss is {loss:g} (its reducer or miner hid it)"
+        else:
+            detail = f"embeddings are not finite (loss {loss})"
+        return Divergence("embeddings", index + 1, detail)
+
+
+def diverged(where: str, epoch: int, found: Divergence, lr: float, grad_clip: float | None) -> TrainingDiverged:
+    """The one-line error for ``found`` in run ``where`` (``<run key>`` or ``<run key> fold f``):
+    what went non-finite, when, and what to try."""
+    clip = "clip gradients (protocol key grad_clip)"
+    if grad_clip:
+        clip = f"clip gradients harder (grad_clip, now {grad_clip:g})"
+    return TrainingDiverged(
+        f"{where}: {found.detail} at epoch {epoch}, batch {found.batch}; lower the learning rate "
+        f"(optimizer.lr, now {lr:g}), {clip} or check the loss hyperparameters",
+        cause=found.cause,
+        epoch=epoch,
+        batch=found.batch,
+    )
