@@ -6,7 +6,7 @@ Adding a backbone = one module declaring a :class:`~dmlbench.models.base.Backbon
 
 from __future__ import annotations
 
-from dmlbench.models import bn_inception, googlenet, resnet50, timm_models, tiny_cnn
+from dmlbench.models import bn_inception, efficientnet_lite0, googlenet, resnet50, timm_models, tiny_cnn
 from dmlbench.models.base import BackboneParams, BackboneSpec, InputNorm, Trunk
 from dmlbench.models.embedding import EmbeddingModel
 
@@ -24,7 +24,17 @@ class BackboneRegistry(dict):
 
 
 BACKBONES: dict[str, BackboneSpec] = BackboneRegistry(
-    {spec.name: spec for spec in (tiny_cnn.SPEC, resnet50.SPEC, googlenet.SPEC, bn_inception.SPEC, timm_models.SPEC)}
+    {
+        spec.name: spec
+        for spec in (
+            tiny_cnn.SPEC,
+            resnet50.SPEC,
+            googlenet.SPEC,
+            bn_inception.SPEC,
+            efficientnet_lite0.SPEC,
+            timm_models.SPEC,
+        )
+    }
 )
 
 

