@@ -15,9 +15,10 @@ import yaml
 from conftest import ROOT
 from pydantic import ValidationError
 
-from dmlbench.config import RunSpec, parse_params
+from dmlbench.grid import RunSpec
+from dmlbench.params.load import parse_params
 from dmlbench.losses import LOSSES
-from dmlbench.run_config import run_config
+from dmlbench.params.run import run_config
 from dmlbench.train.optim import make_loss_optimizer
 
 TABLE_4 = {  # loss: absolute lr of its parameters (thesis Table 4; Margin per class as Margin's beta)
@@ -31,6 +32,7 @@ MULTIPLIERS = {  # loss: x the protocol lr (sources with no absolute value)
     "proxy_anchor": 100.0,  # Proxy-Anchor's official code; thesis Table 4 gives no proxy lr
     "thesis_proxy": 100.0,  # the thesis code's own loss (ch. 6)
     "cosface": 1.0,  # not in the thesis: the protocol lr
+    "subcenter_arcface": 1.0,  # not in the thesis: the protocol lr, as CosFace's weights
     "normalized_softmax": 1.0,
 }
 PARAMETRIC = sorted(name for name, spec in LOSSES.items() if spec.has_parameters)

@@ -82,10 +82,12 @@ def test_losses_declare_table_4_defaults_and_what_they_need():
             "proxy_anchor": 6e-2,
             "normalized_softmax": 6e-4,
             "thesis_proxy": 6e-2,
+            "subcenter_arcface": 6e-4,
         }
     )
     pair_losses = {"contrastive", "triplet", "lifted_structure", "npair", "margin", "multi_similarity"}
     pair_losses |= {"circle", "ntxent", "fastap", "snr", "margin_per_class", "multi_similarity_without_miner"}
+    pair_losses |= {"smooth_ap", "supcon", "tuplet_margin"}
     assert {name for name, spec in LOSSES.items() if spec.sampler == "m_per_class"} == pair_losses
     margin = LOSSES["margin"].build(defaults["margin"], 5, 8)
     assert margin.learn_beta and isinstance(margin.beta, torch.nn.Parameter) and margin.beta.numel() == 1
@@ -270,7 +272,10 @@ def test_readme_example_loss_works(tmp_path, monkeypatch, doc, heading):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     entry = module.SPEC
-    assert entry.name == "supcon" and entry.name not in LOSSES and not entry.has_parameters
+    assert entry.name == "supcon" and not entry.has_parameters
+    # the example is the registered supcon in short: the same defaults and, where it gives one, search space
+    assert entry.params().model_dump() == LOSSES["supcon"].params().model_dump()
+    assert not entry.search_space or entry.search_space == LOSSES["supcon"].search_space
     loss = entry.build(entry.params(), 4, 8)
     embeddings = torch.nn.functional.normalize(torch.randn(16, 8, requires_grad=True), dim=1)
     value = loss(embeddings, torch.arange(4).repeat_interleave(4))

@@ -20,10 +20,14 @@ from dmlbench.losses import (
     ntxent,
     proxy_anchor,
     proxy_nca,
+    smooth_ap,
     snr,
     soft_triple,
+    subcenter_arcface,
+    supcon,
     thesis_proxy,
     triplet,
+    tuplet_margin,
 )
 from dmlbench.losses.base import LossParams, LossSpec, ParametricLossParams
 
@@ -49,6 +53,10 @@ LOSSES: dict[str, LossSpec] = {
         snr.SPEC,
         normalized_softmax.SPEC,
         thesis_proxy.SPEC,
+        smooth_ap.SPEC,
+        supcon.SPEC,
+        tuplet_margin.SPEC,
+        subcenter_arcface.SPEC,
     )
 }
 
