@@ -1,32 +1,41 @@
-"""Dataset archives: their declaration, params overrides, safe extraction, and the shared ``fetch``.
+"""Dataset archives: their declaration, params overrides, mirrors, first-use checksums, the shared
+``fetch`` and the pre-flight lines.
 
-A dataset module declares its files as :class:`Archive` entries (file name, published URL or
-none, md5, size) and gets its ``fetch`` from :func:`archive_fetcher`. For every archive the
-fetch looks in the drop-box ``data/`` first (verifying the md5), else downloads it into
-``data/`` (:mod:`dmlbench.data.download`), so that ``dvc add data && dvc push`` shares it;
-then it extracts (or copies) everything into ``artifacts/raw/<dataset>/`` atomically.
-Extraction rejects entries that would land outside the target directory, absolute paths,
-links of any kind and device files (no dataset archive has them).
+A dataset module declares its files as :class:`Archive` entries (file name, published URL and
+mirrors or none, md5, size) and gets its ``fetch`` from :func:`archive_fetcher`. For every
+archive the fetch looks in the drop-box ``data/`` first (verifying the md5), else downloads it
+there (:mod:`dmlbench.data.download`; the published URL, then each mirror, the md5 the judge),
+so that ``dvc add data && dvc push`` shares it; then it unpacks (:mod:`dmlbench.data.extract`)
+or copies everything into ``artifacts/raw/<dataset>/`` atomically.
+
+An archive with no md5 (none published, none pinned in params.yaml) is trusted on first use:
+once it unpacked (and, for Cars196, passed the content check) its sha256 is written next to
+it, ``data/<file>.sha256`` (``sha256sum`` format, so
+``cd data && sha256sum -c img.zip.sha256`` checks it too), and a later copy whose sha256
+differs fails the download stage in one line (delete that ``.sha256`` file to accept the copy).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
-import stat
 import sys
-import tarfile
-import zipfile
+import urllib.parse
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Callable
 
 from pydantic import Field
 
-from dmlbench.data.base import Archive, DatasetParams, SourceParams
+from dmlbench.data.base import Archive, DatasetParams, DatasetSpec, SourceParams, UrlCheck
 from dmlbench.data.download import CHUNK_BYTES, download
+from dmlbench.data.extract import extract_archive
 from dmlbench.errors import DataError
-from dmlbench.io import atomic_dir, md5_file, write_json
+from dmlbench.io import atomic_dir, atomic_path, md5_file, write_json
 from dmlbench.schema import StrictModel
+
+__all__ = ["ArchiveSource", "ArchiveSourceParams", "archive_fetcher", "extract_archive", "fetch_archives"]
 
 ARCHIVES_RECORD = "archives.json"
 MD5_PATTERN = r"^[0-9a-f]{32}$"
@@ -46,15 +55,22 @@ class ArchiveSourceParams(SourceParams):
 
 @dataclass(frozen=True)
 class ResolvedArchive:
-    """An archive with the params overrides applied."""
+    """An archive with the params overrides applied: a ``url`` set in params.yaml replaces the
+    published URL and its mirrors."""
 
     archive: Archive
     url: str | None
     md5: str | None
+    mirrors: tuple[str, ...] = ()
 
     @property
     def filename(self) -> str:
         return self.archive.filename
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Where to download it, in order."""
+        return ((self.url,) if self.url else ()) + self.mirrors
 
     @property
     def size(self) -> int | None:
@@ -72,128 +88,160 @@ def resolve(archives: tuple[Archive, ...], source: SourceParams) -> list[Resolve
     resolved = []
     for archive in archives:
         override = getattr(source, archive.key, None) or ArchiveSource()
-        resolved.append(ResolvedArchive(archive, override.url or archive.url, override.md5 or archive.md5))
+        mirrors = () if override.url else archive.mirrors
+        resolved.append(ResolvedArchive(archive, override.url or archive.url, override.md5 or archive.md5, mirrors))
     return resolved
 
 
-# --------------------------------------------------------------------------- extraction
+# --------------------------------------------------------------------------- first-use checksums
 
 
-def _check_member_name(archive: Path, name: str, dest: Path) -> Path:
-    """The path ``name`` extracts to, or a DataError if it is absolute or leaves ``dest``."""
-    pure = PurePosixPath(name.replace("\\", "/"))
-    if pure.is_absolute() or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
-        raise DataError(f"{archive}: entry {name!r} has an absolute path; refusing to extract")
-    if ".." in pure.parts:
-        raise DataError(f"{archive}: entry {name!r} would be written outside {dest}; refusing to extract")
-    target = (dest / pure).resolve()
-    if not target.is_relative_to(dest.resolve()):
-        raise DataError(f"{archive}: entry {name!r} would be written outside {dest}; refusing to extract")
-    return target
+def sidecar(path: Path) -> Path:
+    """Where the sha256 of an archive without md5 is recorded on first use: ``<file>.sha256``."""
+    return path.with_name(f"{path.name}.sha256")
 
 
-def _extract_tar(archive: Path, dest: Path, progress) -> None:
-    with tarfile.open(archive, mode="r:*") as tar:
-        for member in tar:  # streamed: a .tgz is decompressed once
-            _check_member_name(archive, member.name, dest)
-            if member.issym() or member.islnk():
-                raise DataError(
-                    f"{archive}: entry {member.name!r} is a link to {member.linkname!r}; refusing to extract"
-                )
-            if not (member.isfile() or member.isdir()):
-                raise DataError(f"{archive}: entry {member.name!r} is a device or fifo; refusing to extract")
-            tar.extract(member, dest, filter="data")  # second line of defence (PEP 706)
-            progress.update(member.size)
-
-
-def _extract_zip(archive: Path, dest: Path, progress) -> None:
-    with zipfile.ZipFile(archive) as zf:
-        for info in zf.infolist():
-            _check_member_name(archive, info.filename, dest)
-            mode = info.external_attr >> 16
-            if stat.S_ISLNK(mode):
-                raise DataError(f"{archive}: entry {info.filename!r} is a symbolic link; refusing to extract")
-            zf.extract(info, dest)
-            progress.update(info.file_size)
-
-
-def extract_archive(archive: Path, dest: Path) -> None:
-    """Unpack a tar (any compression) or zip ``archive`` into ``dest``, rejecting unsafe entries."""
+def file_digests(path: Path) -> tuple[str, str]:
+    """(md5, sha256) of a file, in one pass with a progress bar."""
     from tqdm import tqdm
 
-    dest.mkdir(parents=True, exist_ok=True)
-    if zipfile.is_zipfile(archive):
-        extractor = _extract_zip
-    elif tarfile.is_tarfile(archive):
-        extractor = _extract_tar
+    md5, sha256 = hashlib.md5(), hashlib.sha256()
+    with (
+        open(path, "rb") as handle,
+        tqdm(
+            total=path.stat().st_size, desc=f"checksum {path.name}", unit="B", unit_scale=True, mininterval=1.0
+        ) as bar,
+    ):
+        for block in iter(lambda: handle.read(CHUNK_BYTES), b""):
+            md5.update(block)
+            sha256.update(block)
+            bar.update(len(block))
+    return md5.hexdigest(), sha256.hexdigest()
+
+
+def tree_files(root: Path) -> list[Path]:
+    """Every file under ``root`` (links followed), sorted by relative path."""
+    files = [Path(top) / name for top, _, names in os.walk(root, followlinks=True) for name in names]
+    return sorted(files, key=lambda file: file.relative_to(root).as_posix())
+
+
+def tree_sha256(root: Path) -> str:
+    """sha256 of a directory: of the ``sha256sum`` lines (``<sha256>  <relative path>``) of its files, sorted."""
+    digest = hashlib.sha256()
+    for file in tree_files(root):
+        with open(file, "rb") as handle:
+            line = f"{hashlib.file_digest(handle, 'sha256').hexdigest()}  {file.relative_to(root).as_posix()}\n"
+        digest.update(line.encode())
+    return digest.hexdigest()
+
+
+def check_recorded(path: Path, sha256: str) -> None:
+    """Refuse ``path`` when its sha256 differs from the one recorded on first use (if any)."""
+    record = sidecar(path)
+    if record.exists():
+        recorded = (record.read_text().split() or [""])[0]
+        if recorded != sha256:
+            raise DataError(
+                f"{path}: sha256 {sha256} differs from {recorded or 'nothing'} recorded on first use in {record}; "
+                f"restore that copy, or delete {record} to accept this one"
+            )
+
+
+def record_first_use(dataset: str, path: Path, sha256: str, md5: str | None = None, key: str = "") -> None:
+    """Write ``path``'s sha256 to its ``.sha256`` file unless one is there (call once the files proved good)."""
+    from tqdm import tqdm
+
+    record = sidecar(path)
+    if record.exists():
+        return
+    with atomic_path(record) as tmp:
+        tmp.write_text(f"{sha256}  {path.name}{'/' if path.is_dir() else ''}\n")
+    if md5 is None:
+        message = f"{dataset}: {path}/ has no published checksum; its sha256 is recorded in {record}"
     else:
-        raise DataError(f"{archive}: neither a zip nor a tar archive")
-    with tqdm(desc=f"extract {archive.name}", unit="B", unit_scale=True, mininterval=1.0) as progress:
-        try:
-            extractor(archive, dest, progress)
-        except (tarfile.TarError, zipfile.BadZipFile, EOFError) as exc:
-            raise DataError(f"{archive}: corrupt archive ({type(exc).__name__}: {exc})") from None
+        pin = f" (pin it with datasets.{dataset}.source.{key}.md5)" if key else ""
+        message = (
+            f"{dataset}: {path.name} has no published md5; its md5 is {md5}{pin} and its sha256 is recorded in {record}"
+        )
+    tqdm.write(message, file=sys.stderr)
+
+
+def record_archives(dataset: str, local: list[tuple[ResolvedArchive, Path, dict]]) -> None:
+    """Record the sha256 of every archive without md5 that has none recorded yet."""
+    for item, path, record in local:
+        if "sha256" in record:
+            record_first_use(dataset, path, record["sha256"], record["md5"], item.archive.key)
 
 
 # --------------------------------------------------------------------------- fetch
 
 
+def missing_line(dataset: str, item: ResolvedArchive, dropbox: Path) -> str:
+    """One short line: this archive is not in the drop-box and nothing can download it."""
+    how = f" ({item.archive.how_to_get})" if item.archive.how_to_get else ""
+    return f"{dataset}: {item.describe()} is not in {dropbox}/ and has no public download{how}"
+
+
 def missing_archives_error(dataset: str, missing: list[ResolvedArchive], dropbox: Path) -> DataError:
-    """One line naming every file the user must place in the drop-box, with md5 and where to get it."""
-    files = "; ".join(
-        f"{item.describe()}" + (f": {item.archive.how_to_get}" if item.archive.how_to_get else "") for item in missing
-    )
-    keys = ", ".join(f"datasets.{dataset}.source.{item.archive.key}.url" for item in missing)
-    return DataError(
-        f"{dataset}: no public download works for {len(missing)} file(s); place them in {dropbox}/ "
-        f"and re-run (or set {keys} to a mirror): {files}"
-    )
+    """One line per file the user must place in the drop-box."""
+    return DataError("\n".join(missing_line(dataset, item, Path(dropbox)) for item in missing))
 
 
-def ensure_archive(dataset: str, item: ResolvedArchive, dropbox: Path) -> tuple[Path, str]:
-    """``dropbox/<filename>`` verified against the md5 (downloaded there first if absent): (path, md5)."""
-    from tqdm import tqdm
-
+def ensure_archive(dataset: str, item: ResolvedArchive, dropbox: Path) -> tuple[Path, dict]:
+    """``dropbox/<filename>``, verified (downloaded there first if absent): (path, its archives.json record)."""
     local = Path(dropbox) / item.filename
     fix = (
         f"replace it with an intact copy (or set datasets.{dataset}.source.{item.archive.key}.md5 for another release)"
     )
+    used = item.url
     if local.exists():
         if item.size is not None and local.stat().st_size != item.size:
             raise DataError(f"{local}: {local.stat().st_size:,} bytes, expected {item.size:,}; {fix}")
-        got = md5_file(local, CHUNK_BYTES, progress=True)
-        if item.md5 is not None and got != item.md5:
-            raise DataError(f"{local}: md5 is {got}, expected {item.md5}; {fix}")
-    elif item.url is None:
+        if item.md5 is not None:
+            got = md5_file(local, CHUNK_BYTES, progress=True)
+            if got != item.md5:
+                raise DataError(f"{local}: md5 is {got}, expected {item.md5}; {fix}")
+    elif not item.urls:
         raise missing_archives_error(dataset, [item], Path(dropbox))
     else:
-        try:
-            got = download(item.url, local, item.md5, item.size)
-        except DataError as exc:
-            raise DataError(f"{dataset}: {exc}; or place {item.describe()} in {dropbox}/") from None
-    if item.md5 is None:
-        tqdm.write(
-            f"{dataset}: {item.filename} has no published md5; its md5 {got} is recorded in archives.json "
-            f"(pin it with datasets.{dataset}.source.{item.archive.key}.md5)",
-            file=sys.stderr,
-        )
-    return local, got
+        failures = []
+        for url in item.urls:  # the published URL, then the mirrors: the md5 decides
+            try:
+                download(url, local, item.md5, item.size)
+                used = url
+                break
+            except DataError as exc:
+                failures.append(str(exc))
+        else:
+            how = f" (from {item.archive.how_to_get})" if item.archive.how_to_get else ""
+            raise DataError(f"{dataset}: {'; '.join(failures)}; or place {item.describe()} in {dropbox}/{how}")
+    record = {"filename": item.filename, "url": used, "md5": item.md5}
+    if item.md5 is None:  # trusted on first use: see record_archives
+        record["md5"], record["sha256"] = file_digests(local)
+        check_recorded(local, record["sha256"])
+    return local, record
+
+
+def unpack(item: ResolvedArchive, path: Path, dest: Path) -> None:
+    """Extract an archive into ``dest`` (or copy a plain file there)."""
+    if item.archive.extract:
+        extract_archive(path, dest)
+    else:
+        shutil.copyfile(path, dest / item.filename)
 
 
 def fetch_archives(dataset: str, archives: tuple[Archive, ...], source: SourceParams, raw_dir: Path, dropbox: Path):
     """Make every archive available in ``dropbox`` (verified), then unpack all into ``raw_dir`` atomically."""
     resolved = resolve(archives, source)
-    missing = [item for item in resolved if item.url is None and not (dropbox / item.filename).exists()]
+    missing = [item for item in resolved if not item.urls and not (dropbox / item.filename).exists()]
     if missing:  # fail before any download starts
         raise missing_archives_error(dataset, missing, dropbox)
     local = [(item, *ensure_archive(dataset, item, dropbox)) for item in resolved]
     with atomic_dir(raw_dir) as tmp:
         for item, path, _ in local:
-            if item.archive.extract:
-                extract_archive(path, tmp)
-            else:
-                shutil.copyfile(path, tmp / item.filename)
-        write_json(tmp / ARCHIVES_RECORD, [{"filename": i.filename, "md5": md5, "url": i.url} for i, _, md5 in local])
+            unpack(item, path, tmp)
+        write_json(tmp / ARCHIVES_RECORD, [record for _, _, record in local])
+    record_archives(dataset, local)
 
 
 def archive_fetcher(dataset: str, archives: tuple[Archive, ...]) -> Callable[[DatasetParams, Path, Path], None]:
@@ -204,3 +252,44 @@ def archive_fetcher(dataset: str, archives: tuple[Archive, ...]) -> Callable[[Da
 
     fetch.__doc__ = f"Fetch {', '.join(a.filename for a in archives)} and unpack them into the raw directory."
     return fetch
+
+
+# --------------------------------------------------------------------------- pre-flight
+
+
+def archive_problems(
+    dataset: str, archives: tuple[Archive, ...], source: SourceParams, dropbox: Path, unreachable: UrlCheck
+) -> list[str]:
+    """One line per archive that is neither in ``dropbox`` nor downloadable now (no URL of it answers;
+    the line names each URL's host and why, the download stage names the whole URLs)."""
+    lines = []
+    for item in resolve(archives, source):
+        if (Path(dropbox) / item.filename).exists():
+            continue
+        if not item.urls:
+            lines.append(missing_line(dataset, item, Path(dropbox)))
+            continue
+        failures = []
+        for url in item.urls:
+            reason = unreachable(url)
+            if reason is None:
+                break
+            failures.append((urllib.parse.urlsplit(url).netloc or url, reason))
+        else:
+            hosts, reasons = zip(*failures, strict=True)
+            if len(set(reasons)) == 1:
+                detail = f"{', '.join(hosts)}: {reasons[0]}"
+            else:
+                detail = "; ".join(f"{host}: {reason}" for host, reason in failures)
+            lines.append(
+                f"{dataset}: {item.filename} cannot be downloaded ({detail}); place it in {dropbox}/ "
+                f"(or set datasets.{dataset}.source.{item.archive.key}.url to a mirror)"
+            )
+    return lines
+
+
+def dataset_problems(spec: DatasetSpec, params: DatasetParams, dropbox: Path, unreachable: UrlCheck) -> list[str]:
+    """The pre-flight lines of one dataset: its own check (``spec.preflight``) or :func:`archive_problems`."""
+    if spec.preflight is not None:
+        return spec.preflight(params, Path(dropbox), unreachable)
+    return archive_problems(spec.name, spec.archives, params.source, Path(dropbox), unreachable)

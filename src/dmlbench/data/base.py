@@ -26,6 +26,8 @@ OFFICIAL_SPLITS = ("train", "test", "query", "gallery")
 CROSS_VALIDATION_SCHEMES = ("rc_cv", "kfold")
 DEFAULT_NUM_FOLDS = {"rc_cv": 4, "kfold": 10}
 
+UrlCheck = Callable[[str], str | None]  # why a URL cannot be downloaded now, or None (the pre-flight's probe)
+
 
 class SplitConfig(StrictModel):
     """How validation classes are carved from the training classes (never from test classes).
@@ -104,10 +106,12 @@ class DatasetParams(StrictModel):
 class Archive:
     """One file a dataset needs.
 
-    ``key``: its name under ``datasets.<name>.source`` in params.yaml; ``url``: ``None`` where
-    no public download works (the file must be placed in ``data/``); ``md5``: ``None`` where no
-    checksum is published; ``size`` in bytes (``None`` if unknown); ``extract``: unpack a
-    tar/zip archive (else the file is copied as is); ``how_to_get``: one sentence for the user.
+    ``key``: its name under ``datasets.<name>.source`` in params.yaml (empty: none); ``url``:
+    ``None`` where no public download works (the file must be placed in ``data/``); ``mirrors``:
+    URLs tried in order after ``url`` fails (the md5 decides); ``md5``: ``None`` where no
+    checksum is published (the sha256 is then recorded on first use); ``size`` in bytes
+    (``None`` if unknown); ``extract``: unpack a tar/zip archive (else the file is copied as
+    is); ``how_to_get``: a short hint for the user (a page, a URL).
     """
 
     key: str
@@ -117,6 +121,7 @@ class Archive:
     size: int | None = None
     extract: bool = True
     how_to_get: str = ""
+    mirrors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,7 +130,9 @@ class DatasetSpec:
 
     ``archives``: the files ``fetch`` needs (empty for generated datasets); ``homepage``:
     where the dataset is described; ``query_gallery``: the test half is split into query and
-    gallery images (In-Shop) instead of being queried against itself.
+    gallery images (In-Shop) instead of being queried against itself; ``preflight``: the
+    dataset's own pre-flight ``(params, dropbox, unreachable) -> lines`` where its files come in
+    alternative layouts (Cars196), else every archive must be in ``data/`` or downloadable.
     """
 
     name: str
@@ -137,6 +144,7 @@ class DatasetSpec:
     query_gallery: bool = False
     archives: tuple[Archive, ...] = ()
     homepage: str = ""
+    preflight: Callable[[DatasetParams, Path, UrlCheck], list[str]] | None = None
 
 
 def check_annotations(frame: pd.DataFrame, dataset: str) -> pd.DataFrame:

