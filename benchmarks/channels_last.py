@@ -61,13 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, memory_format in (("NCHW", torch.contiguous_format), ("channels_last", torch.channels_last)):
         net = model(memory_format).eval()
         with torch.inference_mode():
-            embed = lambda: [net(images[i : i + args.batch]) for i in range(0, args.images, args.batch)]  # noqa: E731
+            embed = lambda net=net: [net(images[i : i + args.batch]) for i in range(0, args.images, args.batch)]  # noqa: E731
             inference = seconds(embed, args.repeats)
             outputs[name] = torch.cat(embed())
         net = model(memory_format).train()
         optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
 
-        def train() -> None:
+        def train(net: torch.nn.Module = net, optimizer: torch.optim.Optimizer = optimizer) -> None:
             for _ in range(args.steps):
                 net(batch).square().sum().backward()
                 optimizer.step()
@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"{args.backbone}, {args.size} px, {args.threads} thread(s), torch {torch.__version__}: "
-        f"inference = {args.images} images in batches of {args.batch}; training = {args.steps} steps of {args.train_batch}"
+        f"inference = {args.images} images in batches of {args.batch}; training = {args.steps} steps of "
+        f"{args.train_batch}"
     )
     print(f"{'format':<14} {'inference s':>12} {'training s':>11}")
     for name, inference, train_seconds in rows:

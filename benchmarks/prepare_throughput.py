@@ -96,7 +96,8 @@ def main() -> None:
 
     print(
         f"\n{len(paths)} JPEGs, mean {np.mean(sizes) / 1e3:.0f} kB, long side 500 px -> short side {args.size} px "
-        f"(canvas {math.ceil(args.size * 4 / 3 - 1e-9)}); {cpus} usable CPU(s), {platform.processor() or platform.machine()}"
+        f"(canvas {math.ceil(args.size * 4 / 3 - 1e-9)}); {cpus} usable CPU(s), "
+        f"{platform.processor() or platform.machine()}"
     )
     print(f"{'workers':>7} {'seconds':>8} {'images/s':>9} {'images/s per worker':>20}")
     for row in rows:

@@ -36,8 +36,8 @@ def main() -> None:
     import torch
 
     from dmlbench import paths
-    from dmlbench.config import load_params
     from dmlbench.data.cache import PreparedDataset
+    from dmlbench.params.load import load_params
     from dmlbench.tracking.studies import study_run
     from dmlbench.tune.objective import make_search
     from dmlbench.tune.stage import work
@@ -67,7 +67,8 @@ def main() -> None:
             best, summary = best_trial(table), study_summary(table, len(search.folds))
             values = ", ".join(f"{k} {best[f'param.{k}']:.3g}" for k in search.space)
             print(f"{loss} | {pruner} | {int(best['number'])} | {best['objective']:.4f} | {values} | "
-                  f"{summary['trials']['complete']} / {summary['trials']['pruned']} | {summary['trainings']} | {seconds:.0f}")  # fmt: skip
+                  f"{summary['trials']['complete']} / {summary['trials']['pruned']} | {summary['trainings']} "
+                  f"| {seconds:.0f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,13 +1,12 @@
 """DVC stage download@<dataset>: fetch the dataset into artifacts/raw/<dataset>."""
 
-import argparse
-
-from dmlbench.cli import main
+from dmlbench.cli import main, stage_parser
 from dmlbench.data.stage import download_stage
-
-parser = argparse.ArgumentParser(description=__doc__)
-parser.add_argument("--params", default="params.yaml")
-parser.add_argument("--dataset", required=True)
+from dmlbench.params.datasets import load_dataset_params
 
 if __name__ == "__main__":
-    main(parser, lambda params, args: download_stage(params, args.dataset))
+    main(
+        stage_parser(__doc__, "dataset"),
+        lambda dataset, args: download_stage(args.dataset, dataset),
+        load=lambda args: load_dataset_params(args.params, args.dataset),
+    )

@@ -1,13 +1,12 @@
 """DVC stage embed_pretrained@<dataset>-<backbone>: pooled trunk features before training (the "Pretrained" row)."""
 
-import argparse
-
-from dmlbench.cli import main
+from dmlbench.cli import main, stage_parser
 from dmlbench.evaluate.embed import embed_pretrained_stage
+from dmlbench.params.load import load_params
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--dataset", required=True)
-    parser.add_argument("--backbone", required=True)
-    main(parser, lambda params, args: embed_pretrained_stage(params, args.dataset, args.backbone))
+    main(
+        stage_parser(__doc__, "dataset", "backbone"),
+        lambda params, args: embed_pretrained_stage(params, args.dataset, args.backbone),
+        load=lambda args: load_params(args.params),
+    )

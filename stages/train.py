@@ -1,8 +1,9 @@
 """DVC stage train@<dataset>-<backbone>-<loss>-<dim>-<seed>: train one run, log it to MLflow, then embed
 the test (and validation) classes with the selected model."""
 
-from dmlbench.cli import main, run_parser, run_spec
+from dmlbench.cli import main, run_spec, stage_parser
 from dmlbench.evaluate.embed import embed_stage
+from dmlbench.params.load import load_params
 from dmlbench.train.stage import train_stage
 
 
@@ -14,4 +15,8 @@ def train_and_embed(params, args) -> dict:
 
 
 if __name__ == "__main__":
-    main(run_parser(__doc__), train_and_embed)
+    main(
+        stage_parser(__doc__, "dataset", "backbone", "loss", "dim", "seed"),
+        train_and_embed,
+        load=lambda args: load_params(args.params),
+    )

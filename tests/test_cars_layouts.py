@@ -218,7 +218,8 @@ def test_nothing_in_the_dropbox_is_one_short_line(tmp_path):
     (dropbox / "car_ims.tgz").write_bytes(b"x")
     (line,) = dataset_problems(cars196.SPEC, params(), dropbox, never)
     assert line.startswith(
-        f"cars196: cars_annos.mat (md5 b407c6086d669747186bd1d764ff9dbc) is not in {dropbox}/ and has no public download"
+        f"cars196: cars_annos.mat (md5 b407c6086d669747186bd1d764ff9dbc) is not in {dropbox}/ and has no "
+        "public download"
     )
     assert len(line.replace(str(dropbox), "data")) < 200
     # any file of the Kaggle/torchvision layout: the download stage checks its content

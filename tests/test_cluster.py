@@ -14,10 +14,10 @@ import pytest
 import yaml
 from conftest import ROOT, dvc_project, run_checked
 
-from dmlbench.cluster.settings import STAGE_KINDS, ClusterConfig
-from dmlbench.cluster.slurm import Job, failure_report, sbatch_command
-from dmlbench.config import parse_params
 from dmlbench.errors import ConfigError
+from dmlbench.params.cluster import STAGE_KINDS, ClusterConfig
+from dmlbench.params.complete import parse_complete as parse_params
+from dmlbench.pipeline.slurm import Job, failure_report, sbatch_command
 
 
 def test_stage_kinds_are_the_stages_of_dvc_yaml():
@@ -28,10 +28,23 @@ def test_stage_kinds_are_the_stages_of_dvc_yaml():
 @pytest.mark.parametrize(
     ("cluster", "message"),
     [
-        ({"default": {"mem": "16 GB"}}, "cluster.default.mem: expected a number with an optional K, M, G or T suffix (sbatch --mem), e.g. 16G (got '16 GB')"),
-        ({"stages": {"train": {"time": "2h"}}}, "cluster.stages.train.time: expected minutes, H:MM:SS or D-HH:MM:SS (sbatch --time) (got '2h')"),
-        ({"stages": {"training": {"gpus": 1}}}, "stages.training: not a stage kind of dvc.yaml; kinds: validate, download"),
-        ({"extra_args": ["--dependency=afterany:1"]}, "extra_args '--dependency=afterany:1': each entry is one long sbatch option"),
+        (
+            {"default": {"mem": "16 GB"}},
+            "cluster.default.mem: expected a number with an optional K, M, G or T suffix (sbatch --mem), e.g. "
+            "16G (got '16 GB')",
+        ),
+        (
+            {"stages": {"train": {"time": "2h"}}},
+            "cluster.stages.train.time: expected minutes, H:MM:SS or D-HH:MM:SS (sbatch --time) (got '2h')",
+        ),
+        (
+            {"stages": {"training": {"gpus": 1}}},
+            "stages.training: not a stage kind of dvc.yaml; kinds: validate, download",
+        ),
+        (
+            {"extra_args": ["--dependency=afterany:1"]},
+            "extra_args '--dependency=afterany:1': each entry is one long sbatch option",
+        ),
         ({"extra_args": ["-p gpu"]}, "extra_args '-p gpu': each entry is one long sbatch option"),
         ({"default": {"cpus": 0}}, "cluster.default.cpus: Input should be greater than 0"),
     ],
@@ -48,20 +61,24 @@ def test_sbatch_command_carries_resources_dependencies_and_the_warning_signal():
         "default": {"cpus": 4, "mem": "32G", "time": "8:00:00"},
         "stages": {"train": {"gpus": 1, "time": "1-00:00:00"}, "report": {"cpus": 1}},
     })  # fmt: skip
-    train = sbatch_command("train@cub200-resnet50-triplet-512-0", config, ["11", "12"], Path("/s/log"), Path("/s"), "/v/python")
+    train = sbatch_command(
+        "train@cub200-resnet50-triplet-512-0", config, ["11", "12"], Path("/s/log"), Path("/s"), "/v/python"
+    )
     assert "--gres=gpu:1" in train and "--time=1-00:00:00" in train and "--cpus-per-task=4" in train
     assert "--mem=32G" in train and "--partition=gpu" in train and "--account=dml" in train and "--qos=long" in train
     assert "--dependency=afterok:11:12" in train and "--kill-on-invalid-dep=yes" in train
     assert "--signal=B:USR1@300" in train and "--requeue" in train and "--open-mode=append" in train
-    assert train[-1] == "--wrap=exec /v/python -m dmlbench.cluster.job train@cub200-resnet50-triplet-512-0"
+    assert train[-1] == "--wrap=exec /v/python -m dmlbench.pipeline.job train@cub200-resnet50-triplet-512-0"
     report = sbatch_command("report", config, [], Path("/s/log"), Path("/s"), "python")
     assert "--cpus-per-task=1" in report and not any(a.startswith(("--gres", "--dependency")) for a in report)
 
 
 def test_a_tune_job_that_only_waits_for_its_worker_array_asks_for_little():
-    from dmlbench.cluster.array import array_command, tunes_as_array
+    from dmlbench.launch import array_command, tunes_as_array
 
-    config = ClusterConfig.model_validate({"stages": {"tune": {"gpus": 1, "cpus": 8, "mem": "64G", "time": "2-00:00:00"}}})
+    config = ClusterConfig.model_validate(
+        {"stages": {"tune": {"gpus": 1, "cpus": 8, "mem": "64G", "time": "2-00:00:00"}}}
+    )
     stage = "tune@cub200-resnet50-triplet"
     waiting = sbatch_command(stage, config, [], Path("/s/log"), Path("/s"), "python", waits_for_array=True)
     assert "--cpus-per-task=1" in waiting and "--mem=2G" in waiting and "--time=2-00:00:00" in waiting
@@ -77,7 +94,11 @@ def test_a_tune_job_that_only_waits_for_its_worker_array_asks_for_little():
 def test_failure_report_names_the_failed_stage_its_log_and_the_cancelled(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("epoch 1\nTraceback (most recent call last):\nRuntimeError: diverged\n")
-    jobs = [Job("train@a", "7", log), Job("evaluate@a", "8", tmp_path / "e.log"), Job("report", "9", tmp_path / "r.log")]
+    jobs = [
+        Job("train@a", "7", log),
+        Job("evaluate@a", "8", tmp_path / "e.log"),
+        Job("report", "9", tmp_path / "r.log"),
+    ]
     text = failure_report(jobs, {"train@a": "FAILED", "evaluate@a": "CANCELLED", "report": "CANCELLED"})
     assert text.startswith(f"stage train@a FAILED (job 7); log: {log}\n") and "RuntimeError: diverged" in text
     assert text.endswith("cancelled by Slurm as their dependencies failed: evaluate@a, report")
@@ -103,17 +124,23 @@ def test_job_wrapper_stops_the_stage_cleanly_on_slurms_warning_and_requeues(tmp_
     root = tmp_path / "repo"
     env = dvc_project(root, small_raw_params, mlflow_db=tmp_path / "mlflow.db")
     (root / "slow.py").write_text(STAGE)
-    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"slow": {"cmd": f"{sys.executable} slow.py", "deps": ["slow.py"], "outs": ["epoch"]}}}))
+    (root / "dvc.yaml").write_text(
+        yaml.safe_dump(
+            {"stages": {"slow": {"cmd": f"{sys.executable} slow.py", "deps": ["slow.py"], "outs": ["epoch"]}}}
+        )
+    )
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'scontrol.args'}\n")
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" > {tmp_path / "scontrol.args"}\n')
     (bin_dir / "scontrol").chmod(0o755)
     env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "SLURM_JOB_ID": "4242"}
-    job = subprocess.Popen([sys.executable, "-m", "dmlbench.cluster.job", "slow"], cwd=root, env=env,
+    job = subprocess.Popen([sys.executable, "-m", "dmlbench.pipeline.job", "slow"], cwd=root, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     deadline = time.time() + 60
     while not (root / "epoch").exists():
-        assert time.time() < deadline and job.poll() is None, job.stdout.read() if job.poll() is not None else "no start"
+        assert time.time() < deadline and job.poll() is None, (
+            job.stdout.read() if job.poll() is not None else "no start"
+        )
         time.sleep(0.1)
     job.send_signal(signal.SIGUSR1)
     try:
@@ -132,7 +159,7 @@ def test_job_wrapper_stops_the_stage_cleanly_on_slurms_warning_and_requeues(tmp_
 
 
 def test_tune_workers_go_as_one_array_with_the_tune_resources():
-    from dmlbench.cluster.array import array_command
+    from dmlbench.launch import array_command
 
     config = ClusterConfig.model_validate({"stages": {"tune": {"gpus": 1, "cpus": 6}}, "partition": "gpu"})
     command = ["python", "-m", "dmlbench.tune.worker", "--study", "s 1", "--worker", "{worker}"]
@@ -148,6 +175,8 @@ def test_a_password_in_the_tracking_uri_is_refused(monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://alice:s3cret@mlflow.example:5001")
     with pytest.raises(ConfigError) as error:
         tracking_uri()
-    assert "s3cret" not in str(error.value) and "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in str(error.value)
+    assert "s3cret" not in str(error.value) and "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in str(
+        error.value
+    )
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5001")
     assert tracking_uri() == "http://mlflow.example:5001"

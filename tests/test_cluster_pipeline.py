@@ -35,7 +35,9 @@ def _running(name: str) -> bool:
 
 def _cluster_env(*keys: str) -> dict[str, str]:
     """These variables of ``source .cluster/env`` (SLURM_CONF, PGPASSFILE, MLFLOW_TRACKING_*, ...)."""
-    shown = subprocess.run(["bash", "-c", f'source "{CLUSTER / "env"}" && env -0'], capture_output=True, text=True, check=True)
+    shown = subprocess.run(
+        ["bash", "-c", f'source "{CLUSTER / "env"}" && env -0'], capture_output=True, text=True, check=True
+    )
     env = dict(item.split("=", 1) for item in shown.stdout.split("\0") if "=" in item)
     return {key: env[key] for key in keys if key in env}
 
@@ -65,7 +67,7 @@ def _project(tmp_path: Path, raw: dict, slurm: dict[str, str], cluster: dict = F
 
 def _pipeline(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dmlbench.pipeline", "--executor", "slurm", *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=1200)  # fmt: skip
+                          capture_output=True, text=True, timeout=1200, check=False)  # fmt: skip
 
 
 def _jobs(env: dict[str, str], output: str, field: str = "State") -> list[tuple[str, str]]:
@@ -74,14 +76,20 @@ def _jobs(env: dict[str, str], output: str, field: str = "State") -> list[tuple[
     first, last = (int(x) for x in output.split(" as jobs ", 1)[1].split(" ", 1)[0].split(".."))
     ids = ",".join(str(i) for i in range(first, last + 1))
     shown = run_checked(["sacct", "-X", "-n", "-P", f"--jobs={ids}", f"--format=JobName%200,{field}"], Path("."), env)
-    return [(name, value.split()[0]) for name, value in (line.split("|")[:2] for line in shown.stdout.splitlines() if line)]
+    return [
+        (name, value.split()[0]) for name, value in (line.split("|")[:2] for line in shown.stdout.splitlines() if line)
+    ]
 
 
 def _fan_out(stages: int) -> dict:
     """``stages`` independent stages, each sleeping a second and writing a file, and one joining them."""
     write = "import sys, time; time.sleep(1); open(sys.argv[1], 'w').write(sys.argv[1])"
     dvc = {f"s{i}": {"cmd": f'python -c "{write}" out{i}', "outs": [f"out{i}"]} for i in range(stages)}
-    dvc["join"] = {"cmd": f"cat {' '.join(f'out{i}' for i in range(stages))} > joined", "deps": [f"out{i}" for i in range(stages)], "outs": ["joined"]}
+    dvc["join"] = {
+        "cmd": f"cat {' '.join(f'out{i}' for i in range(stages))} > joined",
+        "deps": [f"out{i}" for i in range(stages)],
+        "outs": ["joined"],
+    }
     return {"stages": dvc}
 
 
@@ -171,7 +179,9 @@ def test_a_training_at_its_time_limit_checkpoints_requeues_and_resumes(tmp_path,
     resumed = int(text.split("resuming after epoch ", 1)[1].split()[0])
     assert 0 < resumed < 400 and "epoch 400/400" in text, text
     # Slurm's records: the same job ran twice (the first run ended REQUEUED), the second COMPLETED
-    runs = run_checked(["sacct", "-n", "-P", "-X", "--duplicates", f"--jobs={job_id}", "--format=JobID,State"], root, env)
+    runs = run_checked(
+        ["sacct", "-n", "-P", "-X", "--duplicates", f"--jobs={job_id}", "--format=JobID,State"], root, env
+    )
     states = [line.split("|")[1].split()[0] for line in runs.stdout.splitlines() if line]
     assert states[-1] == "COMPLETED" and "REQUEUED" in states[:-1], states
 
@@ -225,7 +235,10 @@ def test_two_slurm_workers_share_one_postgresql_study(tmp_path, small_raw_params
 
     raw = _small_grid(small_raw_params)
     raw["seeds"] = [0]
-    raw["protocols"] = {**raw["protocols"], raw["protocol"]: {**raw["protocols"][raw["protocol"]], "hyperparameters": "tuned"}}
+    raw["protocols"] = {
+        **raw["protocols"],
+        raw["protocol"]: {**raw["protocols"][raw["protocol"]], "hyperparameters": "tuned"},
+    }
     space = {"contrastive": {"pos_margin": {"low": 0.0, "high": 0.4}, "neg_margin": {"low": 0.5, "high": 1.5}}}
     seed = int(time.time()) % 100_000  # a new study in the shared database on every run
     raw["tuning"] = {**raw["tuning"], "sampler": "random", "trials": 6, "pruner": "none", "workers": 2,
@@ -243,9 +256,13 @@ def test_two_slurm_workers_share_one_postgresql_study(tmp_path, small_raw_params
         os.environ.pop("PGPASSFILE")
     assert len(trials) >= 6 and {t.user_attrs["worker"] for t in trials} == {0, 1}  # both tasks trained trials
     assert len({tuple(sorted(t.params.items())) for t in trials}) == len(trials)  # no point drawn twice
-    tasks = run_checked(["sacct", "-n", "-P", "-X", f"--name=tune-{best['study']}", "--format=JobID,State,AllocCPUS"], root, env)
+    tasks = run_checked(
+        ["sacct", "-n", "-P", "-X", f"--name=tune-{best['study']}", "--format=JobID,State,AllocCPUS"], root, env
+    )
     rows = [line.split("|") for line in tasks.stdout.splitlines() if line]
-    assert len(rows) == 2 and all(state == "COMPLETED" for _, state, _ in rows) and all("_" in job for job, _, _ in rows)
+    assert (
+        len(rows) == 2 and all(state == "COMPLETED" for _, state, _ in rows) and all("_" in job for job, _, _ in rows)
+    )
     assert {cpus for _, _, cpus in rows} == {"2"}  # each task: the tune kind's resources
     allocated = dict(_jobs(env, result.stdout, "AllocCPUS"))
     assert allocated["tune@glyphs-tiny_cnn-contrastive"] == "1"  # the tune job itself only waits for its array

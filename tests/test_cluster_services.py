@@ -75,7 +75,7 @@ def _psql(env: dict[str, str], database: str, query: str) -> str:
     result = subprocess.run(
         ["psql", "--no-psqlrc", "--tuples-only", "--no-align", "--host=127.0.0.1", f"--port={env['DMLBENCH_PG_PORT']}",
          "--username=dmlbench", f"--dbname={database}", "--command", query],
-        env={**os.environ, "PGPASSFILE": env["PGPASSFILE"]}, capture_output=True, text=True,
+        env={**os.environ, "PGPASSFILE": env["PGPASSFILE"]}, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
@@ -86,7 +86,7 @@ def test_an_sbatch_job_is_completed_in_sacct(slurm_env, tmp_path):
     submitted = subprocess.run(
         ["sbatch", "--parsable", "--job-name=dmlbench-cluster-check", f"--output={out}", "--time=2",
          "--wrap=echo job $SLURM_JOB_ID on $SLURMD_NODENAME"],
-        env=slurm_env, capture_output=True, text=True,
+        env=slurm_env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
@@ -96,7 +96,7 @@ def test_an_sbatch_job_is_completed_in_sacct(slurm_env, tmp_path):
     while time.monotonic() < deadline:
         shown = subprocess.run(
             ["sacct", "--noheader", "--parsable2", *completion, "--format=JobID,State", f"--jobs={job}"],
-            env=slurm_env, capture_output=True, text=True,
+            env=slurm_env, capture_output=True, text=True, check=False,
         )  # fmt: skip
         assert shown.returncode == 0, shown.stderr
         states = dict(line.split("|")[:2] for line in shown.stdout.splitlines() if "|" in line)
@@ -108,7 +108,7 @@ def test_an_sbatch_job_is_completed_in_sacct(slurm_env, tmp_path):
     assert out.read_text().startswith(f"job {job} on ")
     if slurm_env["DMLBENCH_SLURM_ACCOUNTING"] == "slurmdbd":
         # the --executor slurm watcher reads the same state (squeue, then sacct)
-        from dmlbench.cluster.slurm import states as slurm_states
+        from dmlbench.pipeline.slurm import states as slurm_states
 
         os.environ.setdefault("SLURM_CONF", slurm_env["SLURM_CONF"])
         assert slurm_states([job]) == {job: "COMPLETED"}
@@ -169,7 +169,7 @@ def test_the_tracking_server_keeps_runs_in_postgres_and_refuses_anonymous_writes
     log = Path(server_env["DMLBENCH_MLFLOW_LOG"]).read_text(errors="replace")
     assert password not in log and basic not in log
     pid = (CLUSTER / "run" / "mlflow.pid").read_text().split()[0]
-    group = subprocess.run(["ps", "-o", "pid=", "-g", pid], capture_output=True, text=True).stdout.split()
+    group = subprocess.run(["ps", "-o", "pid=", "-g", pid], capture_output=True, text=True, check=False).stdout.split()
     for member in group:
         with open(f"/proc/{member}/cmdline", "rb") as cmdline:
             assert password.encode() not in cmdline.read()

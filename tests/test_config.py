@@ -5,17 +5,20 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 from conftest import ROOT
 
-from dmlbench.run_config import run_config
-from dmlbench.config import Combo, RunSpec, config_hash, flatten, load_params, parse_params
 from dmlbench.data import DATASETS
 from dmlbench.errors import ConfigError
+from dmlbench.grid import Combo, RunSpec
 from dmlbench.losses import LOSSES
 from dmlbench.models import BACKBONES
+from dmlbench.params.load import load_params, parse_params
+from dmlbench.params.model import config_hash, flatten
+from dmlbench.params.run import run_config
 
 
 def _error(raw: dict) -> str:
@@ -107,29 +110,50 @@ def test_run_identity_and_resolution(small_params):
     resolved = run_config(small_params, run).resolved
     assert resolved["loss"]["name"] == run.loss and resolved["protocol"]["epochs"] == 2
     assert config_hash(resolved) == config_hash(copy.deepcopy(resolved))
-    other = run_config(small_params, RunSpec(run.dataset, run.backbone, run.loss, run.dim, small_params.seeds[1])).resolved
+    other = run_config(
+        small_params, RunSpec(run.dataset, run.backbone, run.loss, run.dim, small_params.seeds[1])
+    ).resolved
     assert config_hash(other) != config_hash(resolved)
     assert flatten({"a": {"b": 1, "c": [1, 2]}}) == {"a.b": 1, "a.c": [1, 2]}
     with pytest.raises(ConfigError, match="dims: 999 is not in params.yaml"):
         small_params.check_run(Combo("glyphs", "tiny_cnn", run.loss, 999))
 
 
+def _stage(script: str, params_file: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "stages" / script), "--params", str(params_file), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd, check=False,
+    )
+
+
 def test_stage_prints_one_line_and_exits_2(tmp_path, default_raw_params):
+    """A typo anywhere fails the validate stage (which every other stage follows) in one line; a
+    data stage reads its dataset's section alone, and a typo there fails it in one line too."""
     raw = copy.deepcopy(default_raw_params)
     raw["losses"]["arcfase"] = {}
     bad = tmp_path / "params.yaml"
     bad.write_text(yaml.safe_dump(raw))
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "stages" / "download.py"), "--dataset", "glyphs", "--params", str(bad)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
+    result = _stage("validate.py", bad, tmp_path, "--out", str(tmp_path / "artifacts" / "params.validated"))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "losses.arcfase: unknown loss 'arcfase'; valid:" in lines[0]
     assert not (tmp_path / "artifacts").exists()  # failed before any work
+    raw = copy.deepcopy(default_raw_params)
+    raw["datasets"]["glyphs"]["source"]["num_clases"] = 10
+    bad.write_text(yaml.safe_dump(raw))
+    result = _stage("download.py", bad, tmp_path, "--dataset", "glyphs")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "datasets.glyphs.source.num_clases" in lines[0]
+    assert not (tmp_path / "artifacts").exists()
+    raw["tuning"] = {"sampler": "annealing"}  # the validate stage checks the tuning section as well
+    raw["datasets"]["glyphs"]["source"].pop("num_clases")
+    bad.write_text(yaml.safe_dump(raw))
+    result = _stage("validate.py", bad, tmp_path, "--out", str(tmp_path / "artifacts" / "params.validated"))
+    assert result.returncode == 2 and "tuning.sampler" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 def test_protocol_override_names_a_registered_dataset(default_raw_params):
@@ -184,7 +208,10 @@ def test_reality_check_protocol_carries_rcs_tuned_losses_per_dataset(default_raw
     assert params.loss_source(Combo("cub200", "bn_inception", "snr", 128)) == "protocol"
     # what a run trains with is what it logs and hashes
     run = RunSpec("cars196", "bn_inception", "soft_triple", 128, 0)
-    assert run_config(params, run).resolved["loss"] == {"name": "soft_triple", **loss("cars196", "soft_triple").model_dump()}
+    assert run_config(params, run).resolved["loss"] == {
+        "name": "soft_triple",
+        **loss("cars196", "soft_triple").model_dump(),
+    }
     other = RunSpec("cub200", "bn_inception", "soft_triple", 128, 0)
     assert config_hash(run_config(params, run).resolved) != config_hash(run_config(params, other).resolved)
 

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from dmlbench import paths
-from dmlbench.config import Combo, parse_params
 from dmlbench.data.stage import download_stage, prepare_stage
 from dmlbench.evaluate.combine import concatenated_metrics, separated_metrics
 from dmlbench.evaluate.embed import embed_stage
 from dmlbench.evaluate.stage import evaluate_stage
+from dmlbench.grid import Combo
 from dmlbench.io import read_json
+from dmlbench.params.load import parse_params
 from dmlbench.tracking.store import client
 from dmlbench.train.stage import train_member, train_stage
 
@@ -32,8 +33,8 @@ def cv_params(small_raw_params):
 def test_cross_validation_runs_train_each_fold_and_report_concatenated_and_separated(
     in_project, mlflow_store, cv_params
 ):
-    download_stage(cv_params, "glyphs")
-    prepare_stage(cv_params, "glyphs")
+    download_stage("glyphs", cv_params.datasets["glyphs"])
+    prepare_stage("glyphs", cv_params.datasets["glyphs"])
     combo = Combo("glyphs", "tiny_cnn", "contrastive", 32)
     first, second = combo.with_seed(0), combo.with_seed(1)
 
@@ -41,7 +42,7 @@ def test_cross_validation_runs_train_each_fold_and_report_concatenated_and_separ
     import torch
 
     from dmlbench.data.cache import PreparedDataset
-    from dmlbench.run_config import run_config
+    from dmlbench.params.run import run_config
 
     data = PreparedDataset.load(paths.prepared_dir("glyphs"))
     config = run_config(cv_params, second)
@@ -105,8 +106,8 @@ def test_report_reads_fold_models_and_says_how_runs_are_scored(in_project, mlflo
     from dmlbench.analysis.collect import collect_results
     from dmlbench.analysis.report import report_stage
 
-    download_stage(cv_params, "glyphs")
-    prepare_stage(cv_params, "glyphs")
+    download_stage("glyphs", cv_params.datasets["glyphs"])
+    prepare_stage("glyphs", cv_params.datasets["glyphs"])
     combo = Combo("glyphs", "tiny_cnn", "contrastive", 32)
     for seed in cv_params.seeds:
         train_stage(cv_params, combo.with_seed(seed), device=torch.device("cpu"))

@@ -16,12 +16,12 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from dmlbench.config import parse_params
 from dmlbench.data import DATASETS
 from dmlbench.data.cache import PreparedDataset
 from dmlbench.data.stage import download_stage, prepare_stage
 from dmlbench.errors import DataError
 from dmlbench.io import md5_file, read_json
+from dmlbench.params.load import parse_params
 
 
 def make_params(base: dict, dataset: str, source: dict, split: dict | None = None, **entry):
@@ -65,7 +65,7 @@ def test_cub200_download_resumes_and_prepare_splits_by_class(
     md5 = serve(file_server, real_format_archives, "cub200")["CUB_200_2011.tgz"]
     url = f"{file_server.url}/drop/CUB_200_2011.tgz"
     params = make_params(default_raw_params, "cub200", {"archive": {"url": url, "md5": md5}})
-    download_stage(params, "cub200")
+    download_stage("cub200", params.datasets["cub200"])
 
     # The archive was resumed with a Range request and saved, verified, in the drop-box.
     assert [r for r in file_server.requests] == [
@@ -78,7 +78,7 @@ def test_cub200_download_resumes_and_prepare_splits_by_class(
     assert (raw / "CUB_200_2011" / "images.txt").exists() and (raw / "attributes.txt").exists()
     assert read_json(raw / "archives.json") == [{"filename": "CUB_200_2011.tgz", "md5": md5, "url": url}]
 
-    info = prepare_stage(params, "cub200", workers=2)
+    info = prepare_stage("cub200", params.datasets["cub200"], workers=2)
     manifest = pd.read_csv(in_project / "artifacts/prepared/cub200/manifest.csv", keep_default_na=False)
     assert list(manifest.columns) == ["path", "label", "class_name", "split", "fold"]
     # Classes 1-100 train, 101-200 test (not train_test_split.txt, which mixes every class).
@@ -102,8 +102,8 @@ def test_cub200_rc_cv_folds_in_the_manifest(in_project, real_format_archives, de
     md5 = real_format_archives["cub200"]["md5"]["CUB_200_2011.tgz"]
     place_in_dropbox(in_project, real_format_archives, "cub200")
     params = make_params(default_raw_params, "cub200", {"archive": {"md5": md5}}, split={"scheme": "rc_cv"})
-    download_stage(params, "cub200")
-    info = prepare_stage(params, "cub200", workers=1)
+    download_stage("cub200", params.datasets["cub200"])
+    info = prepare_stage("cub200", params.datasets["cub200"], workers=1)
     data = PreparedDataset.load(in_project / "artifacts/prepared/cub200")
     assert data.num_folds == info["num_folds"] == 4
     expected = [range(76, 101), range(1, 26), range(26, 51), range(51, 76)]  # MLRC val blocks, 1-based ids
@@ -114,16 +114,45 @@ def test_cub200_rc_cv_folds_in_the_manifest(in_project, real_format_archives, de
     assert not set(data.split("test").labels) & set(range(1, 101))
 
 
-def test_cars196_without_files_names_both_files_and_md5s(in_project, default_raw_params):
+def test_cars196_without_files_is_one_line_naming_both_layouts(in_project, default_raw_params):
     params = make_params(default_raw_params, "cars196", {})
     with pytest.raises(DataError) as error:
-        download_stage(params, "cars196")
-    message = str(error.value)
-    assert "\n" not in message and "place them in data/" in message
-    assert "car_ims.tgz (md5 d5c8f0aa497503f355e17dc7886c3f14)" in message
-    assert "cars_annos.mat (md5 b407c6086d669747186bd1d764ff9dbc)" in message
-    assert "datasets.cars196.source.images.url" in message
-    assert not (in_project / "artifacts").exists()
+        download_stage("cars196", params.datasets["cars196"])
+    assert str(error.value) == (
+        "cars196: place stanford_cars.zip (the Kaggle/torchvision layout) or car_ims.tgz + cars_annos.mat in data/; "
+        "no public download since 2023 (docs/datasets.md#cars196-layouts)"
+    )
+    (in_project / "data").mkdir()
+    (in_project / "data" / "car_ims.tgz").write_bytes(b"x")  # half of the Stanford layout
+    with pytest.raises(DataError) as error:
+        download_stage("cars196", params.datasets["cars196"])
+    assert str(error.value).startswith(
+        "cars196: cars_annos.mat (md5 b407c6086d669747186bd1d764ff9dbc) is not in data/ and has no public download"
+    )
+    assert "\n" not in str(error.value) and not (in_project / "artifacts").exists()
+
+
+def test_cars196_kaggle_layout_through_the_download_and_prepare_stages(
+    in_project, file_server, default_raw_params, tmp_path_factory, monkeypatch
+):
+    from test_cars_layouts import build_devkit, zip_tree
+
+    from dmlbench.data import cars196
+
+    monkeypatch.setattr(cars196, "PUBLISHED_IMAGES", {"cars_train": 196, "cars_test": 196})  # 196 classes stay
+    out = tmp_path_factory.mktemp("kaggle")
+    zip_tree(build_devkit(out, nested=True), file_server.root / "stanford_cars.zip")
+    source = {"stanford_cars": {"url": f"{file_server.url}/drop/stanford_cars.zip"}}
+    params = make_params(default_raw_params, "cars196", source, split={"scheme": "rc_cv"})
+    download_stage("cars196", params.datasets["cars196"])
+    assert [range_ for _, range_ in file_server.requests][1].startswith("bytes=")  # resumed
+    assert (in_project / "data" / "stanford_cars.zip.sha256").exists()
+    prepare_stage("cars196", params.datasets["cars196"], workers=1)
+    data = PreparedDataset.load(in_project / "artifacts/prepared/cars196")
+    assert classes(data.manifest, "train") == set(range(1, 99))
+    assert classes(data.manifest, "test") == set(range(99, 197))
+    assert data.manifest.path.str.startswith("stanford_cars/cars_t").all() and len(data.manifest) == 392
+    check_cache(data)
 
 
 def test_cars196_from_the_dropbox_with_rc_cv(in_project, real_format_archives, default_raw_params):
@@ -133,11 +162,11 @@ def test_cars196_from_the_dropbox_with_rc_cv(in_project, real_format_archives, d
     with pytest.raises(
         DataError, match=r"data/car_ims.tgz: md5 is [0-9a-f]{32}, expected d5c8f0aa497503f355e17dc7886c3f14; replace it"
     ):
-        download_stage(make_params(default_raw_params, "cars196", {}), "cars196")
+        download_stage("cars196", make_params(default_raw_params, "cars196", {}).datasets["cars196"])
     source = {"images": {"md5": md5["car_ims.tgz"]}, "annotations": {"md5": md5["cars_annos.mat"]}}
     params = make_params(default_raw_params, "cars196", source, split={"scheme": "rc_cv"})
-    download_stage(params, "cars196")
-    prepare_stage(params, "cars196", workers=1)
+    download_stage("cars196", params.datasets["cars196"])
+    prepare_stage("cars196", params.datasets["cars196"], workers=1)
     data = PreparedDataset.load(in_project / "artifacts/prepared/cars196")
     manifest = data.manifest
     assert classes(manifest, "train") == set(range(1, 99)) and classes(manifest, "test") == set(range(99, 197))
@@ -155,9 +184,9 @@ def test_sop_retries_a_failing_server_and_splits_by_ebay_files(
     md5 = serve(file_server, real_format_archives, "sop")["Stanford_Online_Products.zip"]
     source = {"archive": {"url": f"{file_server.url}/flaky/Stanford_Online_Products.zip", "md5": md5}}
     params = make_params(default_raw_params, "sop", source, split={"scheme": "kfold", "num_folds": 3, "seed": 1})
-    download_stage(params, "sop")
+    download_stage("sop", params.datasets["sop"])
     assert len(file_server.requests) == 2  # 503, then the file
-    info = prepare_stage(params, "sop", workers=1)
+    info = prepare_stage("sop", params.datasets["sop"], workers=1)
     data = PreparedDataset.load(in_project / "artifacts/prepared/sop")
     ebay = {
         split: pd.read_csv(in_project / f"artifacts/raw/sop/Stanford_Online_Products/Ebay_{split}.txt", sep=" ")
@@ -175,11 +204,12 @@ def test_sop_retries_a_failing_server_and_splits_by_ebay_files(
 def test_inshop_from_the_dropbox_with_query_and_gallery(in_project, real_format_archives, default_raw_params, capsys):
     place_in_dropbox(in_project, real_format_archives, "inshop")
     params = make_params(default_raw_params, "inshop", {}, split={"scheme": "fixed_val", "val_fraction": 0.25})
-    download_stage(params, "inshop")
-    assert "img.zip has no published md5; its md5" in capsys.readouterr().err
+    download_stage("inshop", params.datasets["inshop"])
+    err = capsys.readouterr().err
+    assert "img.zip has no published md5; its md5" in err and "sha256 is recorded in data/img.zip.sha256" in err
     record = read_json(in_project / "artifacts/raw/inshop/archives.json")
     assert {r["filename"]: r["md5"] for r in record} == real_format_archives["inshop"]["md5"]
-    info = prepare_stage(params, "inshop", workers=1)
+    info = prepare_stage("inshop", params.datasets["inshop"], workers=1)
     manifest = PreparedDataset.load(in_project / "artifacts/prepared/inshop").manifest
     assert DATASETS["inshop"].query_gallery
     assert set(manifest.split) == {"train", "val", "query", "gallery"}
@@ -197,17 +227,17 @@ def test_inshop_partition_count_is_checked(in_project, real_format_archives, def
     lines = partition.read_text().splitlines()
     partition.write_text("\n".join(lines[:-1]) + "\n")  # one image fewer than line 1 declares
     params = make_params(default_raw_params, "inshop", {})
-    download_stage(params, "inshop")
+    download_stage("inshop", params.datasets["inshop"])
     declared = real_format_archives["inshop"]["images"]
     with pytest.raises(DataError, match=rf"line 1 declares {declared} images, the file lists {declared - 1}"):
-        prepare_stage(params, "inshop", workers=1)
+        prepare_stage("inshop", params.datasets["inshop"], workers=1)
 
 
 def test_dropbox_archive_is_used_without_any_request(in_project, file_server, real_format_archives, default_raw_params):
     md5 = serve(file_server, real_format_archives, "cub200")["CUB_200_2011.tgz"]
     place_in_dropbox(in_project, real_format_archives, "cub200")
     source = {"archive": {"url": f"{file_server.url}/CUB_200_2011.tgz", "md5": md5}}
-    download_stage(make_params(default_raw_params, "cub200", source), "cub200")
+    download_stage("cub200", make_params(default_raw_params, "cub200", source).datasets["cub200"])
     assert file_server.requests == [] and (in_project / "artifacts/raw/cub200/CUB_200_2011/images").is_dir()
 
 
@@ -216,9 +246,10 @@ def test_wrong_md5_download_fails_and_keeps_nothing(in_project, file_server, rea
     source = {"archive": {"url": f"{file_server.url}/CUB_200_2011.tgz", "md5": "0" * 32}}
     with pytest.raises(
         DataError,
-        match=r"cub200: .*md5 is [0-9a-f]{32}, expected 0{32}; the download was deleted; or place CUB_200_2011.tgz \(md5 0{32}\) in data/",
+        match=r"cub200: .*md5 is [0-9a-f]{32}, expected 0{32}; the download was deleted; "
+        r"or place CUB_200_2011.tgz \(md5 0{32}\) in data/",
     ):
-        download_stage(make_params(default_raw_params, "cub200", source), "cub200")
+        download_stage("cub200", make_params(default_raw_params, "cub200", source).datasets["cub200"])
     assert list((in_project / "data").iterdir()) == [] and not (in_project / "artifacts").exists()
 
 
@@ -226,19 +257,19 @@ def test_corrupt_image_fails_or_is_skipped_and_listed(in_project, real_format_ar
     md5 = real_format_archives["sop"]["md5"]["Stanford_Online_Products.zip"]
     place_in_dropbox(in_project, real_format_archives, "sop")
     params = make_params(default_raw_params, "sop", {"archive": {"md5": md5}})
-    download_stage(params, "sop")
+    download_stage("sop", params.datasets["sop"])
     raw = in_project / "artifacts/raw/sop/Stanford_Online_Products"
-    prepare_stage(params, "sop", workers=1)
+    prepare_stage("sop", params.datasets["sop"], workers=1)
     before = PreparedDataset.load(in_project / "artifacts/prepared/sop")
     bad = "cabinet_final/111002_1.JPG"
     (raw / bad).write_bytes((raw / bad).read_bytes()[:200])  # truncated JPEG
     with pytest.raises(
         DataError, match=rf"sop: 1 unreadable image\(s\): Stanford_Online_Products/{bad} .*skip_corrupt: true"
     ):
-        prepare_stage(params, "sop", workers=1)
+        prepare_stage("sop", params.datasets["sop"], workers=1)
     assert PreparedDataset.load(in_project / "artifacts/prepared/sop").info == before.info  # old result intact
     skipping = make_params(default_raw_params, "sop", {"archive": {"md5": md5}}, skip_corrupt=True)
-    info = prepare_stage(skipping, "sop", workers=2)
+    info = prepare_stage("sop", skipping.datasets["sop"], workers=2)
     after = PreparedDataset.load(in_project / "artifacts/prepared/sop")
     assert [s["path"] for s in info["skipped"]] == [f"Stanford_Online_Products/{bad}"]
     assert len(after.manifest) == len(before.manifest) - 1 and bad not in "".join(after.manifest.path)
@@ -255,12 +286,12 @@ def test_download_stage_cli_prints_the_cars_error_in_one_line(tmp_path, default_
         [sys.executable, str(ROOT / "stages" / "download.py"), "--dataset", "cars196"],
         capture_output=True,
         text=True,
-        cwd=tmp_path,
+        cwd=tmp_path, check=False,
     )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: cars196: no public download works for 2 file(s)")
-    assert "car_ims.tgz (md5 d5c8f0aa497503f355e17dc7886c3f14)" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("error: cars196: place stanford_cars.zip (the Kaggle/torchvision")
+    assert "car_ims.tgz + cars_annos.mat in data/" in lines[0]
 
 
 def test_source_must_be_written_for_dvc(default_raw_params):

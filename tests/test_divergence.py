@@ -20,12 +20,13 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-
 from conftest import ROOT
+
 from dmlbench import paths
-from dmlbench.config import RunSpec, parse_params
 from dmlbench.errors import NonFiniteEmbeddings, TrainingDiverged
-from dmlbench.run_config import run_config
+from dmlbench.grid import RunSpec
+from dmlbench.params.load import parse_params
+from dmlbench.params.run import run_config
 from dmlbench.train import divergence, loop
 from dmlbench.train.divergence import FiniteWatch
 

@@ -47,7 +47,7 @@ as a params.yaml key: attribute chains
 (``params.tracking.experiment``) and local aliases (``protocol = params.protocol_for(run)``
 then ``protocol.augment.crop_size``), down to the deepest key that params.yaml has (a
 method such as ``params.evaluate.recall_ks(...)`` reads its whole section). ``PARAMS_API``
-declares what each member of ``config.Params`` reads (a test checks that it names every
+declares what each member of ``params.model.Params`` reads (a test checks that it names every
 public field, property and method, so a new one cannot slip through). In the sections keyed
 by registry entries (``datasets``, ``backbones``, ``losses``) a stage that iterates the
 section reads its own item (``datasets.<dataset>``), and testing membership or listing the
@@ -66,9 +66,10 @@ import ast
 import re
 import shutil
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -85,7 +86,7 @@ REGISTRIES = {
 # placeholder in PARAMS_API keys -> the registry section whose item it is
 PLACEHOLDERS = {"dataset": "datasets", "backbone": "backbones", "loss": "losses"}
 
-# Members of config.Params that hold a section keyed by registry entries.
+# Members of params.model.Params that hold a section keyed by registry entries.
 SECTIONS = {
     "datasets": "datasets",
     "backbones": "backbones",
@@ -93,7 +94,7 @@ SECTIONS = {
     "loss_values": "losses",  # the keys losses.<name> sets
     "loss_models": "losses",  # the registry's parameter model of each listed loss
 }
-# Every other member of config.Params: (the keys it reads, the key of the value it returns,
+# Every other member of params.model.Params: (the keys it reads, the key of the value it returns,
 # which attributes taken on that value narrow down; None: nothing further to narrow).
 PARAMS_API: dict[str, tuple[tuple[str, ...], str | None]] = {
     "dims": ((), "dims"),
@@ -106,6 +107,7 @@ PARAMS_API: dict[str, tuple[tuple[str, ...], str | None]] = {
     "protocol": (("protocol",), "protocols.{protocol}"),
     "protocol_for": (("protocol",), "protocols.{protocol}"),
     "loss_params": (("protocol", "protocols.{protocol}", "losses.{loss}"), None),
+    "loss_values_for": (("protocol", "protocols.{protocol}", "losses.{loss}"), None),
     "loss_source": (("protocol", "protocols.{protocol}", "losses.{loss}"), None),
     "tuning": ((), "tuning"),
     "cluster": ((), "cluster"),
@@ -114,10 +116,14 @@ PARAMS_API: dict[str, tuple[tuple[str, ...], str | None]] = {
     # Guards on the stage's own arguments: DVC generates them from these very lists.
     "check_run": ((), None),
     "check_listed": ((), None),
-    "check_baseline": ((), None),  # tuning.baselines and tuning.dim: what train_baseline@ is generated from
-    "baseline_combos": (("datasets", "backbones", "losses", "tuning.baselines", "tuning.dim"), None),
 }
 WHOLE_FILE = "params.yaml"
+
+# Loaders a stage script calls instead of handing on the whole Params: what they read, as the
+# chain of a read on Params (``datasets.<the stage's dataset>``).
+SECTION_LOADERS = {
+    "dmlbench.params.datasets.load_dataset_params": [("attr", "datasets"), ("sub",)],
+}
 
 # stage (the dvc.yaml name) -> {key the check derives: the narrower key the stage lists instead}
 NARROWED = {
@@ -135,6 +141,9 @@ SCHEDULING_ONLY = {"cluster": "Slurm resources of each job (--executor slurm, tu
 # beyond what the stage's listed params and deps already fix:
 # function -> {function it hands Params to: why what that reads needs no params entry}
 GUARDS = {
+    "dmlbench.tune.baseline.baseline_stage": {
+        "dmlbench.params.tuning.check_baseline": "tuning.baselines and tuning.dim: what baseline@ stages come from",
+    },
     "dmlbench.evaluate.embed.embed_stage": {
         # embed: a model trained with other params than params.yaml has now is refused, by the
         # config hash of the run's RunConfig. train depends on every key that hash covers and embed
@@ -142,7 +151,7 @@ GUARDS = {
         # mark embed stale before train has run (tests/test_pipeline.py: a loss hyperparameter makes
         # only train stale). The model is rebuilt from the same RunConfig (backbone, dim, pooling,
         # frozen_bn: keys dvc.yaml lists for embed, and the hash covers).
-        "dmlbench.run_config.run_config": "its config hash is compared with the one saved with the model",
+        "dmlbench.params.run.run_config": "its config hash is compared with the one saved with the model",
     },
 }
 
@@ -488,7 +497,7 @@ def code_problems(stage: Stage, source: Source, registries: dict[str, Registry])
 
 @dataclass
 class Read:
-    chain: list[tuple[str, ...]]  # ("attr", name) | ("sub",) | ("call",); [] with escape: the whole file
+    chain: list[tuple[str, ...]]  # ("attr", name) | ("key", name) | ("sub",) | ("call"[, key]); []: the whole file
     trail: tuple[str, ...]  # the functions the Params object went through
     expr: str
 
@@ -575,9 +584,14 @@ class ParamsFlow:
                 if isinstance(up, ast.Attribute) and up.value is top:
                     chain.append(("attr", up.attr))
                 elif isinstance(up, ast.Subscript) and up.value is top:
-                    chain.append(("sub",))
+                    key = up.slice
+                    constant = isinstance(key, ast.Constant) and isinstance(key.value, str)
+                    chain.append(("key", key.value) if constant else ("sub",))
                 elif isinstance(up, ast.Call) and up.func is top:
-                    chain.append(("call",))
+                    first = up.args[0] if up.args else None
+                    constant = isinstance(first, ast.Constant) and isinstance(first.value, str)
+                    getter = bool(chain) and chain[-1] == ("attr", "get")
+                    chain.append(("call", first.value) if constant and getter else ("call",))
                 else:
                     return chain, top
                 top = up
@@ -639,6 +653,12 @@ class ParamsFlow:
         reads: list[Read] = []
         for module, func, names in self.entries(script):
             reads.extend(Read(r.chain, (script, *r.trail), r.expr) for r in self.reads(module, func, names))
+        for node in ast.walk(self.source.tree(script)):  # loaders that read one section, not Params
+            if isinstance(node, ast.Call):
+                found = self.callee(script, None, node.func)
+                name = f"{found[0]}.{getattr(found[1], 'name', '')}" if found else ""
+                if name in SECTION_LOADERS:
+                    reads.append(Read(SECTION_LOADERS[name], (script, name), ast.unparse(node)))
         return reads
 
 
@@ -674,8 +694,10 @@ def read_keys(read: Read, stage: Stage, data: dict[str, Any]) -> list[str]:
     active = str(data.get("protocol"))
     if member in SECTIONS:
         section = SECTIONS[member]
-        if rest[:1] == [("sub",)] or rest[:2] == [("attr", "get"), ("call",)]:
-            rest = rest[1:] if rest[0] == ("sub",) else rest[2:]
+        if rest and (
+            rest[0][0] in ("sub", "key") or (rest[0] == ("attr", "get") and rest[1:2] and rest[1][0] == "call")
+        ):
+            rest = rest[1:] if rest[0][0] in ("sub", "key") else rest[2:]
             placeholder = {v: k for k, v in PLACEHOLDERS.items()}[section]
             keys, base = [], _fill(f"{section}.{{{placeholder}}}", stage, active)
         elif not rest or rest[:2] == [("attr", "keys"), ("call",)]:
@@ -685,15 +707,19 @@ def read_keys(read: Read, stage: Stage, data: dict[str, Any]) -> list[str]:
     elif member in PARAMS_API:
         templates, returned = PARAMS_API[member]
         keys = [_fill(t, stage, active) for t in templates]
-        if rest[:1] == [("call",)]:
+        if rest[:1] and rest[0][0] == "call":
             rest = rest[1:]
         if returned is None:
             return keys
         base = _fill(returned, stage, active)
     else:
         raise AssertionError(f"Params.{member} (read as {read.expr}) is not in PARAMS_API: add what it reads")
-    for element in rest:
-        if element[0] != "attr" or not _has_key(data, f"{base}.{element[1]}"):
+    steps = list(rest)
+    while steps:  # attributes, constant keys and .get("key") narrow the key down
+        element = steps.pop(0)
+        if element == ("attr", "get") and steps and len(steps[0]) == 2 and steps[0][0] == "call":
+            element = ("key", steps.pop(0)[1])
+        if element[0] not in ("attr", "key") or not _has_key(data, f"{base}.{element[1]}"):
             break
         base = f"{base}.{element[1]}"
     return [*keys, base]
@@ -707,7 +733,7 @@ def params_problems(stage: Stage, reads: list[Read], data: dict[str, Any]) -> li
     narrowed = {_fill(k, stage, active): _fill(v, stage, active) for k, v in NARROWED.get(stage.group, {}).items()}
     problems: dict[str, str] = {}
     for read in reads:
-        if any(callee in GUARDS.get(caller, {}) for caller, callee in zip(read.trail, read.trail[1:])):
+        if any(callee in GUARDS.get(caller, {}) for caller, callee in zip(read.trail, read.trail[1:], strict=False)):
             continue
         for key in read_keys(read, stage, data):
             if key.split(".")[0] in SCHEDULING_ONLY:
@@ -850,7 +876,7 @@ def test_registry_members_are_found(registries, source):
 
 
 def test_params_api_names_every_member_of_params(source):
-    tree = source.tree("dmlbench.config")
+    tree = source.tree("dmlbench.params.model")
     (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Params"]
     members = set()
     for node in cls.body:
@@ -859,7 +885,7 @@ def test_params_api_names_every_member_of_params(source):
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
             members.add(node.name)
     missing = sorted(members - set(PARAMS_API) - set(SECTIONS))
-    assert not missing, f"add what config.Params.{missing[0]} reads from params.yaml to PARAMS_API"
+    assert not missing, f"add what params.model.Params.{missing[0]} reads from params.yaml to PARAMS_API"
 
 
 def test_the_import_chain_names_how_a_module_is_reached(stages, source, registries):

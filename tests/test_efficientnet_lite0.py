@@ -285,5 +285,5 @@ def test_one_fine_tuning_step_with_the_real_weights_on_cpu():
     loss.backward()
     optimizer.step()
     assert not torch.equal(conv, before[0]) and not torch.equal(model.head.weight, before[1])
-    assert all(torch.equal(layer.running_mean, stat) for layer, stat in zip(bn, stats))
+    assert all(torch.equal(layer.running_mean, stat) for layer, stat in zip(bn, stats, strict=True))
     assert all(not layer.training and layer.weight.grad is None for layer in bn)

@@ -9,16 +9,17 @@ import shutil
 import numpy as np
 import pytest
 
-from dmlbench.run_config import run_config
 from dmlbench import paths
-from dmlbench.config import Combo, parse_params
 from dmlbench.data import DATASETS
 from dmlbench.errors import ConfigError, DataError
 from dmlbench.evaluate.embed import EMBEDDINGS, META, embed_pretrained_stage
 from dmlbench.evaluate.intervals import bounded_t_interval
 from dmlbench.evaluate.metrics import retrieval_metrics
 from dmlbench.evaluate.stage import evaluate_arrays, evaluate_pretrained_stage, evaluate_stage
+from dmlbench.grid import Combo
 from dmlbench.io import read_json, write_json
+from dmlbench.params.load import parse_params
+from dmlbench.params.run import run_config
 
 COMBO = Combo("glyphs", "tiny_cnn", "contrastive", 32)
 
@@ -50,7 +51,7 @@ def _write_run(params, seed: int, chash: str | None):
 
 
 def _training_runs(params):
-    from dmlbench.tracking import start_training_run
+    from dmlbench.tracking.runs import start_training_run
 
     ids = {}
     for seed in params.seeds:

@@ -137,8 +137,10 @@ class _Killed(Exception):
 
 
 def test_kill_and_resume_on_the_gpu_gives_the_same_selection(tmp_path, prepared_glyphs, small_raw_params):
-    from dmlbench.config import RunSpec, config_hash, parse_params
-    from dmlbench.run_config import run_config
+    from dmlbench.grid import RunSpec
+    from dmlbench.params.load import parse_params
+    from dmlbench.params.model import config_hash
+    from dmlbench.params.run import run_config
     from dmlbench.train.checkpoint import load_checkpoint
     from dmlbench.train.loop import train
 

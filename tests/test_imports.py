@@ -1,5 +1,7 @@
 """Imports run only downward: no circle of modules importing each other (function-level and
-type-only imports count too) and no private name (``_name``) imported from another module.
+type-only imports count too), no private name (``_name``) imported from another module, and no
+import from a folder (or top-level module) on a lower layer of :data:`LAYERS` to one on a higher
+layer.
 
 A package ``__init__`` that gathers its own members is fine as long as no member imports the
 package back (that would be a circle here too)."""
@@ -10,6 +12,22 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+
+# The house's layers, top first: a unit (a sub-package, or a top-level module) imports only units
+# on lower layers (and itself). Registries and leaves at the bottom, the schema above them, the
+# concerns that use it above that, the runner and the tuning stage near the top.
+LAYERS: list[set[str]] = [
+    {"dmlbench.gpu_check"},
+    {"dmlbench.tune"},
+    {"dmlbench.train", "dmlbench.analysis"},
+    {"dmlbench.evaluate", "dmlbench.pipeline"},
+    {"dmlbench.tracking", "dmlbench.launch"},
+    {"dmlbench.params"},
+    {"dmlbench.data"},
+    {"dmlbench.models", "dmlbench.losses", "dmlbench.paths", "dmlbench.cli"},
+    {"dmlbench.safe_load"},
+    {"dmlbench.devices", "dmlbench.schema", "dmlbench.io", "dmlbench.errors", "dmlbench.grid", "dmlbench.messages"},
+]
 
 
 def module_name(path: Path, src: Path = SRC) -> str:
@@ -86,11 +104,71 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def unit_of(module: str, layers: list[set[str]]) -> str | None:
+    """The unit of :data:`LAYERS` a module belongs to (the longest unit that prefixes it)."""
+    units = sorted((u for layer in layers for u in layer), key=len, reverse=True)
+    return next((u for u in units if module == u or module.startswith(u + ".")), None)
+
+
+def upward_imports(edges: dict[str, set[str]], layers: list[set[str]], root: str) -> list[str]:
+    """Every import from a unit to another on the same or a higher layer, and every module under
+    ``root`` that no layer names."""
+    level = {unit: depth for depth, layer in enumerate(layers) for unit in layer}
+    problems = []
+    for module, targets in sorted(edges.items()):
+        unit = unit_of(module, layers)
+        if unit is None:
+            if module != root:
+                problems.append(f"{module}: in no layer of LAYERS")
+            continue
+        for target in sorted(targets):
+            other = unit_of(target, layers)
+            if other is not None and other != unit and level[other] <= level[unit]:
+                problems.append(
+                    f"{module} -> {target}: {unit} (layer {level[unit]}) imports {other} (layer {level[other]})"
+                )
+    return problems
+
+
 def test_no_import_circle_and_no_private_name_across_modules():
     edges, private = import_graph()
-    assert "dmlbench.config" in edges and "dmlbench.data" in edges["dmlbench.config"]  # the graph is read
+    assert "dmlbench.params.load" in edges and "dmlbench.data" in edges["dmlbench.params.load"]  # the graph is read
     assert cycles(edges) == []
     assert private == []
+
+
+def test_imports_run_down_the_folder_layers():
+    edges, _ = import_graph()
+    assert upward_imports(edges, LAYERS, "dmlbench") == []
+    registries = {"dmlbench.data", "dmlbench.losses", "dmlbench.models"}
+    assert not [
+        (m, t)
+        for m, ts in edges.items()
+        for t in ts
+        if unit_of(m, LAYERS) in registries and t.startswith("dmlbench.params")
+    ]
+
+
+def test_the_layer_check_finds_an_upward_import(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "low").mkdir(parents=True)
+    (package / "high").mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "low" / "__init__.py").write_text("")
+    (package / "high" / "__init__.py").write_text("")
+    (package / "high" / "a.py").write_text("from pkg.low import b\n")
+    (package / "low" / "b.py").write_text("def f():\n    from pkg.high.a import g\n")  # planted: runs back up
+    (package / "loose.py").write_text("")
+    edges, _ = import_graph(tmp_path)
+    layers = [{"pkg.high"}, {"pkg.low"}]
+    assert upward_imports(edges, layers, "pkg") == [
+        "pkg.loose: in no layer of LAYERS",
+        "pkg.low.b -> pkg.high.a: pkg.low (layer 1) imports pkg.high (layer 0)",
+    ]
+    (package / "low" / "b.py").write_text("")
+    (package / "loose.py").unlink()
+    edges, _ = import_graph(tmp_path)
+    assert upward_imports(edges, layers, "pkg") == []
 
 
 def test_the_checks_find_a_circle_and_a_private_import(tmp_path):

@@ -16,8 +16,8 @@ from conftest import ROOT
 from pydantic import ValidationError
 
 from dmlbench.grid import RunSpec
-from dmlbench.params.load import parse_params
 from dmlbench.losses import LOSSES
+from dmlbench.params.load import parse_params
 from dmlbench.params.run import run_config
 from dmlbench.train.optim import make_loss_optimizer
 

@@ -266,16 +266,15 @@ def test_readme_example_loss_works(tmp_path, monkeypatch, doc, heading):
     readme = (ROOT / doc).read_text()
     section = readme.split(heading)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    module_path = tmp_path / "supcon.py"
+    module_path = tmp_path / "angular.py"
     module_path.write_text(code)
-    spec = importlib.util.spec_from_file_location("readme_supcon", module_path)
+    spec = importlib.util.spec_from_file_location("readme_angular", module_path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     entry = module.SPEC
-    assert entry.name == "supcon" and not entry.has_parameters
-    # the example is the registered supcon in short: the same defaults and, where it gives one, search space
-    assert entry.params().model_dump() == LOSSES["supcon"].params().model_dump()
-    assert not entry.search_space or entry.search_space == LOSSES["supcon"].search_space
+    assert entry.name == "angular" and not entry.has_parameters
+    assert "angular" not in LOSSES  # an example of adding one, not a registered loss
+    assert entry.params().alpha == 40.0
     loss = entry.build(entry.params(), 4, 8)
     embeddings = torch.nn.functional.normalize(torch.randn(16, 8, requires_grad=True), dim=1)
     value = loss(embeddings, torch.arange(4).repeat_interleave(4))

@@ -185,7 +185,7 @@ def _smooth_ap_by_hand(embeddings: torch.Tensor, labels: list[int], t: float) ->
     for q in range(n):
         positives = [i for i in range(n) if labels[i] == labels[q]]
 
-        def sg(j, i):
+        def sg(j, i, q=q):
             return 1 / (1 + math.exp(-(s[q][j] - s[q][i]) / t))
 
         ratios = [

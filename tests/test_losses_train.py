@@ -20,12 +20,13 @@ import numpy as np
 import pytest
 import torch
 
-from dmlbench.config import RunSpec, parse_params
 from dmlbench.evaluate.embed import compute_embeddings
 from dmlbench.evaluate.metrics import retrieval_metrics
+from dmlbench.grid import RunSpec
 from dmlbench.losses import LOSSES
 from dmlbench.models import build_model
-from dmlbench.run_config import run_config
+from dmlbench.params.load import parse_params
+from dmlbench.params.run import run_config
 from dmlbench.train.loop import train
 
 # The demo protocol's lr (1e-3) is 10x the thesis's (1e-4): the thesis loss's proxies get 10x instead

@@ -10,8 +10,8 @@ import urllib.parse
 import pytest
 
 from dmlbench.grid import Combo
-from dmlbench.tracking import start_training_run
 from dmlbench.tracking.cells import cell_config, cell_run_name, cell_tags, ensure_cell_run
+from dmlbench.tracking.runs import start_training_run
 from dmlbench.tracking.screenshot import check_ui, find_browser
 from dmlbench.tracking.store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, client
 from dmlbench.tracking.summary import log_summary_run

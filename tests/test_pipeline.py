@@ -46,7 +46,10 @@ def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(projec
     summary = first.stdout.split("Data and pipelines are up to date.", 1)[1]
     stages = len(yaml.safe_load((root / "dvc.lock").read_text())["stages"])
     assert f"\n{stages} of {stages} stages run, 0 up to date, in " in summary
-    assert "| loss | total rank | mean rank [95% CI] | std of rank | experiments (n) |" in summary
+    assert (
+        "| loss | total rank | mean rank | std of rank | experiments | mean rank over datasets [95% CI] (n = 1) |"
+        in summary
+    )
     assert "Report: reports/report.md" in summary and "make ui" in summary
     # one line per epoch in each training log: loss, the selection metric on validation, throughput
     log = (root / "artifacts" / "logs" / "train@glyphs-tiny_cnn-contrastive-32-0.log").read_text()
@@ -64,7 +67,7 @@ def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(projec
     assert "reports/curves/glyphs-tiny_cnn-32.csv" in html
     assert '"loss": "Contrastive"' in html and '"loss": "Proxy-Anchor"' in html
     report = (root / "reports" / "report.md").read_text()
-    assert "## Tournament of losses" in report and "| experiments (n) |" in report
+    assert "## Tournament of losses" in report and "| mean rank over datasets [95% CI] (n = 1) |" in report
     assert (root / "reports" / "figures" / "metric_by_loss.png").stat().st_size > 10_000
 
     # `dvc metrics show`: the report's headline, a row per metric and a column per loss
@@ -97,7 +100,9 @@ def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(projec
     }
     trained = all_runs[all_runs["tags.kind"] == "train"]
     published = trained[trained["tags.variant"] == "published"]  # the baseline@ stages' runs
-    assert set(published["tags.dvc_stage"]) == {f"baseline@glyphs-tiny_cnn-{loss}-published" for loss in ("contrastive", "proxy_anchor")}
+    assert set(published["tags.dvc_stage"]) == {
+        f"baseline@glyphs-tiny_cnn-{loss}-published" for loss in ("contrastive", "proxy_anchor")
+    }
     assert len(published) == 4 and published.get("tags.study", pd.Series([None])).isna().all()  # no study behind them
     runs = trained[trained["tags.variant"] != "published"]
     settled = all_runs[all_runs["tags.kind"] != "trial"]  # a trial may fail (e.g. pos_margin >= neg_margin)

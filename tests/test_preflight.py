@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_url_check import presigned  # noqa: F401 - a fixture: HEAD refused, GET served
 
-from dmlbench import pipeline
-from dmlbench.config import parse_params
 from dmlbench.models.weights import WeightsError
-from dmlbench.preflight import missing_weights, require_weights
+from dmlbench.params.load import parse_params
+from dmlbench.pipeline import __main__ as pipeline
+from dmlbench.pipeline.archives import missing_archives
+from dmlbench.pipeline.preflight import missing_weights, require_weights
 
 RESNET_FILE = "resnet50-0676ba61.pth"
 
@@ -66,6 +68,22 @@ def test_downloadable_file_passes_with_head_requests_only(default_raw_params, hu
         assert missing_weights(params) == []
     assert requests == [("HEAD", f"/{RESNET_FILE}"), ("HEAD", f"/moved/{RESNET_FILE}"), ("HEAD", f"/{RESNET_FILE}")]
     assert not (hub_dir / "checkpoints" / RESNET_FILE).exists()  # checked, not downloaded
+
+
+def test_a_presigned_url_refusing_head_passes_with_a_ranged_get(
+    default_raw_params,
+    hub_dir,
+    presigned,  # noqa: F811 - the fixture imported above
+    tmp_path,
+):
+    url, requests = presigned  # HEAD -> 403, GET -> the file (tests/test_url_check.py)
+    raw = _raw(default_raw_params, {"resnet50": {"weights_url": f"{url}/moved/{RESNET_FILE}"}})
+    raw["datasets"] = {"cub200": {"source": {"archive": {"url": f"{url}/moved/CUB_200_2011.tgz"}}}}
+    params = parse_params(raw)
+    assert missing_weights(params) == [] and missing_archives(params, tmp_path / "data") == []
+    assert ("GET", f"/{RESNET_FILE}", "bytes=0-0") in requests
+    assert ("GET", "/CUB_200_2011.tgz", "bytes=0-0") in requests
+    assert not (hub_dir / "checkpoints" / RESNET_FILE).exists()
 
 
 def test_every_missing_file_is_listed_with_its_checksum_and_where_to_put_it(default_raw_params, hub_dir, server):
@@ -150,7 +168,7 @@ def test_the_validate_stage_stops_plain_dvc_repro_before_download(default_raw_pa
     env = dict(os.environ, TORCH_HOME=str(tmp_path / "torch"), PYTHONPATH=str(root / "src"))
     result = subprocess.run(
         [sys.executable, "stages/validate.py", "--params", str(tmp_path / "params.yaml"), "--out", str(marker)],
-        cwd=root, env=env, capture_output=True, text=True,
+        cwd=root, env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode == 2 and not marker.exists()
     err = result.stderr.splitlines()

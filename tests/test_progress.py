@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from dmlbench.pipeline import Plan, closing_summary
+from dmlbench.pipeline.plan import Plan
+from dmlbench.pipeline.summary import closing_summary
 from dmlbench.train.progress import EpochLine
 
 

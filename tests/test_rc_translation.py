@@ -61,8 +61,9 @@ import torch.nn.functional as F
 import yaml
 from conftest import ROOT
 
-from dmlbench.config import Combo, parse_params
+from dmlbench.grid import Combo
 from dmlbench.losses import LOSSES
+from dmlbench.params.load import parse_params
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -671,7 +672,9 @@ def test_only_ms_with_miner_mines(method):
 def _differs(ref, ours, rtol=1e-6):
     (ref_value, ref_grads), (value, grads) = ref, ours
     close = torch.allclose(value, ref_value, rtol=rtol)
-    close &= all(torch.allclose(g, r, rtol=rtol, atol=rtol * float(r.abs().max())) for g, r in zip(grads, ref_grads))
+    close &= all(
+        torch.allclose(g, r, rtol=rtol, atol=rtol * float(r.abs().max())) for g, r in zip(grads, ref_grads, strict=True)
+    )
     return not close
 
 
@@ -738,7 +741,7 @@ def test_pml09_numerical_guards_are_negligible():
         for dataset in DATASETS:
             (ref_value, ref_grads), (value, grads) = _compare(method, dataset, guards=PML09_GUARDS)
             _assert_close(value, ref_value, f"{method}/{dataset} loss with 0.9.x guards", rtol=1e-5)
-            for g, r in zip(grads, ref_grads):
+            for g, r in zip(grads, ref_grads, strict=True):
                 _assert_close(g, r, f"{method}/{dataset} gradient with 0.9.x guards", rtol=1e-3)
 
 

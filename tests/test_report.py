@@ -13,8 +13,8 @@ from dmlbench import paths
 from dmlbench.analysis.report import report_stage
 from dmlbench.analysis.sections.results import table_metrics
 from dmlbench.analysis.text import format_interval, format_signed_interval
-from dmlbench.config import Combo
 from dmlbench.errors import DataError
+from dmlbench.grid import Combo
 from dmlbench.io import read_json
 from dmlbench.tracking.report_run import log_report
 
@@ -56,7 +56,7 @@ def _section(text: str, heading: str) -> str:
 
 def _params(raw: dict, dims: list[int] | None = None, **report):
     """``raw`` params with other dims or ``report`` settings."""
-    from dmlbench.config import parse_params
+    from dmlbench.params.load import parse_params
 
     raw = copy.deepcopy(raw)
     raw["report"].update(report)

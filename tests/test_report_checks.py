@@ -96,7 +96,7 @@ def test_common_n_and_formats_state_n_once():
 def test_flip_note_follows_the_protocol_and_the_dataset(small_raw_params):
     import copy
 
-    from dmlbench.config import parse_params
+    from dmlbench.params.load import parse_params
 
     raw = copy.deepcopy(small_raw_params)
     assert flip_note(parse_params(raw)).endswith("applied: off for glyphs (not flip-invariant))")

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from dmlbench import paths
-from dmlbench.config import Combo, parse_params
+from dmlbench.grid import Combo
 from dmlbench.io import read_json
+from dmlbench.params.load import parse_params
 from dmlbench.tracking.runlog import TIMING_KEYS
 
 COMBO = Combo("glyphs", "tiny_cnn", "contrastive", 32)

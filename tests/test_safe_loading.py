@@ -15,11 +15,12 @@ import pytest
 import torch
 
 from dmlbench import paths
-from dmlbench.config import RunSpec
 from dmlbench.errors import DmlbenchError
-from dmlbench.evaluate.embed import UnsafeFile, load_trained_model
-from dmlbench.protocol import SchedulerConfig
-from dmlbench.run_config import run_config
+from dmlbench.evaluate.embed import load_trained_model
+from dmlbench.grid import RunSpec
+from dmlbench.params.protocol import SchedulerConfig
+from dmlbench.params.run import run_config
+from dmlbench.safe_load import UnsafeFile
 from dmlbench.train.checkpoint import LAST, TrainState, load_checkpoint, save_checkpoint
 from dmlbench.train.optim import make_scheduler
 from dmlbench.train.rng import restore_rng_state, rng_state, seed_everything

@@ -40,7 +40,7 @@ def test_pip_settings_reach_uv_with_the_environment_winning_over_the_config_file
     assert settings["extra-index-url"] == ["file:///opt/a/simple", "file:///opt/b/simple"]
 
     arguments, environment = setup_venv.uv_arguments(settings)
-    pairs = list(zip(arguments[::2], arguments[1::2]))
+    pairs = list(zip(arguments[::2], arguments[1::2], strict=True))
     expected = [
         ("--index-strategy", "unsafe-best-match"),
         ("--index-url", "https://mirror.example/simple"),

@@ -5,16 +5,16 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from dmlbench.config import RunSpec
-from dmlbench.tracking import ensure_experiment, start_training_run
-from dmlbench.tracking.store import client, sqlite_path
+from dmlbench.grid import RunSpec
+from dmlbench.tracking.runs import start_training_run
+from dmlbench.tracking.store import client, ensure_experiment, sqlite_path
 
 RESOLVED = {"protocol": {"name": "demo", "lr": 0.001}, "loss": {"name": "contrastive", "neg_margin": 0.5}, "seed": 0}
 RUN = RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0)
 
 
 def test_concurrent_processes_share_one_fresh_store(tmp_path, mlflow_store):
-    code = "from dmlbench.tracking import ensure_experiment; print(ensure_experiment('race'))"
+    code = "from dmlbench.tracking.store import ensure_experiment; print(ensure_experiment('race'))"
     procs = [
         subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(4)

@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from dmlbench.config import RunSpec, config_hash, parse_params
 from dmlbench.errors import TrainingDiverged
 from dmlbench.evaluate.embed import compute_embeddings
 from dmlbench.evaluate.metrics import retrieval_metrics
+from dmlbench.grid import RunSpec
 from dmlbench.models import build_model
-from dmlbench.run_config import run_config
+from dmlbench.params.load import parse_params
+from dmlbench.params.model import config_hash
+from dmlbench.params.run import run_config
 from dmlbench.train.checkpoint import TrainState, load_checkpoint
 from dmlbench.train.loop import train
 

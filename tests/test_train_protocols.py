@@ -9,9 +9,11 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from dmlbench.run_config import run_config
-from dmlbench.config import Protocol, RunSpec, parse_params
 from dmlbench.errors import ConfigError
+from dmlbench.grid import RunSpec
+from dmlbench.params.load import parse_params
+from dmlbench.params.protocol import Protocol
+from dmlbench.params.run import run_config
 
 
 def _raw():
@@ -108,7 +110,7 @@ def test_protocol_errors_are_one_line():
 
 
 def test_an_override_changes_only_matching_runs_config_hash():
-    from dmlbench.config import config_hash
+    from dmlbench.params.model import config_hash
 
     raw = _raw()
     raw["datasets"]["other"] = copy.deepcopy(raw["datasets"]["glyphs"])
@@ -129,7 +131,7 @@ def test_the_loss_parameters_optimiser_follows_param_lr_then_the_protocol():
     recipe multiplies the protocol lr; the thesis's Table 4 lrs are multipliers of its lr."""
     import torch
 
-    from dmlbench.config import Combo
+    from dmlbench.grid import Combo
     from dmlbench.losses import LOSSES
     from dmlbench.train.optim import make_loss_optimizer
 

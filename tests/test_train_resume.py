@@ -59,9 +59,10 @@ def test_killed_dvc_repro_resumes_to_the_same_result(tmp_path, default_raw_param
     assert not checkpoint.exists()  # cleared once the run is complete
 
     # The same training, uninterrupted, in this process on the same prepared data.
-    from dmlbench.config import RunSpec, parse_params
     from dmlbench.data.cache import PreparedDataset
-    from dmlbench.run_config import run_config
+    from dmlbench.grid import RunSpec
+    from dmlbench.params.load import parse_params
+    from dmlbench.params.run import run_config
     from dmlbench.train.loop import train
 
     params = parse_params(raw)

@@ -14,15 +14,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import ROOT, small_params_dict
-from dmlbench.config import parse_params
+
 from dmlbench.data.cache import PreparedDataset
 from dmlbench.errors import ConfigError
 from dmlbench.grid import RunSpec
 from dmlbench.losses import LOSSES
 from dmlbench.losses.search import Choice, FloatRange, IntRange, check_space, grid_points
-from dmlbench.tune.settings import TuningConfig
+from dmlbench.params.complete import parse_complete as parse_params
+from dmlbench.params.tuning import TuningConfig, tuning_settings
 
 
 def _tuned(raw: dict, **tuning) -> dict:
@@ -52,24 +52,55 @@ def test_lifted_structure_searches_the_keys_of_its_formulation(formulation):
     published = spec.params.model_validate({"formulation": formulation})
     space = spec.space(published)
     check_space("lifted_structure", spec.params, space, "losses/lifted_structure.py")
-    assert set(space) == ({"alpha", "beta", "miner_epsilon"} if formulation == "thesis_code" else {"neg_margin", "pos_margin", "miner_epsilon"})
+    assert set(space) == (
+        {"alpha", "beta", "miner_epsilon"}
+        if formulation == "thesis_code"
+        else {"neg_margin", "pos_margin", "miner_epsilon"}
+    )
     for count in (2, 5):
-        points = [dict(zip(space, values, strict=True)) for values in zip(*(grid_points(d, count) for d in space.values()), strict=True)]
+        points = [
+            dict(zip(space, values, strict=True))
+            for values in zip(*(grid_points(d, count) for d in space.values()), strict=True)
+        ]
         for point in points:
-            spec.params.model_validate({"formulation": formulation, **point})  # raises on a key of the other formulation
+            spec.params.model_validate(
+                {"formulation": formulation, **point}
+            )  # raises on a key of the other formulation
 
 
 @pytest.mark.parametrize(
     ("space", "message"),
     [
-        ({"contrastive": {"margin": {"low": 0, "high": 1}}}, "tuning.space.contrastive.margin: contrastive has no hyperparameter 'margin'; tunable: pos_margin, neg_margin"),
-        ({"contrastive": {"neg_margin": {"low": 1.0, "high": 0.5}}}, "tuning.space.contrastive.neg_margin: empty or inverted range [1.0, 0.5]"),
-        ({"triplet": {"margin": {"low": 0.2, "high": 0.2}}}, "tuning.space.triplet.margin: empty or inverted range [0.2, 0.2]"),
-        ({"multi_similarity": {"alpha": {"low": 0, "high": 10, "log": True}}}, "tuning.space.multi_similarity.alpha: a log range needs low > 0"),
-        ({"multi_similarity": {"alpha": [2.0, "big"]}}, "tuning.space.multi_similarity.alpha: value 'big' is not allowed"),
+        (
+            {"contrastive": {"margin": {"low": 0, "high": 1}}},
+            "tuning.space.contrastive.margin: contrastive has no hyperparameter 'margin'; tunable: "
+            "pos_margin, neg_margin",
+        ),
+        (
+            {"contrastive": {"neg_margin": {"low": 1.0, "high": 0.5}}},
+            "tuning.space.contrastive.neg_margin: empty or inverted range [1.0, 0.5]",
+        ),
+        (
+            {"triplet": {"margin": {"low": 0.2, "high": 0.2}}},
+            "tuning.space.triplet.margin: empty or inverted range [0.2, 0.2]",
+        ),
+        (
+            {"multi_similarity": {"alpha": {"low": 0, "high": 10, "log": True}}},
+            "tuning.space.multi_similarity.alpha: a log range needs low > 0",
+        ),
+        (
+            {"multi_similarity": {"alpha": [2.0, "big"]}},
+            "tuning.space.multi_similarity.alpha: value 'big' is not allowed",
+        ),
         ({"triplet": {"miner": [True, "maybe"]}}, "tuning.space.triplet.miner: value 'maybe' is not allowed"),
-        ({"contrastive": {"neg_margin": {"low": -1.0, "high": 1.0}}}, "tuning.space.contrastive.neg_margin: value -1.0 is not allowed"),
-        ({"contrastive": {"neg_margin": {"lo": 0, "high": 1}}}, "tuning.space.contrastive.neg_margin: expected {low, high[, log][, int]} or a list of values"),
+        (
+            {"contrastive": {"neg_margin": {"low": -1.0, "high": 1.0}}},
+            "tuning.space.contrastive.neg_margin: value -1.0 is not allowed",
+        ),
+        (
+            {"contrastive": {"neg_margin": {"lo": 0, "high": 1}}},
+            "tuning.space.contrastive.neg_margin: expected {low, high[, log][, int]} or a list of values",
+        ),
         ({"tripplet": {"margin": [0.1]}}, "tuning.space.tripplet: unknown loss; registered: arcface"),
     ],
 )
@@ -87,7 +118,7 @@ def test_integer_hyperparameter_rejects_a_real_range(default_raw_params):
     with pytest.raises(ConfigError, match=r"tuning.space.fastap.num_bins: integer hyperparameter: give an int range"):
         parse_params(raw)
     raw["tuning"]["space"] = {"fastap": {"num_bins": {"low": 5, "high": 50, "int": True}}}
-    assert parse_params(raw).tuning.dimensions("fastap", {}, set()) == {"num_bins": IntRange(5, 50)}
+    assert tuning_settings(parse_params(raw)).dimensions("fastap", {}, set()) == {"num_bins": IntRange(5, 50)}
 
 
 def test_space_merges_the_declared_one_the_override_and_fixed_keys():
@@ -158,7 +189,9 @@ def test_samplers_learn_to_avoid_invalid_points(tmp_path, sampler):
         if point["pos"] >= point["neg"]:
             tell(study, trial, "invalid", None, "map_at_r")
         else:
-            tell(study, trial, "finished", 1.0 - ((point["pos"] - 0.5) ** 2 + (point["neg"] - 1.5) ** 2) / 8, "map_at_r")
+            tell(
+                study, trial, "finished", 1.0 - ((point["pos"] - 0.5) ** 2 + (point["neg"] - 1.5) ** 2) / 8, "map_at_r"
+            )
     trials = study.get_trials()
     invalid = [t.number for t in trials if t.user_attrs.get("invalid")]
     late = [n for n in invalid if n >= tuning.trials // 2]
@@ -221,7 +254,9 @@ def test_no_fold_and_no_objective_reads_a_test_class_image(tmp_path, default_raw
 
     def spy(config, data, **kwargs):
         for name in ("train", "val", "test", "query", "gallery"):
-            seen.append((name, set(data.split(name, fold=kwargs.get("fold") if name in ("train", "val") else None).labels)))
+            seen.append(
+                (name, set(data.split(name, fold=kwargs.get("fold") if name in ("train", "val") else None).labels))
+            )
         assert kwargs.get("device") is not None and not config.protocol.test_feedback
         return real_train(config, data, **kwargs)
 
@@ -266,7 +301,18 @@ def _stage(root: Path, *args: str, env: dict | None = None, **popen) -> subproce
         "import sys; sys.argv = ['tune'] + sys.argv[1:]; "
         f"exec(compile(open({str(ROOT / 'stages' / 'tune.py')!r}).read(), 'stages/tune.py', 'exec'))"
     )
-    command = [sys.executable, "-c", code, "--dataset", "glyphs", "--backbone", "tiny_cnn", "--loss", "contrastive", *args]
+    command = [
+        sys.executable,
+        "-c",
+        code,
+        "--dataset",
+        "glyphs",
+        "--backbone",
+        "tiny_cnn",
+        "--loss",
+        "contrastive",
+        *args,
+    ]
     return subprocess.Popen(command, cwd=root, env=env, text=True, **popen)
 
 
@@ -303,7 +349,9 @@ def test_killed_study_resumes_keeping_its_finished_trials(tune_project):
             break
     name = next(line.split()[1].rstrip(":") for line in lines if line.startswith("study "))
     deadline = time.time() + 60
-    while not any(t.state.name == "RUNNING" and t.params for t in _journal_trials(root, name)):  # ... and trial 1 trains
+    while not any(
+        t.state.name == "RUNNING" and t.params for t in _journal_trials(root, name)
+    ):  # ... and trial 1 trains
         assert time.time() < deadline and first.poll() is None, "".join(lines)
         time.sleep(0.02)
     first.kill()  # SIGKILL: nothing is told, the trial stays RUNNING in the journal
@@ -353,8 +401,8 @@ def test_two_workers_share_one_study_with_distinct_trials(tune_project):
 
 
 def test_train_reads_the_tuned_values(in_project, default_raw_params):
-    from dmlbench.run_config import run_config
-    from dmlbench.tune.results import best_file, write_best
+    from dmlbench.params.run import run_config
+    from dmlbench.params.tuned import best_file, write_best
 
     raw = _tuned(small_params_dict(default_raw_params))
     params = parse_params(raw)
@@ -389,7 +437,10 @@ def test_shared_study_recovers_only_trials_whose_heartbeat_went_stale(tmp_path):
     tuning = TuningConfig(sampler="random", trials=4)
     storage = make_storage(tuning, tmp_path)
     study = open_study("shared", tuning, storage)
-    alive, dead = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)}), study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    alive, dead = (
+        study.ask({"x": optuna.distributions.FloatDistribution(0, 1)}),
+        study.ask({"x": optuna.distributions.FloatDistribution(0, 1)}),
+    )
     with heartbeat(storage, alive, every=0.05):
         time.sleep(0.2)
         beats = study.get_trials(deepcopy=False)[alive.number].user_attrs[HEARTBEAT]

@@ -12,9 +12,10 @@ from scipy import stats
 
 from dmlbench import paths
 from dmlbench.analysis.tuning import difference_interval, load_baseline_runs, swapped_pairs, tuning_gain
-from dmlbench.config import ConfigError, parse_params
+from dmlbench.errors import ConfigError
 from dmlbench.grid import Combo
 from dmlbench.io import write_json
+from dmlbench.params.complete import parse_complete as parse_params
 
 
 def _welch(a, b, confidence=0.95):
@@ -42,7 +43,15 @@ def test_difference_interval_is_welchs_and_stays_in_range():
 def _runs(values: dict[str, list[float]], dim: int = 64) -> pd.DataFrame:
     return pd.DataFrame(
         [
-            {"dataset": "glyphs", "backbone": "tiny_cnn", "loss": loss, "dim": dim, "seed": s, "metric": "map_at_r", "value": v}
+            {
+                "dataset": "glyphs",
+                "backbone": "tiny_cnn",
+                "loss": loss,
+                "dim": dim,
+                "seed": s,
+                "metric": "map_at_r",
+                "value": v,
+            }
             for loss, seeds in values.items()
             for s, v in enumerate(seeds)
         ]
@@ -50,7 +59,9 @@ def _runs(values: dict[str, list[float]], dim: int = 64) -> pd.DataFrame:
 
 
 def test_gain_ranks_and_swaps():
-    published = _runs({"contrastive": [0.30, 0.31, 0.29], "triplet": [0.25, 0.26, 0.24], "proxy_anchor": [0.20, 0.22, 0.21]})
+    published = _runs(
+        {"contrastive": [0.30, 0.31, 0.29], "triplet": [0.25, 0.26, 0.24], "proxy_anchor": [0.20, 0.22, 0.21]}
+    )
     tuned = pd.concat([
         _runs({"contrastive": [0.30, 0.30, 0.31], "triplet": [0.25, 0.27, 0.25], "proxy_anchor": [0.33, 0.35, 0.34]}),
         _runs({"contrastive": [0.9, 0.9, 0.9]}, dim=32),  # another dim of the grid: not compared
@@ -78,7 +89,9 @@ def test_baseline_runs_are_read_from_their_cells_only(small_raw_params, tmp_path
     assert paths.evaluation_dir(cell).as_posix().endswith(f"{loss}-published/64")
     runs = {f"seed{s}": {"seed": s, "metrics": {"map_at_r": 0.2 + s / 100}} for s in params.seeds}
     write_json(paths.evaluation_dir(cell) / "runs.json", {"combo": cell.key, "runs": runs})
-    write_json(paths.evaluation_dir(Combo("glyphs", "tiny_cnn", loss, 64)) / "runs.json", {"runs": {}})  # the tuned cell
+    write_json(
+        paths.evaluation_dir(Combo("glyphs", "tiny_cnn", loss, 64)) / "runs.json", {"runs": {}}
+    )  # the tuned cell
     found = load_baseline_runs(params, "published")
     assert list(found["loss"].unique()) == [loss] and sorted(found["value"]) == [0.2 + s / 100 for s in params.seeds]
 

@@ -84,7 +84,7 @@ if failed:
 def pip_settings(python: str) -> dict[str, list[str]]:
     """pip's effective settings (``pip config list``): per option, the values of the scope that
     wins (environment over ``install`` over ``global`` sections)."""
-    listed = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+    listed = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False).stdout
     rank = {":env:": 2, "install": 1, "global": 0}
     chosen: dict[str, tuple[int, list[str]]] = {}
     for line in listed.splitlines():
@@ -135,7 +135,7 @@ def run_logged(command: list[str], log: Path, shown: tuple[str, ...], env: dict[
 def install_with_uv(python: str, requirement: str, log: Path) -> bool:
     """True when uv installed everything; False (with the reason printed) to fall back to pip."""
     quiet = [python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet", UV]
-    if subprocess.run(quiet, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+    if subprocess.run(quiet, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode != 0:
         print(f"could not install {UV}; installing with pip instead (a few minutes)")
         return False
     arguments, environment = uv_arguments(pip_settings(python))

@@ -3,7 +3,8 @@
 Sub-packages, one per concern: ``data`` (datasets, splits, caches), ``models`` (backbones,
 heads), ``losses`` (registry over pytorch-metric-learning), ``train``, ``evaluate``
 (retrieval metrics, intervals), ``analysis`` (tournament, plots, report), ``tracking``
-(MLflow). ``config`` holds the one schema for ``params.yaml``.
+(MLflow), ``tune`` (the search), ``pipeline`` (the runner). ``params`` holds the one schema for
+``params.yaml``.
 """
 
 __version__ = "0.1.0"

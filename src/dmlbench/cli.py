@@ -1,8 +1,10 @@
-"""Shared entry point of the thin ``stages/*.py`` scripts.
+"""The one entry point of the thin ``stages/*.py`` scripts.
 
-Parses the stage's arguments, loads and validates ``params.yaml`` (so every stage rejects
-bad input before expensive work), runs the stage, and turns a user-fixable error into one
-line on stderr and exit status 2.
+:func:`stage_parser` builds a stage's arguments from the shared definitions below (every stage
+takes ``--params``); :func:`main` parses them, loads and validates what the stage reads with the
+loader it is given (so every stage rejects bad input before expensive work; a data stage loads
+its dataset's section only, :mod:`dmlbench.params.datasets`), runs the stage, and turns a
+user-fixable error into one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -10,40 +12,55 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from dmlbench.config import Combo, Params, RunSpec, load_params
 from dmlbench.errors import DmlbenchError
+from dmlbench.grid import Combo, RunSpec
+
+Loaded = TypeVar("Loaded")
+
+ARGUMENTS: dict[str, dict[str, Any]] = {
+    "dataset": {"required": True},
+    "backbone": {"required": True},
+    "loss": {"required": True},
+    "dim": {"type": int, "required": True},
+    "seed": {"type": int, "required": True},
+    "variant": {"required": True, "help": "what the tuned grid is compared with (tuning.baselines)"},
+    "workers": {"type": int, "default": None, "help": "worker processes (default: the stage's own setting)"},
+    "out": {"default": "artifacts/params.validated", "help": "the validate stage's marker file"},
+}
 
 
-def run_parser(description: str, with_seed: bool = True) -> argparse.ArgumentParser:
-    """Arguments naming one grid cell: --dataset --backbone --loss --dim [--seed]."""
-    parser = argparse.ArgumentParser(description=description)
+def stage_parser(description: str, *names: str) -> argparse.ArgumentParser:
+    """``--params`` and ``--<name>`` for each of ``names`` (:data:`ARGUMENTS`), in that order."""
+    parser = argparse.ArgumentParser(description=description.strip().split("\n")[0])
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--dataset", required=True)
-    parser.add_argument("--backbone", required=True)
-    parser.add_argument("--loss", required=True)
-    parser.add_argument("--dim", type=int, required=True)
-    if with_seed:
-        parser.add_argument("--seed", type=int, required=True)
+    for name in names:
+        parser.add_argument(f"--{name}", **ARGUMENTS[name])
     return parser
 
 
 def run_spec(args: argparse.Namespace) -> RunSpec:
+    """The run named by ``--dataset --backbone --loss --dim --seed``."""
     return RunSpec(args.dataset, args.backbone, args.loss, args.dim, args.seed)
 
 
 def combo_spec(args: argparse.Namespace) -> Combo:
+    """The grid cell named by ``--dataset --backbone --loss --dim``."""
     return Combo(args.dataset, args.backbone, args.loss, args.dim)
 
 
-def main(parser: argparse.ArgumentParser, stage: Callable[[Params, argparse.Namespace], Any]) -> None:
-    """Parse, validate params, run ``stage(params, args)``; one-line errors, exit status 2."""
+def main(
+    parser: argparse.ArgumentParser,
+    stage: Callable[[Loaded, argparse.Namespace], Any],
+    load: Callable[[argparse.Namespace], Loaded],
+) -> None:
+    """Parse, ``load(args)`` (validation), run ``stage(loaded, args)``; one-line errors, exit status 2."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     args = parser.parse_args()
     try:
-        params = load_params(args.params)
-        stage(params, args)
+        stage(load(args), args)
     except DmlbenchError as exc:
         print("\n".join(f"error: {line}" for line in str(exc).splitlines()), file=sys.stderr)
         sys.exit(2)

@@ -102,7 +102,7 @@ def environment() -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             pass
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "gpu": props.name,
         "gpu_memory_gib": round(props.total_memory / 2**30, 1),
         "gpus": torch.cuda.device_count(),
@@ -123,7 +123,7 @@ def run_gpu_tests(root: Path, workdir: Path) -> list[dict[str, Any]]:
     xml = workdir / "gpu_tests.xml"
     files = [str(p.relative_to(root)) for p in gpu_test_files(root)]
     command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}"]
-    result = subprocess.run(command + files, cwd=root, capture_output=True, text=True)
+    result = subprocess.run(command + files, cwd=root, capture_output=True, text=True, check=False)
     if not xml.exists():
         tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
         return [{"name": "pytest -m gpu", "outcome": "error", "seconds": 0.0, "detail": " / ".join(tail)}]
@@ -167,7 +167,7 @@ def run_throughput(steps: int, warmup: int) -> list[dict[str, Any]]:
 def run_eval_speed(root: Path, workdir: Path) -> dict[str, Any]:
     out = workdir / "eval_speed.json"
     command = [sys.executable, str(root / "benchmarks" / "eval_speed.py"), "--device", "cuda", "--json", str(out)]
-    result = subprocess.run(command, cwd=root, capture_output=True, text=True)
+    result = subprocess.run(command, cwd=root, capture_output=True, text=True, check=False)
     if result.returncode != 0 or not out.exists():
         return {"error": " / ".join((result.stdout + result.stderr).strip().splitlines()[-3:])}
     return json.loads(out.read_text())
@@ -233,8 +233,12 @@ def format_table(report: dict[str, Any]) -> str:
         )
         rows.append(("real-size run", result, "loss goes down", mark[real["loss_decreased"]]))
     widths = [max(len(r[i]) for r in rows + [("check", "result", "target", "ok")]) for i in range(4)]
-    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
-    header = f"gpu-check: {env['gpu']} ({env['gpu_memory_gib']} GiB), torch {env['packages'].get('torch')}, CUDA {env['cuda']}, {env['date']}"
+    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"  # noqa: E731
+    torch_version = env["packages"].get("torch")
+    header = (
+        f"gpu-check: {env['gpu']} ({env['gpu_memory_gib']} GiB), torch {torch_version}, CUDA {env['cuda']}, "
+        f"{env['date']}"
+    )
     table = [line(("check", "result", "target", "ok")), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     return "\n".join([header, *table, *map(line, rows)])
 

@@ -46,7 +46,7 @@ class Combo:
             return f"evaluate@{self.key}"
         return f"baseline@{self.dataset}-{self.backbone}-{self.loss}-{self.variant}"
 
-    def with_seed(self, seed: int) -> "RunSpec":
+    def with_seed(self, seed: int) -> RunSpec:
         return RunSpec(self.dataset, self.backbone, self.loss, self.dim, seed, self.variant)
 
 

@@ -18,7 +18,7 @@ artifacts/metrics/<ds>/<bb>/<loss>/<dim>.json  evaluate: mean and 95% CI over se
 artifacts/{embeddings,evaluation}/<ds>/<bb>/pretrained/, artifacts/metrics/<ds>/<bb>/pretrained.json
                                                embed_pretrained/evaluate_pretrained: untrained baseline
 reports/                                       report: report.md, figures/, curves/, results.csv, metrics/ (dvc metrics)
-data/                                          archive drop-box (git-ignored; `dvc add data` shares it, docs/datasets.md)
+data/                                          archive drop-box (git-ignored; shared by `dvc add data`)
 """
 
 from __future__ import annotations
@@ -66,6 +66,12 @@ def model_dir(run: RunSpec, fold: int | None = None) -> Path:
 
 def checkpoint_dir(run: RunSpec, fold: int | None = None) -> Path:
     return _member(ARTIFACTS / "checkpoints" / run.relpath, fold)
+
+
+def staged_dir(run: RunSpec, fold: int | None = None) -> Path:
+    """Where a finished member's outputs wait (inside the persistent checkpoint directory) until
+    the run is assembled: a killed cross-validation stage keeps its finished folds."""
+    return checkpoint_dir(run, fold) / "final"
 
 
 def runlog_file(run: RunSpec, fold: int | None = None) -> Path:

@@ -1,5 +1,1 @@
-"""Analysis: tournament ranking, statistics, figures and the generated report."""
-
-from dmlbench.analysis.tournament import experiment_ranks, tournament
-
-__all__ = ["experiment_ranks", "tournament"]
+"""Analysis: collect -> numbers (tournament, statistics, papers vs reality) -> report sections and figures."""

@@ -22,9 +22,9 @@ import pandas as pd
 
 from dmlbench import paths
 from dmlbench.analysis.cross_validation import fold_rows
-from dmlbench.config import Params
 from dmlbench.errors import DataError
 from dmlbench.io import read_json
+from dmlbench.params.model import Params
 from dmlbench.tracking.runlog import TIMING_KEYS, read_runlog
 
 
@@ -36,7 +36,8 @@ class Results:
     datasets: dict[str, dict[str, Any]]
     # the untrained trunk ("Pretrained" row): dataset, backbone, weights, dim, metric, mean, low, high, n (queries)
     baselines: pd.DataFrame = field(default_factory=pd.DataFrame)
-    # cross-validation cells: each fold model's own test metrics (dataset, backbone, loss, dim, seed, fold, metric, value)
+    # cross-validation cells: each fold model's own test metrics
+    # (dataset, backbone, loss, dim, seed, fold, metric, value)
     folds: pd.DataFrame = field(default_factory=pd.DataFrame)
     # whether the history has the wall-clock timing columns (every run's run log was found)
     timings: bool = True

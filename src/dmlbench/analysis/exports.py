@@ -22,10 +22,10 @@ import pandas as pd
 
 from dmlbench import __version__, paths
 from dmlbench.analysis.numbers import TOP1, Analysis
-from dmlbench.config import Params
 from dmlbench.evaluate.intervals import interval_method
 from dmlbench.evaluate.metrics import metric_range
 from dmlbench.io import atomic_dir, atomic_path, read_json, write_json
+from dmlbench.params.model import Params
 
 RESULTS = "results.csv"
 HEADLINE = "metrics"
@@ -42,7 +42,13 @@ def run_codes(params: Params) -> pd.DataFrame:
         fold = paths.folds_in(paths.model_dir(run))[0]
         info_file = paths.model_dir(run, fold) / "run.json"
         code = read_json(info_file).get("code", "unknown") if info_file.exists() else "unknown"
-        rows.append({**dict(zip(CELL, (run.dataset, run.backbone, run.loss, run.dim))), "seed": run.seed, "code": code})
+        rows.append(
+            {
+                **dict(zip(CELL, (run.dataset, run.backbone, run.loss, run.dim), strict=True)),
+                "seed": run.seed,
+                "code": code,
+            }
+        )
     return pd.DataFrame(rows, columns=[*CELL, "seed", "code"])
 
 

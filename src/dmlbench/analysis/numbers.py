@@ -8,8 +8,9 @@ Sections only format these numbers.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,9 +21,9 @@ from dmlbench.analysis import statistics as st
 from dmlbench.analysis.collect import Results
 from dmlbench.analysis.reproduction import reproduction_table
 from dmlbench.analysis.tournament import experiment_ranks, tournament
-from dmlbench.config import Params
 from dmlbench.evaluate.intervals import bounded_t_interval
 from dmlbench.evaluate.metrics import metric_range
+from dmlbench.params.model import Params
 
 BASELINES = ("contrastive", "triplet")
 

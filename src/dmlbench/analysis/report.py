@@ -19,8 +19,8 @@ from dmlbench.analysis.numbers import Analysis, analyse, seed_means
 from dmlbench.analysis.sections import SECTIONS
 from dmlbench.analysis.sections.base import FIGURES, Document
 from dmlbench.analysis.text import slug
-from dmlbench.config import Params
 from dmlbench.io import atomic_dir, atomic_path
+from dmlbench.params.model import Params
 from dmlbench.tracking.store import git_state
 
 REPORT = "report.md"

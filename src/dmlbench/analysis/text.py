@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 
 def format_number(value: float, scale: float = 100, digits: int = 1) -> str:
@@ -27,7 +28,8 @@ def format_interval(
         return f"{format_number(mean, scale, digits)} (n={n}, no interval)"
     if low == high:
         return f"{format_number(mean, scale, digits)} (all n={n} equal, no interval)"
-    text = f"{format_number(mean, scale, digits)} [{format_number(low, scale, digits)}, {format_number(high, scale, digits)}]"
+    low_text, high_text = format_number(low, scale, digits), format_number(high, scale, digits)
+    text = f"{format_number(mean, scale, digits)} [{low_text}, {high_text}]"
     return text + (f" (n={n})" if show_n else "")
 
 

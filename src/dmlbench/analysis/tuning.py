@@ -13,11 +13,12 @@ import pandas as pd
 import yaml
 
 from dmlbench import paths
-from dmlbench.config import Params
 from dmlbench.evaluate.intervals import bounded_t_interval
 from dmlbench.evaluate.metrics import metric_range
 from dmlbench.io import read_json
-from dmlbench.tune.results import BEST, STUDY, TRIALS
+from dmlbench.params.model import Params
+from dmlbench.params.tuned import BEST, STUDY, TRIALS
+from dmlbench.params.tuning import baseline_combos
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,13 @@ def load_studies(params: Params) -> list[StudyResult]:
                         seconds = float(sum(v for v in log.get("seconds", {}).values() if v))
                 found.append(
                     StudyResult(
-                        dataset, backbone, loss, best, pd.read_csv(directory / TRIALS), read_json(directory / STUDY), seconds
+                        dataset,
+                        backbone,
+                        loss,
+                        best,
+                        pd.read_csv(directory / TRIALS),
+                        read_json(directory / STUDY),
+                        seconds,
                     )
                 )
     return found
@@ -66,7 +73,7 @@ def load_baseline_runs(params: Params, variant: str) -> pd.DataFrame:
     ``Results.runs`` holds the grid's: dataset, backbone, loss, dim, seed, metric, value. Empty
     where none is here."""
     rows = []
-    for combo in params.baseline_combos():
+    for combo in baseline_combos(params):
         if combo.variant != variant:
             continue
         runs_file = paths.evaluation_dir(combo) / "runs.json"
@@ -78,7 +85,9 @@ def load_baseline_runs(params: Params, variant: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["dataset", "backbone", "loss", "dim", "seed", "metric", "value"])
 
 
-def difference_interval(a: np.ndarray, b: np.ndarray, confidence: float, span: float) -> tuple[float, float, float, float]:
+def difference_interval(
+    a: np.ndarray, b: np.ndarray, confidence: float, span: float
+) -> tuple[float, float, float, float]:
     """mean(a) - mean(b) of independent samples with Welch's t-interval and p-value, the interval
     kept inside ``[-span, span]`` (two scores in [0, 1]: span 1). NaN bounds and p when either
     sample has one value or neither varies (a zero-width interval no small sample supports)."""
@@ -107,7 +116,10 @@ def tuning_gain(tuned: pd.DataFrame, baseline: pd.DataFrame, metric: str, confid
         ]["value"].to_numpy()  # fmt: skip
         if not len(mine):
             continue
-        ours, theirs = bounded_t_interval(mine, confidence, lower, upper), bounded_t_interval(base["value"].to_numpy(), confidence, lower, upper)
+        ours, theirs = (
+            bounded_t_interval(mine, confidence, lower, upper),
+            bounded_t_interval(base["value"].to_numpy(), confidence, lower, upper),
+        )
         gain, low, high, p = difference_interval(mine, base["value"].to_numpy(), confidence, upper - lower)
         rows.append({
             "dataset": dataset, "backbone": backbone, "loss": loss, "dim": dim,

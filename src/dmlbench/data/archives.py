@@ -22,9 +22,9 @@ import os
 import shutil
 import sys
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from pydantic import Field
 

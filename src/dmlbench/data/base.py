@@ -11,9 +11,10 @@ the same way for every dataset.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import pandas as pd
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
@@ -49,7 +50,7 @@ class SplitConfig(StrictModel):
     seed: NonNegativeInt = 0
 
     @model_validator(mode="after")
-    def _check(self) -> "SplitConfig":
+    def _check(self) -> SplitConfig:
         if self.num_folds is not None and self.scheme not in CROSS_VALIDATION_SCHEMES:
             raise ValueError(
                 f"num_folds applies to the schemes {', '.join(CROSS_VALIDATION_SCHEMES)}, not {self.scheme!r}"

@@ -59,7 +59,7 @@ class PreparedDataset:
     sizes: np.ndarray | None = None
 
     @classmethod
-    def load(cls, directory: str | Path, in_memory: bool = True) -> "PreparedDataset":
+    def load(cls, directory: str | Path, in_memory: bool = True) -> PreparedDataset:
         directory = Path(directory)
         if not (directory / MANIFEST).exists():
             raise DataError(f"{directory}: no prepared dataset here (run the prepare stage first)")
@@ -105,7 +105,7 @@ class PreparedDataset:
         labels = self.manifest["label"].to_numpy(np.int64)[rows]
         return SplitData(name, _take(self.images, rows), labels, _take(self.sizes, rows))
 
-    def training_half(self) -> "PreparedDataset":
+    def training_half(self) -> PreparedDataset:
         """The rows of the training classes only (official ``train`` rows, and ``val`` rows carved
         from them): what tuning may read. Test, query and gallery rows, and their images, are not
         in the result at all, so no fold and no objective can touch a test-class image."""

@@ -90,14 +90,14 @@ def _font_dir() -> Path:
     return Path(matplotlib.get_data_path()) / "fonts" / "ttf"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _codepoints(font_name: str) -> frozenset[int]:
     from fontTools.ttLib import TTFont
 
     return frozenset(TTFont(_font_dir() / font_name, lazy=True).getBestCmap() or {})
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fonts_for(char: str) -> tuple[str, ...]:
     """Fonts (file names) that contain a real glyph for ``char``."""
     names = UNICODE_FONTS + (ASCII_FONTS if char.isascii() and char.isalnum() else ())

@@ -18,7 +18,7 @@ in which the row's class is validation.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd

@@ -1,28 +1,24 @@
-"""The ``download@<dataset>`` and ``prepare@<dataset>`` stages."""
+"""The ``download@<dataset>`` and ``prepare@<dataset>`` stages (given the dataset's validated
+section, :func:`dmlbench.params.datasets.load_dataset_params`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from dmlbench import paths
-from dmlbench.config import Params
 from dmlbench.data import DATASETS
+from dmlbench.data.base import DatasetParams
 from dmlbench.data.prepare import prepare_dataset
 
 
-def _spec_and_params(params: Params, dataset: str):
-    params.check_listed(dataset)
-    return DATASETS[dataset], params.datasets[dataset]
-
-
-def download_stage(params: Params, dataset: str) -> None:
+def download_stage(dataset: str, dataset_params: DatasetParams) -> None:
     """Fetch the dataset into ``artifacts/raw/<dataset>``: take its archives from ``data/`` (or
     download them there, verified), then unpack; generated datasets are rendered instead."""
-    spec, dataset_params = _spec_and_params(params, dataset)
-    spec.fetch(dataset_params, paths.raw_dir(dataset), paths.DROPBOX)
+    DATASETS[dataset].fetch(dataset_params, paths.raw_dir(dataset), paths.DROPBOX)
 
 
-def prepare_stage(params: Params, dataset: str, workers: int | None = None) -> dict[str, Any]:
+def prepare_stage(dataset: str, dataset_params: DatasetParams, workers: int | None = None) -> dict[str, Any]:
     """Decode, resize and split into ``artifacts/prepared/<dataset>`` with ``workers`` processes (default: all CPUs)."""
-    spec, dataset_params = _spec_and_params(params, dataset)
-    return prepare_dataset(spec, dataset_params, paths.raw_dir(dataset), paths.prepared_dir(dataset), workers=workers)
+    return prepare_dataset(
+        DATASETS[dataset], dataset_params, paths.raw_dir(dataset), paths.prepared_dir(dataset), workers=workers
+    )

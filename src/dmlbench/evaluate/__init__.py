@@ -1,19 +1,4 @@
-"""Evaluation: exact retrieval metrics (Reality Check definitions), kNN, clustering, intervals, embedding."""
+"""Evaluation: exact retrieval metrics (Reality Check definitions), kNN, clustering, intervals, embedding.
 
-from dmlbench.evaluate.clustering import clustering_metrics
-from dmlbench.evaluate.combine import concatenate_embeddings, concatenated_metrics, separated_metrics
-from dmlbench.evaluate.intervals import Interval, bootstrap_interval, t_interval
-from dmlbench.evaluate.metrics import per_query_metrics, query_gallery_metrics, retrieval_metrics
-
-__all__ = [
-    "Interval",
-    "bootstrap_interval",
-    "clustering_metrics",
-    "concatenate_embeddings",
-    "concatenated_metrics",
-    "per_query_metrics",
-    "query_gallery_metrics",
-    "retrieval_metrics",
-    "separated_metrics",
-    "t_interval",
-]
+No names are gathered here: importing one module of the package must not make a stage depend on
+the others (training validates with the ranking metrics but never clusters)."""

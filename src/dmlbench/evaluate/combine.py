@@ -18,7 +18,8 @@ scores; from its Table 13 (MS, 10 folds) it gives Table 12's 63.61 +/- 0.59.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -23,30 +23,28 @@ import contextlib
 import hashlib
 import io
 import os
-import pickle
-import re
 import sys
 import warnings
-from pathlib import Path
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
 from dmlbench import paths
-from dmlbench.config import Params
 from dmlbench.data.augment import eval_transform
 from dmlbench.devices import default_device
 from dmlbench.errors import ConfigError, DataError, NonFiniteEmbeddings
 from dmlbench.grid import RunSpec
-from dmlbench.protocol import AugmentConfig
-from dmlbench.run_config import RunConfig, run_config
+from dmlbench.params.model import Params
+from dmlbench.params.protocol import AugmentConfig
+from dmlbench.params.run import RunConfig, run_config
+from dmlbench.safe_load import load_plain
 
 EMBEDDINGS = "embeddings.npz"
 META = "meta.json"
 EMBED_SPLITS = ("test", "val", "query", "gallery")
 PRETRAINED_INIT_SEED = 0  # random initialisation of trunks without pretrained weights
-UNPICKLER_GLOBAL = re.compile(r"GLOBAL (\S+)")  # in torch.load's weights-only error message
 
 # glibc <malloc.h> mallopt() parameters (man 3 mallopt:
 # https://man7.org/linux/man-pages/man3/mallopt.3.html)
@@ -213,42 +211,12 @@ def require_finite(embeddings: np.ndarray, who: str, split: str, remedy: str = D
         raise NonFiniteEmbeddings(f"{who}: {bad} of {len(embeddings)} {split} embeddings are not finite; {remedy}")
 
 
-class UnsafeFile(DataError):
-    """A checkpoint or model file holds more than tensors and plain values (refused, never run).
-
-    Checkpoints and models come from shared filesystems and DVC caches that others write to: they
-    are data, never code, read with ``torch.load(..., weights_only=True)``, which refuses any other
-    pickled object instead of running it (https://pytorch.org/docs/stable/generated/torch.load.html,
-    https://pytorch.org/docs/stable/notes/serialization.html#weights-only)."""
-
-
-def load_plain(path: Path, remedy: str) -> Any:
-    """``path`` read with ``torch.load(weights_only=True)`` onto the CPU; :class:`UnsafeFile`
-    (naming the file, what it holds and ``remedy``) for any other pickled object, which is never run."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise UnsafeFile(
-            f"{path}: holds something other than tensors and plain values ({unsafe_content(path, exc)}); "
-            f"refused, as loading it could run code; {remedy}"
-        ) from None
-
-
-def unsafe_content(path: Path, error: Exception) -> str:
-    """What makes ``path`` fail a weights-only load: the globals it imports, as far as known."""
-    try:
-        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-    except Exception:  # noqa: BLE001 - not a torch.save zip file: the unpickler names the first one
-        names = UNPICKLER_GLOBAL.findall(str(error))[:1]
-    return ", ".join(names) or "not a file of tensors"
-
-
 def load_trained_model(
     config: RunConfig, device: torch.device, fold: int | None = None
 ) -> tuple[torch.nn.Module, dict]:
     """The selected model of the run (``fold``: one fold model); refuses weights trained under a
     different config, and a file holding more than tensors and plain values (read weights-only:
-    :func:`load_plain`)."""
+    :func:`dmlbench.safe_load.load_plain`)."""
     run = config.run
     model_path = paths.model_dir(run, fold) / "model.pt"
     if not model_path.exists():

@@ -8,8 +8,8 @@ interval = mean -/+ t_{(1+c)/2, n-1} * s / sqrt(n), s = sample standard deviatio
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 

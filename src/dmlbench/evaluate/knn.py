@@ -21,7 +21,7 @@ When the reference set is the query set, each query's own row is excluded.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

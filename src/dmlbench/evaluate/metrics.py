@@ -20,7 +20,8 @@ PML): :mod:`dmlbench.evaluate.clustering`.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

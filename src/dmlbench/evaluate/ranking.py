@@ -10,8 +10,8 @@ depends on the similarity values only (module docstring of :mod:`dmlbench.evalua
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 

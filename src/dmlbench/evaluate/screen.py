@@ -31,7 +31,7 @@ those shared internals would become a public interface between two halves of one
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from dmlbench import paths
-from dmlbench.config import Combo, EvaluateConfig, Params
 from dmlbench.errors import DataError
 from dmlbench.evaluate import intervals as interval_stats
 from dmlbench.evaluate.clustering import clustering_metrics
@@ -45,7 +44,10 @@ from dmlbench.evaluate.combine import concatenate_embeddings, fold_spread
 from dmlbench.evaluate.embed import DIVERGED, EMBEDDINGS, META, UNTRAINED, require_finite
 from dmlbench.evaluate.intervals import Interval, bounded_t_interval
 from dmlbench.evaluate.metrics import means, metric_range, per_query_metrics
+from dmlbench.grid import Combo
 from dmlbench.io import atomic_dir, md5_file, read_json, write_json
+from dmlbench.params.model import Params
+from dmlbench.params.sections import EvaluateConfig
 from dmlbench.tracking.cells import cell_run_name, cell_tags
 from dmlbench.tracking.summary import log_summary_run
 
@@ -317,8 +319,7 @@ def _log_test_metrics(runs: list[dict[str, Any]], experiment: str) -> list[Any]:
     """Attach ``test/*`` metrics, bootstrap bounds and the embeddings reference to each training
     run, found by its identity (``grid_key`` + ``config_hash``); return the seeds' runs found
     (fold models' runs excluded)."""
-    from dmlbench.tracking import TrackedRun
-    from dmlbench.tracking.runs import find_training_run
+    from dmlbench.tracking.runs import TrackedRun, find_training_run
     from dmlbench.tracking.store import client as make_client
 
     mlflow_client = make_client()

@@ -12,9 +12,10 @@ a learnable margin) that are trained by their own optimiser with their own learn
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from pydantic import NonNegativeFloat, PositiveFloat, model_validator
 from torch import nn
@@ -63,7 +64,7 @@ class ParametricLossParams(LossParams):
         return data
 
     @model_validator(mode="after")
-    def _one_lr(self) -> "ParametricLossParams":
+    def _one_lr(self) -> ParametricLossParams:
         if self._param_lr_given() and "param_lr_multiplier" in self.model_fields_set:
             raise ValueError("set param_lr (absolute) or param_lr_multiplier (x the protocol lr), not both")
         return self

@@ -97,7 +97,7 @@ class LiftedStructureParams(LossParams):
     miner_epsilon: NonNegativeFloat = 0.1  # hard pair mining band (thesis code)
 
     @model_validator(mode="after")
-    def _keys_of_formulation(self) -> "LiftedStructureParams":
+    def _keys_of_formulation(self) -> LiftedStructureParams:
         unused = (THESIS_CODE_KEYS if self.formulation == "pml" else PML_KEYS) & self.model_fields_set
         if unused:
             raise ValueError(f"{sorted(unused)[0]} is not a parameter of formulation {self.formulation!r}")

@@ -18,8 +18,9 @@ from __future__ import annotations
 import math
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Annotated, Mapping, Union
+from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -111,7 +112,7 @@ def check_dimension(model: type[BaseModel], key: str, dimension: Dimension) -> N
         if dimension.log and dimension.low <= 0:
             raise ValueError(f"a log range needs low > 0, got [{dimension.low}, {dimension.high}]")
         if isinstance(dimension, FloatRange) and _is_integer(field.annotation):
-            raise ValueError(f"integer hyperparameter: give an int range ({{low, high, int: true}}) or a list")
+            raise ValueError("integer hyperparameter: give an int range ({low, high, int: true}) or a list")
         values = (dimension.low, dimension.high)
     for value in values:
         try:

@@ -7,9 +7,9 @@ A trunk maps a normalised image batch ``N x 3 x H x W`` to a feature map ``N x C
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn

@@ -53,7 +53,7 @@ class EmbeddingModel(nn.Module):
     def batchnorm_layers(self) -> list[nn.modules.batchnorm._BatchNorm]:
         return [m for m in self.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
 
-    def train(self, mode: bool = True) -> "EmbeddingModel":
+    def train(self, mode: bool = True) -> EmbeddingModel:
         super().train(mode)
         if mode and self.frozen_bn:
             for module in self.batchnorm_layers():

@@ -11,7 +11,7 @@ timm's own (Hugging Face Hub), or a local file given as ``weights_path`` (.pth o
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +99,7 @@ def is_timm_key(name: object) -> bool:
     return isinstance(name, str) and name.startswith(PREFIX) and len(name) > len(PREFIX)
 
 
-@lru_cache(maxsize=None)
+@cache
 def spec_for(key: str) -> BackboneSpec:
     """The registry entry of ``timm_<model_name>``: ``TimmParams`` with that model name as default."""
     params = create_model(

@@ -1,6 +1,3 @@
-"""MLflow tracking: one store, experiments created once, one run per training."""
-
-from dmlbench.tracking.runs import TrackedRun, start_training_run
-from dmlbench.tracking.store import configure_environment, ensure_experiment, tracking_uri
-
-__all__ = ["TrackedRun", "configure_environment", "ensure_experiment", "start_training_run", "tracking_uri"]
+"""MLflow tracking, every write in one place: the store and experiments (``store``), runs and their
+lifecycle (``runs``, ``record``), grid cells (``cells``), studies (``studies``), run logs
+(``runlog``), the report's run and the UI."""

@@ -12,11 +12,13 @@ earlier one is tagged ``superseded_by`` and moved to MLflow's trash, as training
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from dmlbench.config import config_hash, flatten
 from dmlbench.grid import Combo
+from dmlbench.params.model import config_hash, flatten
 from dmlbench.tracking.runs import find_runs
+from dmlbench.tracking.store import client as make_client
 from dmlbench.tracking.store import ensure_experiment, store_lock
 
 KIND = "summary"
@@ -71,3 +73,16 @@ def ensure_cell_run(
             mlflow_client.set_tag(old.info.run_id, "superseded_by", run_id)
             mlflow_client.delete_run(old.info.run_id)
     return run_id
+
+
+def open_cell_run(
+    experiment: str, combo: Combo, resolved: Mapping[str, Any], several: tuple[bool, bool] = (False, False)
+) -> str:
+    """The grid cell's run (created by its first training), named ``[dataset] [backbone] <loss> d<dim>
+    (cell)`` with dataset and backbone where ``several`` says the grid has more than one of each;
+    its params are the cell's part of ``resolved``."""
+    prefix = "".join(f"{part} " for part, shown in zip((combo.dataset, combo.backbone), several, strict=True) if shown)
+    return ensure_cell_run(
+        make_client(), experiment, combo.key, cell_tags(combo), cell_run_name(combo.loss_level, combo.dim, prefix),
+        params=cell_config(resolved),
+    )  # fmt: skip

@@ -14,10 +14,10 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
-from dmlbench.config import Params
+from dmlbench.params.model import Params
 from dmlbench.tracking.store import client as make_client
 from dmlbench.tracking.store import ensure_experiment, git_state
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import datetime
 import socket
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from dmlbench.io import read_json, write_json
 
@@ -40,7 +41,7 @@ def split_timings(history: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, 
 
 def now() -> str:
     """UTC time, ISO 8601 to the second."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def host() -> str:

@@ -27,11 +27,13 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from dmlbench.config import RunSpec, flatten
 from dmlbench.errors import TrainingDiverged
+from dmlbench.grid import RunSpec
+from dmlbench.params.model import flatten
 from dmlbench.tracking.store import client as make_client
 from dmlbench.tracking.store import ensure_experiment, git_state
 

@@ -19,9 +19,10 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from dmlbench.tracking.runs import PARENT_TAG
 from dmlbench.tracking.store import client as make_client

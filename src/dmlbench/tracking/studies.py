@@ -10,10 +10,11 @@ diverged (MLflow status FINISHED, FINISHED, FINISHED, FAILED with the failure ta
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from dmlbench.config import flatten
-from dmlbench.tracking.runs import PARENT_TAG, TrackedRun, find_runs
+from dmlbench.params.model import flatten
+from dmlbench.tracking.runs import PARENT_TAG, TrackedRun, failure_tags, find_runs
 from dmlbench.tracking.store import client as make_client
 from dmlbench.tracking.store import ensure_experiment, git_state, store_lock
 
@@ -60,3 +61,26 @@ def mark_interrupted(experiment: str, study: str, numbers: list[int]) -> None:
         if int(run.data.tags.get("trial", -1)) in numbers and run.info.status == "RUNNING":
             TrackedRun(run.info.run_id, mlflow_client).set_tags({"trial_state": "interrupted"})
             TrackedRun(run.info.run_id, mlflow_client).finish("KILLED")
+
+
+def end_trial(
+    child: TrackedRun,
+    values: Mapping[str, Any],
+    state: str,
+    value: float | None,
+    seconds: float,
+    error: BaseException | None,
+    objective: str,
+) -> None:
+    """End a trial's run: its ``values`` as params, its time and objective, ``trial_state`` (and
+    the failure tags of an error); FAILED when it diverged or failed, else FINISHED."""
+    from mlflow.entities import Param
+
+    if values:
+        child.client.log_batch(child.run_id, params=[Param(k, repr(v)) for k, v in values.items()])
+    metrics = {"trial/seconds": seconds}
+    if value is not None:
+        metrics[f"objective/{objective}"] = value
+    child.log_metrics(metrics)
+    child.set_tags({"trial_state": state, **(failure_tags(error) if error is not None else {})})
+    child.finish("FAILED" if state in ("failed", "diverged") else "FINISHED")

@@ -9,8 +9,9 @@ import json
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from dmlbench.tracking.cells import ensure_cell_run
 from dmlbench.tracking.runs import PARENT_TAG

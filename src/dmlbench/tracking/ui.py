@@ -25,7 +25,8 @@ import os
 import subprocess
 import sys
 import webbrowser
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from dmlbench.tracking.store import client as make_client
 from dmlbench.tracking.store import ensure_experiment, tracking_uri
@@ -115,7 +116,7 @@ def server_command(uri: str, host: str, port: int, workers: int = 1) -> list[str
 def default_experiment() -> str:
     """``tracking.experiment`` of ``params.yaml``, else ``dmlbench``."""
     try:
-        from dmlbench.config import load_params
+        from dmlbench.params.load import load_params
 
         return load_params().tracking.experiment
     except Exception:  # no or invalid params.yaml: the UI still opens

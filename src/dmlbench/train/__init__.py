@@ -1,5 +1,1 @@
-"""Training: the shared loop, optimisers, resumable checkpoints and the train stage."""
-
-from dmlbench.train.loop import TrainOutcome, train
-
-__all__ = ["TrainOutcome", "train"]
+"""Training: the shared loop, optimisers, resumable checkpoints, divergence checks and the train stage."""

@@ -7,7 +7,7 @@ Checkpoints and models live on shared filesystems and in DVC caches that others 
 they are data, never code: every one holds tensors and plain values only (dicts, lists, tuples,
 str, int, float, bool, None; RNG states as in :mod:`dmlbench.train.rng`) and is read with
 ``torch.load(..., weights_only=True)``, which refuses any other pickled object instead of running
-it (:func:`dmlbench.evaluate.embed.load_plain`).
+it (:func:`dmlbench.safe_load.load_plain`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 import torch
 
 from dmlbench.errors import DataError
-from dmlbench.evaluate.embed import load_plain
 from dmlbench.io import atomic_path
+from dmlbench.safe_load import load_plain
 
 LAST = "last.pt"
 
@@ -74,7 +74,7 @@ class TrainState:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_checkpoint(cls, state: dict[str, Any]) -> "TrainState":
+    def from_checkpoint(cls, state: dict[str, Any]) -> TrainState:
         missing = [f.name for f in fields(cls) if f.name not in state]
         if missing:
             raise ValueError(f"not a training checkpoint: no {', '.join(missing)}")
@@ -89,7 +89,7 @@ def save_checkpoint(directory: Path, state: TrainState) -> None:
 def load_checkpoint(directory: Path, config_hash: str) -> TrainState | None:
     """The saved state if it belongs to this exact config and code, else None.
 
-    Raises :class:`dmlbench.evaluate.embed.UnsafeFile` if the file holds more than tensors and
+    Raises :class:`dmlbench.safe_load.UnsafeFile` if the file holds more than tensors and
     plain values, also for a checkpoint of dmlbench before weights-only checkpoints (pickled numpy
     RNG states): such a file is never resumable anyway, as its code fingerprint differs."""
     path = directory / LAST

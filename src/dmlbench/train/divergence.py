@@ -20,8 +20,8 @@ values (|weights| ~ 1e38 / size) is told apart exactly, on that path only.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import torch
 

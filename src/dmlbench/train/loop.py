@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,8 +43,8 @@ from dmlbench.errors import TrainingDiverged
 from dmlbench.evaluate.embed import compute_embeddings, nonfinite_rows
 from dmlbench.evaluate.metrics import retrieval_metrics
 from dmlbench.models import EmbeddingModel
-from dmlbench.protocol import Protocol
-from dmlbench.run_config import RunConfig
+from dmlbench.params.protocol import Protocol
+from dmlbench.params.run import RunConfig
 from dmlbench.train.checkpoint import TrainState, save_checkpoint
 from dmlbench.train.divergence import GPU_FINITE_CHECK_EVERY, FiniteWatch, diverged, finite_check_interval
 from dmlbench.train.optim import make_loss_optimizer, make_optimizer, make_scheduler
@@ -172,7 +173,7 @@ class _Splits:
     gallery: SplitData | None
 
     @classmethod
-    def of(cls, data: PreparedDataset, fold: int | None) -> "_Splits":
+    def of(cls, data: PreparedDataset, fold: int | None) -> _Splits:
         train_split = data.split("train", fold=fold)
         test_split, gallery_split = data.split("test"), None
         if len(test_split) == 0 and len(data.split("query")) > 0:
@@ -278,14 +279,9 @@ class _Epochs:
         watch = FiniteWatch(parts.step.named_state)
         desc = f"{run.key} epoch {epoch}/{protocol.epochs}"
         for index, batch in enumerate(tqdm(batches, desc=desc, unit="batch", mininterval=2.0, leave=False), 1):
+            images, sizes = self.images.batch(batch), self.images.sizes_of(batch)
             inputs = train_transform(
-                self.images.batch(batch),
-                augment.crop_size,
-                augment.crop_scale,
-                augment.crop_ratio,
-                self.hflip,
-                generator,
-                sizes=self.images.sizes_of(batch),
+                images, augment.crop_size, augment.crop_scale, augment.crop_ratio, self.hflip, generator, sizes=sizes
             )
             parts.step(inputs, self.targets[torch.from_numpy(batch).to(self.device)], watch)
             if index % self.check_every == 0 or index == len(batches):

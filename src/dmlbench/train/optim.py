@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
-from dmlbench.config import OptimizerConfig, Protocol, SchedulerConfig
 from dmlbench.losses.base import ParametricLossParams
+from dmlbench.params.protocol import OptimizerConfig, Protocol, SchedulerConfig
 
 
 def make_optimizer(

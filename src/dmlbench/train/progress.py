@@ -9,7 +9,8 @@ exist to measure the optimism of test-set selection, not to watch).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 
 class EpochLine:

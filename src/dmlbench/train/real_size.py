@@ -18,11 +18,12 @@ from typing import Any
 
 import torch
 
-from dmlbench.config import RunSpec, parse_params
 from dmlbench.data import DATASETS
 from dmlbench.data.cache import PreparedDataset
 from dmlbench.data.prepare import prepare_dataset
-from dmlbench.run_config import run_config
+from dmlbench.grid import RunSpec
+from dmlbench.params.load import parse_params
+from dmlbench.params.run import run_config
 from dmlbench.train.loop import train
 
 DATASET = "glyphs"

@@ -15,8 +15,9 @@ the demo's ``tiny_cnn`` at 32 px: inference 2.2x, a training step 1.3-1.5x faste
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,7 +41,7 @@ class FastPath:
     channels_last: bool = False
 
     @classmethod
-    def for_device(cls, device: torch.device, enabled: bool | None = None) -> "FastPath":
+    def for_device(cls, device: torch.device, enabled: bool | None = None) -> FastPath:
         if enabled is False:
             return cls(device)
         if device.type != "cuda":

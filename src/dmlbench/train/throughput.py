@@ -19,8 +19,8 @@ reaches in practice, not to its datasheet.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import numpy as np
 import torch

@@ -13,16 +13,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from dmlbench.config import Params
 from dmlbench.evaluate.embed import embed_stage
 from dmlbench.evaluate.stage import evaluate_stage
 from dmlbench.grid import Combo
+from dmlbench.params.model import Params
+from dmlbench.params.tuning import check_baseline, search_dim
 from dmlbench.train.stage import train_stage
 
 
 def baseline_stage(params: Params, dataset: str, backbone: str, loss: str, variant: str) -> dict[str, Any]:
     """Train, embed and evaluate one baseline cell (every seed); return its evaluation summary."""
-    combo = Combo(dataset, backbone, loss, params.tuning.dim, variant)
+    combo = Combo(dataset, backbone, loss, search_dim(params), variant)
+    check_baseline(params, combo)
     params.check_run(combo)
     for number, seed in enumerate(params.seeds, 1):
         print(f"{combo.stage}: seed {seed} ({number}/{len(params.seeds)})", flush=True)

@@ -10,21 +10,23 @@ A fold split (``rc_cv``, ``kfold``) gives one fold per validation block; ``fixed
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 from pydantic import BaseModel, ValidationError
 
-from dmlbench.config import Params
 from dmlbench.data.cache import PreparedDataset
 from dmlbench.errors import DmlbenchError
 from dmlbench.grid import RunSpec
 from dmlbench.losses import LOSSES
 from dmlbench.losses.base import ParametricLossParams
 from dmlbench.losses.search import Dimension
-from dmlbench.protocol import Protocol
-from dmlbench.run_config import RunConfig, loss_values, resolve_run, with_loss_params
+from dmlbench.params.model import Params
+from dmlbench.params.protocol import Protocol
+from dmlbench.params.run import RunConfig, resolve_run, with_loss_params
+from dmlbench.params.tuning import tuning_settings
 from dmlbench.train.loop import train
 from dmlbench.tune.space import published_point, suggest
 
@@ -107,10 +109,10 @@ class Search:
 
 def make_search(params: Params, dataset: str, backbone: str, loss: str, num_folds: int) -> Search:
     """The search of one dataset x backbone x loss (``num_folds``: the prepared split's folds)."""
-    tuning = params.tuning
+    tuning = tuning_settings(params)
     run = RunSpec(dataset, backbone, loss, tuning.dim, tuning.seed)
     protocol = params.protocol_for(run).model_copy(update={"test_feedback": False})
-    base_values = loss_values(params, run)
+    base_values = params.loss_values_for(run)
     published = params.loss_models[loss].model_validate(base_values)
     space = tuning.dimensions(loss, LOSSES[loss].space(published), fixed=set(params.loss_values.get(loss, {})))
     folds = tuple(range(num_folds)) if num_folds else (None,)

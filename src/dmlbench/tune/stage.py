@@ -15,7 +15,6 @@ records carry timestamps) or in ``tuning.storage``. A killed stage re-run contin
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import tempfile
 import time
@@ -26,19 +25,23 @@ import torch
 import yaml
 
 from dmlbench import paths
-from dmlbench.cluster.array import in_slurm_job, run_array, tunes_as_array
-from dmlbench.config import Params, config_hash, load_params
 from dmlbench.data.cache import PreparedDataset
 from dmlbench.devices import default_device
 from dmlbench.errors import TrainingDiverged
 from dmlbench.evaluate.metrics import metric_range
 from dmlbench.grid import Combo
 from dmlbench.io import atomic_path, write_json
-from dmlbench.tracking.runs import TrackedRun, failure_tags
-from dmlbench.tracking.studies import mark_interrupted, study_run, trial_run
+from dmlbench.launch import in_slurm_job, run_array, run_local_workers, threads_per_worker, tunes_as_array
+from dmlbench.params.cluster import cluster_settings
+from dmlbench.params.load import load_params
+from dmlbench.params.model import Params, config_hash
+from dmlbench.params.tuned import BEST, STUDY, STUDY_DIR, TRIALS, write_best
+from dmlbench.params.tuning import tuning_settings
+from dmlbench.tracking.record import ending
+from dmlbench.tracking.runs import TrackedRun
+from dmlbench.tracking.studies import end_trial, mark_interrupted, study_run, trial_run
 from dmlbench.train.checkpoint import code_fingerprint
 from dmlbench.tune.objective import InvalidTrial, Search, make_search
-from dmlbench.tune.results import BEST, STUDY, STUDY_DIR, TRIALS, write_best
 from dmlbench.tune.space import one_at_a_time
 from dmlbench.tune.study import (
     HEARTBEAT_SECONDS,
@@ -57,7 +60,7 @@ STATUS = "status.json"
 def study_name(params: Params, search: Search) -> str:
     """``<dataset>-<backbone>-<loss>-<hash>``: the hash covers the search settings (not the
     number of workers or the storage), the space, the protocol, the data and the code."""
-    tuning = params.tuning.model_dump(mode="json", exclude={"workers", "storage", "space", "trials"})
+    tuning = tuning_settings(params).model_dump(mode="json", exclude={"workers", "storage", "space", "trials"})
     identity = {
         "tuning": tuning,
         "space": {k: d.describe() for k, d in search.space.items()},
@@ -93,7 +96,7 @@ def tune_stage(params: Params, dataset: str, backbone: str, loss: str, workers: 
                params_file: str = "params.yaml") -> dict[str, Any]:  # fmt: skip
     """Run (or continue) the cell's study to ``tuning.trials`` finished trials; write its files."""
     params.check_listed(dataset, backbone, loss)
-    tuning = params.tuning
+    tuning = tuning_settings(params)
     out = paths.tuning_dir(dataset, backbone, loss)
     protocol = params.protocol_for(Combo(dataset, backbone, loss, tuning.dim))
     if protocol.hyperparameters != "tuned":
@@ -114,14 +117,16 @@ def tune_stage(params: Params, dataset: str, backbone: str, loss: str, workers: 
     if tuning.sampler == "one_at_a_time":
         points = one_at_a_time(search.space, published, tuning.points_per_key)
         if len(points) > tuning.trials:
-            print(f"one_at_a_time: {len(points)} candidates, tuning.trials {tuning.trials}: the first {tuning.trials} run")
+            print(
+                f"one_at_a_time: {len(points)} candidates, tuning.trials {tuning.trials}: the first {tuning.trials} run"
+            )
     else:
         points = [published] if tuning.start_from_published else []
     enqueue_once(study, points)
     experiment = params.tracking.experiment
     parent = study_run(
         experiment, name, f"tune {loss}", {"dataset": dataset, "backbone": backbone, "loss": loss},
-        {"tuning": params.tuning.model_dump(mode="json", exclude={"space", "storage"}),
+        {"tuning": tuning.model_dump(mode="json", exclude={"space", "storage"}),
          "space": {k: d.describe() for k, d in search.space.items()}, "folds": len(search.folds)},
     )  # fmt: skip
     mark_interrupted(experiment, name, interrupted)
@@ -138,26 +143,23 @@ def tune_stage(params: Params, dataset: str, backbone: str, loss: str, workers: 
         command = ["python", "-m", "dmlbench.tune.worker", "--params", params_file, "--dataset", dataset,
                    "--backbone", backbone, "--loss", loss, "--study", name, "--parent-run", parent.run_id,
                    "--worker", "{worker}"]  # fmt: skip
-        run_array(params.cluster, count, command, paths.ARTIFACTS / "logs" / f"tune@{name}-%a.log", f"tune-{name}")
+        run_array(
+            cluster_settings(params), count, command, paths.ARTIFACTS / "logs" / f"tune@{name}-%a.log", f"tune-{name}"
+        )
     else:
         run_workers(params_file, dataset, backbone, loss, name, parent.run_id, count)
     return summarise(params, search, study, parent, out)
 
 
-def run_workers(params_file: str, dataset: str, backbone: str, loss: str, name: str, parent_id: str, count: int) -> None:
-    """``count`` processes (spawned: no forked torch state) working on one study, each with its
-    share of the CPU threads; the first failure stops the stage."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    threads = max(1, int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)) // count)
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(count, mp_context=context) as pool:
-        futures = [
-            pool.submit(worker_main, params_file, dataset, backbone, loss, name, parent_id, index, threads)
-            for index in range(count)
-        ]
-        for future in futures:
-            future.result()
+def run_workers(
+    params_file: str, dataset: str, backbone: str, loss: str, name: str, parent_id: str, count: int
+) -> None:
+    """``count`` processes working on one study, each with its share of the CPU threads
+    (:func:`dmlbench.launch.run_local_workers`); the first failure stops the stage."""
+    threads = threads_per_worker(count)
+    run_local_workers(
+        worker_main, [(params_file, dataset, backbone, loss, name, parent_id, index, threads) for index in range(count)]
+    )
 
 
 def worker_main(params_file: str, dataset: str, backbone: str, loss: str, name: str, parent_id: str, worker: int,
@@ -168,8 +170,9 @@ def worker_main(params_file: str, dataset: str, backbone: str, loss: str, name: 
     params = load_params(params_file)
     data = PreparedDataset.load(paths.prepared_dir(dataset))
     search = make_search(params, dataset, backbone, loss, data.num_folds)
-    storage = make_storage(params.tuning, paths.tuning_dir(dataset, backbone, loss) / STUDY_DIR)
-    study = open_study(name, params.tuning, storage, worker)
+    tuning = tuning_settings(params)
+    storage = make_storage(tuning, paths.tuning_dir(dataset, backbone, loss) / STUDY_DIR)
+    study = open_study(name, tuning, storage, worker)
     recover_interrupted(study, storage, stale_after=3 * HEARTBEAT_SECONDS)  # a requeued task's trial
     return work(params, search, data.training_half(), study, TrackedRun(parent_id), worker)
 
@@ -185,7 +188,7 @@ def work(params: Params, search: Search, data: PreparedDataset, study: Any, pare
     bad; the study goes on. After 3 x trials attempts the worker gives up."""
     import optuna
 
-    tuning, experiment = params.tuning, params.tracking.experiment
+    tuning, experiment = tuning_settings(params), params.tracking.experiment
     device = device or default_device()
     ran = 0
     while finished_count(study) < tuning.trials and ran < 3 * tuning.trials:
@@ -199,26 +202,24 @@ def work(params: Params, search: Search, data: PreparedDataset, study: Any, pare
             child.log_metrics({f"val_fold{index}/{search.objective}": value, f"fold{index}/selected_epoch": epoch})
 
         state, value, error = "finished", None, None
-        try:
-            with heartbeat(trial.storage, trial):
-                value = search.evaluate(trial, data, device, on_fold=on_fold)
-        except optuna.TrialPruned:
-            state = "pruned"
-        except InvalidTrial as exc:
-            state, error = "invalid", exc
-            trial.set_user_attr("invalid", True)
-        except TrainingDiverged as exc:
-            state, error = "diverged", exc
-        except BaseException:
-            child.set_tags({"trial_state": "interrupted"})
-            child.finish("KILLED")  # the trial stays RUNNING in the study: the next start re-runs it
-            raise
+        # a kill leaves the trial RUNNING in the study: the next start re-runs it
+        with ending(child, on_kill={"trial_state": "interrupted"}):
+            try:
+                with heartbeat(trial.storage, trial):
+                    value = search.evaluate(trial, data, device, on_fold=on_fold)
+            except optuna.TrialPruned:
+                state = "pruned"
+            except InvalidTrial as exc:
+                state, error = "invalid", exc
+                trial.set_user_attr("invalid", True)
+            except TrainingDiverged as exc:
+                state, error = "diverged", exc
         seconds = time.perf_counter() - started
         trial.set_user_attr("seconds", round(seconds, 3))
         failure = f"{type(error).__name__}: {error}" if error is not None else None
         if failure:
             trial.set_user_attr("failure", failure[:500])
-        _log_trial(child, trial, state, value, seconds, error, search.objective)
+        end_trial(child, trial.params, state, value, seconds, error, search.objective)
         tell(study, trial, state, value, search.objective)
         shown = f"{search.objective} {value:.4f}" if value is not None else failure if state == "diverged" else state
         print(f"trial {trial.number} ({state}): {shown} in {seconds:.1f} s [{finished_count(study)}/{tuning.trials}]")
@@ -255,26 +256,12 @@ def tell(study: Any, trial: Any, state: str, value: float | None, objective: str
         study.tell(trial, state=optuna.trial.TrialState.PRUNED if state == "pruned" else optuna.trial.TrialState.FAIL)
 
 
-def _log_trial(child: TrackedRun, trial: Any, state: str, value: float | None, seconds: float,
-               error: Exception | None, objective: str) -> None:  # fmt: skip
-    from mlflow.entities import Param
-
-    if trial.params:
-        child.client.log_batch(child.run_id, params=[Param(k, repr(v)) for k, v in trial.params.items()])
-    metrics = {"trial/seconds": seconds}
-    if value is not None:
-        metrics[f"objective/{objective}"] = value
-    child.log_metrics(metrics)
-    child.set_tags({"trial_state": state, **(failure_tags(error) if error is not None else {})})
-    child.finish("FAILED" if state in ("failed", "diverged") else "FINISHED")
-
-
 def summarise(params: Params, search: Search, study: Any, parent: TrackedRun, out: Path) -> dict[str, Any]:
     """Write trials.csv, best.yaml and study.json from the study, log them (and the figures) to
     the study's MLflow run, and the timings to the run log."""
     from dmlbench.tune.figures import draw_history, draw_importances
 
-    tuning = params.tuning
+    tuning = tuning_settings(params)
     trials = study.get_trials(deepcopy=False)
     table = trial_table(trials, search.space, len(search.folds))
     best = best_trial(table)
@@ -324,5 +311,8 @@ def summarise(params: Params, search: Search, study: Any, parent: TrackedRun, ou
         for figure in sorted(Path(figures).glob("*.png")):
             parent.log_artifact(figure, "figures")
     parent.finish("FINISHED")
-    print(f"best: trial {record['trial']}, {search.objective} {record['value']:.4f}: {yaml.safe_dump(record['values'], default_flow_style=True).strip()}")
+    print(
+        f"best: trial {record['trial']}, {search.objective} {record['value']:.4f}: "
+        f"{yaml.safe_dump(record['values'], default_flow_style=True).strip()}"
+    )
     return record

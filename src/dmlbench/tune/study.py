@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
-from dmlbench.tune.settings import TuningConfig
+from dmlbench.params.tuning import TuningConfig
 
 JOURNAL = "journal.log"
 FINISHED_STATES = ("COMPLETE", "PRUNED")
@@ -44,7 +45,12 @@ def _random(tuning: TuningConfig) -> Any:
 
 
 # one_at_a_time enqueues its whole grid (tune.space.one_at_a_time); trials beyond it are random
-SAMPLERS: dict[str, Callable[[TuningConfig], Any]] = {"gp": _gp, "tpe": _tpe, "random": _random, "one_at_a_time": _random}
+SAMPLERS: dict[str, Callable[[TuningConfig], Any]] = {
+    "gp": _gp,
+    "tpe": _tpe,
+    "random": _random,
+    "one_at_a_time": _random,
+}
 
 
 def make_pruner(tuning: TuningConfig) -> Any:

@@ -5,7 +5,7 @@ selected epoch, each searched value, ``retry_of`` for re-runs of interrupted tri
 States: complete, pruned, invalid (values that break the loss's rules), fail (a diverged
 training, its message in ``failure``; Optuna holds it as complete at the objective's floor with
 a violated constraint, :func:`dmlbench.tune.stage.tell`, so the table is what to read).
-``best.yaml``: the best complete trial's values, what ``train@`` reads (:mod:`dmlbench.tune.results`).
+``best.yaml``: the best complete trial's values, what ``train@`` reads (:mod:`dmlbench.params.tuned`).
 ``study.json``: trial counts by state, trainings run and saved by pruning, parameter importances.
 None of them holds a timing: the seconds per trial go to MLflow and to the run log.
 """
@@ -13,7 +13,8 @@ None of them holds a timing: the seconds per trial go to MLflow and to the run l
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 

@@ -1,5 +1,5 @@
 """One worker of a study, as its own process: ``python -m dmlbench.tune.worker`` (a Slurm array
-task of ``tune@``, :mod:`dmlbench.cluster.array`). It opens the named study, recovers trials
+task of ``tune@``, :mod:`dmlbench.launch`). It opens the named study, recovers trials
 whose worker stopped beating (:func:`dmlbench.tune.study.recover_interrupted`), and runs trials
 until the study has ``tuning.trials`` finished ones."""
 

@@ -7,9 +7,9 @@ Scores are fractions in [0, 1], drawn in percent; losses arrive already renamed 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np

@@ -7,12 +7,12 @@ that draws it. Figures are numbered in the order the document places them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from dmlbench.analysis.numbers import Analysis
-from dmlbench.config import Params
+from dmlbench.params.model import Params
 
 DEMO_PROTOCOL, DEMO_DATASET = "demo", "glyphs"
 # why a report has no wall-clock timings: they live outside DVC's outputs (reproducible hashes)

@@ -34,7 +34,9 @@ def selected_epochs(analysis: Analysis) -> pd.DataFrame:
             epochs = models["selected_epoch"].to_numpy(dtype=float)
             if not len(epochs):
                 continue
-            interval = bounded_t_interval(seeds["selected_epoch"].to_numpy(dtype=float), confidence, 1.0, float(trained))
+            interval = bounded_t_interval(
+                seeds["selected_epoch"].to_numpy(dtype=float), confidence, 1.0, float(trained)
+            )
             rows.append(
                 {
                     "loss": name,

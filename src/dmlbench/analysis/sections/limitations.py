@@ -5,6 +5,7 @@ from __future__ import annotations
 from dmlbench.analysis.numbers import Analysis
 from dmlbench.analysis.sections.base import Document, Section
 from dmlbench.analysis.statistics import MIN_BLOCKS
+from dmlbench.params.tuning import tuning_settings
 
 
 def write(analysis: Analysis, doc: Document) -> None:
@@ -62,14 +63,18 @@ def write(analysis: Analysis, doc: Document) -> None:
     if not len(analysis.bias):
         lines.append("- Test-set feedback was not recorded for these runs, so its bias is not measured here.")
     if analysis.params.protocol.hyperparameters == "tuned":
-        tuning = analysis.params.tuning
+        tuning = tuning_settings(analysis.params)
         lines.append(
-            f"- Each loss's hyperparameters come from one search of {tuning.trials} trials at dim {tuning.dim} and seed "
+            f"- Each loss's hyperparameters come from one search of {tuning.trials} trials at dim "
+            f"{tuning.dim} and seed "
             f"{tuning.seed} (the Reality Check ran 50): another seed or a larger budget may find other values, and the "
             "values found at one size train every size."
         )
     else:
-        lines.append("- Hyperparameters are the published values (thesis Table 4 or the protocol's), not tuned on the validation split.")
+        lines.append(
+            "- Hyperparameters are the published values (thesis Table 4 or the protocol's), not tuned on the "
+            "validation split."
+        )
     lines += [
         "- Published numbers marked uncertain in `literature.csv` were recalled or read off a figure; papers' "
         "claims carry no interval, and their backbones, sizes and training recipes differ.",

@@ -4,7 +4,7 @@ the untrained trunk's row, the cross-validation table, and the metric and Recall
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import pandas as pd
 

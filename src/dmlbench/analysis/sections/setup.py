@@ -8,8 +8,8 @@ from dmlbench.analysis.collect import Results
 from dmlbench.analysis.numbers import Analysis
 from dmlbench.analysis.sections.base import Document, Section
 from dmlbench.analysis.text import markdown_table
-from dmlbench.config import Params
 from dmlbench.data import DATASETS
+from dmlbench.params.model import Params
 
 PACKAGES = (
     "torch",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import pandas as pd
 
@@ -144,7 +144,8 @@ def write(analysis: Analysis, doc: Document) -> None:
     devices = ", ".join(sorted(set(costs["device"])))
     if analysis.results.timings:
         lines.append(
-            f"- **Compute:** {costs['train_seconds'].sum() / 60:.1f} training minutes for {len(costs)} runs ({devices})."
+            f"- **Compute:** {costs['train_seconds'].sum() / 60:.1f} training minutes for {len(costs)} runs "
+            f"({devices})."
         )
     else:
         lines.append(f"- **Compute:** {len(costs)} runs ({devices}); training timings unavailable: {NO_TIMINGS}.")

@@ -12,7 +12,6 @@ from dmlbench.analysis.numbers import Analysis
 from dmlbench.analysis.plots import tuning as plots
 from dmlbench.analysis.sections.base import Document, Section
 from dmlbench.analysis.text import common_n, format_interval, markdown_table, p_value
-from dmlbench.evaluate.metrics import metric_range
 from dmlbench.analysis.tuning import (
     StudyResult,
     difference_interval,
@@ -21,6 +20,8 @@ from dmlbench.analysis.tuning import (
     swapped_pairs,
     tuning_gain,
 )
+from dmlbench.evaluate.metrics import metric_range
+from dmlbench.params.tuning import tuning_settings
 
 
 def _value(value) -> str:
@@ -35,7 +36,7 @@ def _values(values: dict) -> str:
 
 def write(analysis: Analysis, doc: Document) -> None:
     params = analysis.params
-    tuning = params.tuning
+    tuning = tuning_settings(params)
     if params.protocol.hyperparameters != "tuned":
         doc.note(
             f"No search: protocol `{params.protocol_name}` trains the published hyperparameters "
@@ -48,7 +49,11 @@ def write(analysis: Analysis, doc: Document) -> None:
         return
     objective = metric_header(tuning.objective)
     folds = studies[0].best.get("folds", 1)
-    pruning = "a trial stops after a fold whose running mean falls below the median of earlier trials" if tuning.pruner == "median" else "no pruning"
+    pruning = (
+        "a trial stops after a fold whose running mean falls below the median of earlier trials"
+        if tuning.pruner == "median"
+        else "no pruning"
+    )
     doc.add(
         f"Every loss was searched with the same budget and procedure: {tuning.trials} trials of the "
         f"`{tuning.sampler}` sampler ({tuning.startup_trials} random first"
@@ -88,14 +93,20 @@ def write(analysis: Analysis, doc: Document) -> None:
         "from one search per loss: no interval, and optimistic by construction (the search maximised it).",
         "",
         markdown_table(
-            ["loss", "searched space", "best values", "published values", f"best {objective}", "published", "gain (points)"],
+            [
+                "loss",
+                "searched space",
+                "best values",
+                "published values",
+                f"best {objective}",
+                "published",
+                "gain (points)",
+            ],
             rows,
         ),
         "",
     )
-    trials = pd.concat(
-        [s.trials.assign(loss=analysis.names.get(s.loss, s.loss)) for s in studies], ignore_index=True
-    )
+    trials = pd.concat([s.trials.assign(loss=analysis.names.get(s.loss, s.loss)) for s in studies], ignore_index=True)
     doc.figure(
         "tuning_history",
         lambda p: plots.objective_by_trial(trials, p, analysis.order, tuning.objective),
@@ -115,7 +126,8 @@ def _sensitivity(analysis: Analysis, doc: Document, studies: list[StudyResult], 
         top = max(importance, key=importance.get) if importance else None
         rows.append([
             analysis.names.get(study.loss, study.loss),
-            f"{counts.get('complete', 0)} / {counts.get('pruned', 0)} / {counts.get('invalid', 0)} / {counts.get('fail', 0)}",
+            f"{counts.get('complete', 0)} / {counts.get('pruned', 0)} / {counts.get('invalid', 0)} / "
+            f"{counts.get('fail', 0)}",
             f"{values.median():.1f} [{values.quantile(0.25):.1f}, {values.quantile(0.75):.1f}]" if len(values) else "-",
             f"{values.max() - values.median():.1f}" if len(values) else "-",
             f"{top} ({importance[top]:.2f})" if top else "-",
@@ -132,13 +144,20 @@ def _sensitivity(analysis: Analysis, doc: Document, studies: list[StudyResult], 
         "Cost: fold models trained and device-minutes of the search.",
         "",
         markdown_table(
-            ["loss", "trials complete / pruned / invalid / failed", f"{objective} of trials", "best - median",
-             "most important", "trainings", "device-minutes"],
+            [
+                "loss",
+                "trials complete / pruned / invalid / failed",
+                f"{objective} of trials",
+                "best - median",
+                "most important",
+                "trainings",
+                "device-minutes",
+            ],
             rows,
         ),  # fmt: skip
         "",
     )
-    if analysis.params.tuning.pruner != "none":
+    if tuning_settings(analysis.params).pruner != "none":
         doc.add(f"Pruning saved {saved} of {saved + trainings} fold trainings ({trainings} were run).", "")
     if any(s is None for s in seconds):
         doc.add("Device-minutes are missing where a search's run log (`artifacts/runlog/tuning/`) is not here.", "")
@@ -147,7 +166,7 @@ def _sensitivity(analysis: Analysis, doc: Document, studies: list[StudyResult], 
 def _test_gain(analysis: Analysis, doc: Document) -> None:
     """The tuned grid's cells at tuning.dim against the published baseline, on the test classes."""
     params = analysis.params
-    if "published" not in params.tuning.baselines:
+    if "published" not in tuning_settings(params).baselines:
         doc.note(
             "Not measured here: the gain of tuning on the test classes and whether it changes the ranking. Set "
             "`tuning.baselines: [published]` to also train the published values at the tuning dim with every seed "
@@ -156,7 +175,9 @@ def _test_gain(analysis: Analysis, doc: Document) -> None:
         return
     metric = params.report.primary_metric
     baseline = load_baseline_runs(params, "published")
-    gains = tuning_gain(analysis.results.runs, baseline, metric, params.evaluate.confidence) if len(baseline) else baseline
+    gains = (
+        tuning_gain(analysis.results.runs, baseline, metric, params.evaluate.confidence) if len(baseline) else baseline
+    )
     if not len(gains):
         doc.note("No baseline results here: run the `baseline@` stages (make repro does).")
         return
@@ -169,7 +190,9 @@ def _test_gain(analysis: Analysis, doc: Document) -> None:
         show_n = row["tuned_n"] != n or row["baseline_n"] != n
         rows.append([
             analysis.names.get(row["loss"], row["loss"]),
-            format_interval(row["baseline"], row["baseline_low"], row["baseline_high"], row["baseline_n"], show_n=show_n),
+            format_interval(
+                row["baseline"], row["baseline_low"], row["baseline_high"], row["baseline_n"], show_n=show_n
+            ),
             format_interval(row["tuned"], row["tuned_low"], row["tuned_high"], row["tuned_n"], show_n=show_n),
             "same values" if row["loss"] in same else _gain(row),
             "-" if row["loss"] in same or math.isnan(row["p_value"]) else p_value(row["p_value"]),
@@ -209,15 +232,20 @@ def _gain_sentence(analysis: Analysis, gains: pd.DataFrame, alpha: float, same: 
     parts = []
     if same:
         kept = ", ".join(names.get(loss, loss) for loss in gains["loss"] if loss in same)
-        parts.append(f"the search kept the published values of {kept} (trial 0 won), so their two rows are the same trainings")
+        parts.append(
+            f"the search kept the published values of {kept} (trial 0 won), so their two rows are the same trainings"
+        )
     if better:
         parts.append(f"tuning raised the test score of {', '.join(better)} significantly")
     if worse:
-        parts.append(f"lowered that of {', '.join(worse)} significantly (the validation classes' optimum did not transfer)")
+        parts.append(
+            f"lowered that of {', '.join(worse)} significantly (the validation classes' optimum did not transfer)"
+        )
     rest = len(records) - len(better) - len(worse)
     if rest:
         parts.append(
-            f"for {'the other ' if better or worse else ''}{rest} loss{'es' if rest > 1 else ''} whose values changed, the "
+            f"for {'the other ' if better or worse else ''}{rest} loss{'es' if rest > 1 else ''} whose values "
+            "changed, the "
             "difference is not significant (with few seeds a difference of a few points goes undetected)"
         )
     return f"At the {alpha:g} level (Welch's test per loss, uncorrected): " + "; ".join(parts) + "."
@@ -237,9 +265,17 @@ def _ranking_sentence(analysis: Analysis, gains: pd.DataFrame, baseline: pd.Data
         dim = int(cell["dim"].iloc[0])
         separated = []
         for label, runs in (("published", baseline), ("tuned", tuned)):
-            pick = runs[(runs["dataset"] == dataset) & (runs["backbone"] == backbone) & (runs["dim"] == dim) & (runs["metric"] == metric)]
+            pick = runs[
+                (runs["dataset"] == dataset)
+                & (runs["backbone"] == backbone)
+                & (runs["dim"] == dim)
+                & (runs["metric"] == metric)
+            ]
             _, _, _, p = difference_interval(
-                pick[pick["loss"] == a]["value"].to_numpy(), pick[pick["loss"] == b]["value"].to_numpy(), confidence, upper - lower
+                pick[pick["loss"] == a]["value"].to_numpy(),
+                pick[pick["loss"] == b]["value"].to_numpy(),
+                confidence,
+                upper - lower,
             )
             if not math.isnan(p) and p < alpha:
                 separated.append(label)

@@ -52,7 +52,7 @@ class Workspace:
 
 
 def _git(args: list[str], cwd: Path) -> str:
-    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         message = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise ConfigError(f"git {' '.join(args)} failed in {cwd}: {message}")

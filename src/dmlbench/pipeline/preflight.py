@@ -1,17 +1,22 @@
 """Pre-flight: what must be in place before any stage runs (``make repro`` and the ``validate``
 stage call it), so that a missing input fails in seconds, not after download and prepare.
 
-Today: every pinned pretrained weights file the grid needs, when the protocol is pretrained
-(:meth:`dmlbench.models.base.BackboneParams.weights_files`), is here with its sha256 or its URL
-answers an HTTP HEAD (:func:`dmlbench.models.weights.weights_file_problem`).
+* Every pinned pretrained weights file the grid needs, when the protocol is pretrained
+  (:meth:`dmlbench.models.base.BackboneParams.weights_files`), is here with its sha256 or its
+  URL answers (:func:`dmlbench.models.weights.weights_file_problem`).
+* Every dataset archive the grid needs is in the drop-box ``data/`` or downloadable
+  (:func:`dmlbench.pipeline.archives.missing_archives`); generated datasets (glyphs) need
+  nothing, so the offline demo makes no request.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from dmlbench.config import Params
+from dmlbench.errors import DmlbenchError
 from dmlbench.models.weights import HEAD_TIMEOUT, WeightsError, weights_file_problem
+from dmlbench.params.model import Params
+from dmlbench.pipeline.archives import require_archives
 
 
 def missing_weights(params: Params, timeout: float = HEAD_TIMEOUT) -> list[str]:
@@ -39,3 +44,15 @@ def require_weights(params: Params, timeout: float = HEAD_TIMEOUT) -> None:
             f"protocol {params.protocol_name!r} (pretrained: true) needs {len(problems)} pretrained weights "
             "file(s) that are neither here nor downloadable:\n" + "\n".join(problems)
         )
+
+
+def preflight(params: Params, dropbox: Path) -> None:
+    """Every pre-flight check, all problems reported at once (one line each), before any stage."""
+    problems = []
+    for check, arguments in ((require_weights, ()), (require_archives, (dropbox,))):
+        try:
+            check(params, *arguments)
+        except DmlbenchError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise DmlbenchError("\n".join(problems))

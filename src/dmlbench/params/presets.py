@@ -5,11 +5,11 @@ A preset names a whole grid: ``datasets``, ``backbones``, ``losses``, ``dims``, 
 ``tracking`` and ``tuning`` keys (merged key by key over params.yaml's), plus a one-line ``description``. It
 cannot define ``protocols``: it names one of params.yaml's (``protocol: thesis``), so a
 published recipe is written once. The composed mapping is validated by the same
-:func:`dmlbench.config.parse_params` as params.yaml, and ``tracking.experiment`` defaults to
+:func:`dmlbench.params.complete.complete_params` as params.yaml, and ``tracking.experiment`` defaults to
 the preset's name, so its MLflow runs are an experiment of their own.
 
 ``python -m dmlbench.pipeline --preset <name>`` (``make repro PRESET=<name>``) runs it in a
-workspace of its own (:mod:`dmlbench.workspace`); the committed params.yaml stays the demo.
+workspace of its own (:mod:`dmlbench.pipeline.workspace`); the committed params.yaml stays the demo.
 """
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ from typing import Any
 
 import yaml
 
-from dmlbench.config import Params, parse_params
 from dmlbench.errors import ConfigError
 from dmlbench.messages import join_names
-from dmlbench.protocol import deep_merge
+from dmlbench.params.complete import complete_params
+from dmlbench.params.files import read_yaml
+from dmlbench.params.load import parse_params
+from dmlbench.params.model import Params
+from dmlbench.params.protocol import deep_merge
 
 PRESETS_DIR = "presets"  # beside params.yaml
 GRID_SECTIONS = ("datasets", "backbones", "losses", "dims", "seeds", "protocol")  # required, replace params.yaml's
@@ -52,15 +55,6 @@ def presets_dir(params_file: str | Path) -> Path:
 def available(directory: str | Path) -> list[str]:
     """The preset names in ``directory`` (its ``*.yaml`` files), sorted."""
     return sorted(p.stem for p in Path(directory).glob("*.yaml") if NAME_PATTERN.match(p.stem))
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
 
 
 def compose(name: str, preset: Any, base: Any, source: str) -> dict[str, Any]:
@@ -99,21 +93,21 @@ def load_preset(name: str, params_file: str | Path = "params.yaml") -> Preset:
     """Read ``presets/<name>.yaml`` over ``params_file`` and validate the result like params.yaml.
 
     An unknown name fails in one line that lists the presets; a bad preset in one line naming
-    the file and the key (:func:`dmlbench.config.parse_params`)."""
+    the file and the key (:func:`dmlbench.params.complete.complete_params`)."""
     directory = presets_dir(params_file)
     names = available(directory)
     if name not in names:
         listed = join_names(names) if names else f"none (no *.yaml in {directory}/)"
         raise ConfigError(f"preset {name!r} is unknown; available presets: {listed}")
     path = directory / f"{name}.yaml"
-    preset = _read_yaml(path)
+    preset = read_yaml(path)
     try:
-        base = _read_yaml(Path(params_file))
+        base = read_yaml(Path(params_file))
     except FileNotFoundError:
         raise ConfigError(f"{params_file}: file not found (run from the repository root)") from None
     raw = compose(name, preset, base, str(path))
     description = str(preset.get("description") or "")
-    return Preset(name, path, description, raw, parse_params(raw, source=str(path)))
+    return Preset(name, path, description, raw, complete_params(parse_params(raw, source=str(path)), str(path)))
 
 
 def listing(params_file: str | Path = "params.yaml") -> str:
@@ -121,7 +115,7 @@ def listing(params_file: str | Path = "params.yaml") -> str:
     directory = presets_dir(params_file)
     lines = []
     for name in available(directory):
-        preset = _read_yaml(directory / f"{name}.yaml")
+        preset = read_yaml(directory / f"{name}.yaml")
         description = preset.get("description", "") if isinstance(preset, dict) else ""
         lines.append(f"{name:16s} {description}")
     return "\n".join(lines) if lines else f"no presets in {directory}/"

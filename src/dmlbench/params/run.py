@@ -11,15 +11,16 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
-
-from dmlbench.config import Params, config_hash
 from dmlbench.data import DATASETS, DatasetSpec
-from dmlbench.grid import Combo, RunSpec
+from dmlbench.data.base import DatasetParams
+from dmlbench.grid import RunSpec
 from dmlbench.losses import LOSSES, LossSpec
+from dmlbench.losses.base import LossParams
 from dmlbench.models import EmbeddingModel, build_model
-from dmlbench.protocol import Protocol
-from dmlbench.tune.results import tuned_values
+from dmlbench.models.base import BackboneParams
+from dmlbench.params.model import Params, config_hash
+from dmlbench.params.protocol import Protocol
+from dmlbench.params.tuned import tuned_values
 
 
 @dataclass(frozen=True, eq=False)
@@ -29,9 +30,9 @@ class RunConfig:
     run: RunSpec
     protocol_name: str
     protocol: Protocol  # the active protocol with the run's dataset/backbone overrides applied
-    dataset_params: BaseModel
-    backbone_params: BaseModel
-    loss_params: BaseModel  # the loss's defaults, then the protocol's values, then losses.<name>
+    dataset_params: DatasetParams
+    backbone_params: BackboneParams
+    loss_params: LossParams  # the loss's defaults, then the protocol's values, then losses.<name>
     loss_source: str  # protocol, params, defaults (see Params.loss_source), tuned or published (a baseline)
     recall_ks: tuple[int, ...]  # the K of Recall@K in validation scores
     resolved: dict[str, Any]
@@ -89,29 +90,20 @@ def run_config(params: Params, run: RunSpec) -> RunConfig:
     only: it never changes the selected model, and the baseline's report row needs none)."""
     params.check_run(run)
     protocol = params.protocol_for(run)
-    values = loss_values(params, run)
+    values = params.loss_values_for(run)
     tuning = None
     if run.variant == "published":
         protocol = protocol.model_copy(update={"test_feedback": False})
     elif protocol.hyperparameters == "tuned":
         tuned, tuning = tuned_values(run.dataset, run.backbone, run.loss)
-        published = loss_values(params, run, published_only=True)
+        published = params.loss_values_for(run, published_only=True)
         if "param_lr" in tuned:  # a searched absolute lr replaces a published multiplier
             published.pop("param_lr_multiplier", None)
         values = {**published, **tuned, **params.loss_values.get(run.loss, {})}
     return resolve_run(params, run, params.loss_models[run.loss].model_validate(values), protocol, tuning)
 
 
-def loss_values(params: Params, run: RunSpec | Combo, published_only: bool = False) -> dict[str, Any]:
-    """The values a run's loss is built with before tuning: the protocol's for the run's dataset
-    and backbone, then ``losses.<name>`` of params.yaml (``published_only``: the protocol's)."""
-    values = dict(params.protocol_for(run).losses.get(run.loss, {}))
-    if not published_only:
-        values.update(params.loss_values.get(run.loss, {}))
-    return values
-
-
-def with_loss_params(config: RunConfig, loss_params: BaseModel) -> RunConfig:
+def with_loss_params(config: RunConfig, loss_params: LossParams) -> RunConfig:
     """``config`` with other values of its loss (a tuning trial's), re-resolved and re-hashed."""
     resolved = {**config.resolved, "loss": {"name": config.loss, **loss_params.model_dump(mode="json")}}
     return dataclasses.replace(
@@ -122,7 +114,7 @@ def with_loss_params(config: RunConfig, loss_params: BaseModel) -> RunConfig:
 def resolve_run(
     params: Params,
     run: RunSpec,
-    loss_params: BaseModel,
+    loss_params: LossParams,
     protocol: Protocol,
     tuning: dict[str, Any] | None = None,
 ) -> RunConfig:

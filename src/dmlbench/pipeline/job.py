@@ -1,4 +1,4 @@
-"""One Slurm job: ``python -m dmlbench.cluster.job <stage>`` runs ``dvc repro`` of that stage.
+"""One Slurm job: ``python -m dmlbench.pipeline.job <stage>`` runs ``dvc repro`` of that stage.
 
 The stage runs in its own process group (``dvc --wait-for-lock repro --single-item <stage>``).
 Slurm's warning signal (``USR1``, ``--signal=B:USR1@<s>`` before the time limit or a preemption)
@@ -44,7 +44,11 @@ def main(stage: str) -> int:
     signal.signal(signal.SIGTERM, forward)
     code = child.wait()
     if signal.SIGUSR1 in warned and os.environ.get("SLURM_JOB_ID"):
-        print(f"{stage}: Slurm's warning signal: stopped at the last checkpoint; requeueing job {os.environ['SLURM_JOB_ID']}", flush=True)
+        print(
+            f"{stage}: Slurm's warning signal: stopped at the last checkpoint; requeueing job "
+            f"{os.environ['SLURM_JOB_ID']}",
+            flush=True,
+        )
         subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], check=False)
         return 0
     return code

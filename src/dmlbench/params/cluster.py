@@ -1,6 +1,7 @@
 """The ``cluster:`` section of ``params.yaml``: what each stage kind asks Slurm for.
 
-A leaf of the params schema (it builds on :mod:`dmlbench.schema` only). Values are ``sbatch``
+Read only by the Slurm executor, the tune stage's worker array and the ``validate`` stage, each
+through :func:`cluster_settings`, so no other stage depends on this code. Values are ``sbatch``
 options (https://slurm.schedmd.com/sbatch.html): ``cpus`` -> ``--cpus-per-task``, ``gpus`` ->
 ``--gres=<gres>:<n>``, ``mem`` -> ``--mem`` (e.g. ``16G``), ``time`` -> ``--time``
 (``minutes``, ``H:MM:SS`` or ``D-HH:MM:SS``); ``partition``, ``account`` and ``extra_args``
@@ -16,8 +17,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, ValidationError, field_validator
 
+from dmlbench.errors import ConfigError
+from dmlbench.messages import one_line
+from dmlbench.params.model import Params
 from dmlbench.schema import StrictModel
 
 # the stage kinds of dvc.yaml (tests/test_cluster.py checks the list against it)
@@ -100,3 +104,11 @@ _MANAGED = {
     "--no-requeue", "--kill-on-invalid-dep", "--cpus-per-task", "--gres", "--mem", "--time", "--partition",
     "--account", "--open-mode", "--array", "--wrap",
 }  # fmt: skip
+
+
+def cluster_settings(params: Params, source: str = "params.yaml") -> ClusterConfig:
+    """The validated ``cluster:`` section; :class:`ConfigError` in one line naming the key."""
+    try:
+        return ClusterConfig.model_validate(dict(params.cluster))
+    except ValidationError as exc:
+        raise ConfigError(one_line(exc, source, prefix="cluster", model=ClusterConfig)) from None

@@ -61,7 +61,7 @@ class EvaluateConfig(StrictModel):
     @field_validator("recall_at")
     @classmethod
     def _recall_at(cls, values: list[int]) -> list[int]:
-        return _distinct_sorted(values, "recall_at")
+        return sorted(_distinct_sorted(values, "recall_at") or [])
 
     def recall_ks(self, dataset: str) -> tuple[int, ...]:
         """The K of Recall@K for ``dataset`` (its override, else ``recall_at``), ascending."""

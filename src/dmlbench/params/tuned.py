@@ -52,5 +52,5 @@ def tuned_values(dataset: str, backbone: str, loss: str) -> tuple[dict[str, Any]
             f"{best_file(dataset, backbone, loss)}: written for published hyperparameters; re-run "
             f"`dvc repro tune@{dataset}-{backbone}-{loss}` (the protocol now says tuned)"
         )
-    provenance = {k: record[k] for k in ("study", "trial", "objective", "value") if k in record}
+    provenance: dict[str, Any] = {k: record[k] for k in ("study", "trial", "objective", "value") if k in record}
     return dict(record.get("values") or {}), provenance

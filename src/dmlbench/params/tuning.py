@@ -5,19 +5,27 @@ iterations of Bayesian optimisation per loss and dataset, each scored by the mea
 MAP@R over its class-disjoint cross-validation folds, at embedding size 128. The folds are the
 dataset's split scheme (``rc_cv``: RC's 4 folds; ``fixed_val``: one fold), never a setting here.
 
-A leaf of the params schema: it builds on :mod:`dmlbench.schema`, :mod:`dmlbench.protocol`
-and :mod:`dmlbench.losses.search` only.
+Only the stages that search or compare with the search read this section (``tune@``,
+``baseline@``, the report, the runners, ``validate``): :func:`tuning_settings` validates it
+there, so its code is no dependency of download, prepare, train or evaluate.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, ValidationError, field_validator, model_validator
 
+from dmlbench.errors import ConfigError
+from dmlbench.grid import Combo, RunSpec
+from dmlbench.losses import LOSSES
 from dmlbench.losses.search import Dimension, check_space, parse_dimension
-from dmlbench.protocol import SELECTION_METRICS
+from dmlbench.messages import one_line
+from dmlbench.params.model import Params
+from dmlbench.params.protocol import SELECTION_METRICS
 from dmlbench.schema import StrictModel
 
 SAMPLERS = ("gp", "tpe", "random", "one_at_a_time")
@@ -40,16 +48,18 @@ class TuningConfig(StrictModel):
     the password comes from ``PGPASSWORD`` or ``~/.pgpass``, never from params.yaml).
     ``space.<loss>.<key>``: replaces or adds a dimension of the loss's declared search space.
     ``baselines: [published]``: also train the published values at ``dim`` with every seed of the
-    grid (``train_baseline@``/``evaluate_baseline@``), so that the report measures what tuning
-    gained on the test classes and whether it changed the ranking; needs a tuned protocol and
-    ``dim`` among the grid's ``dims``. ``[]``: no baseline.
+    grid (``baseline@`` stages), so that the report measures what tuning gained on the test
+    classes and whether it changed the ranking; needs a tuned protocol and ``dim`` among the
+    grid's ``dims``. ``[]``: no baseline. ``dim``: the embedding size of the search (and of the
+    baselines); None = the grid's largest (:func:`tuning_settings` resolves it), so editing
+    ``dims`` needs no second edit here.
     """
 
     sampler: Literal[SAMPLERS] = "gp"  # type: ignore[valid-type]
     trials: PositiveInt = 50  # RC: 50 iterations per loss and dataset
     startup_trials: NonNegativeInt = 10
     objective: Literal[SELECTION_METRICS] = "map_at_r"  # type: ignore[valid-type]
-    dim: PositiveInt = 128  # RC tuned at 128
+    dim: PositiveInt | None = None  # RC tuned at 128; None = the grid's largest dim
     seed: NonNegativeInt = 0
     pruner: Literal[PRUNERS] = "none"  # type: ignore[valid-type]
     start_from_published: bool = True
@@ -74,16 +84,20 @@ class TuningConfig(StrictModel):
         if not re.match(r"^(postgresql|postgresql\+\w+|mysql\+\w+|mysql|sqlite)://", url):
             raise ValueError(f"storage must be an RDB URL (postgresql://user@host/db) or null, got {url!r}")
         if _PASSWORD_IN_URL.match(url):
-            raise ValueError("storage: put no password in the URL (params.yaml is committed); use PGPASSWORD or ~/.pgpass")
+            raise ValueError(
+                "storage: put no password in the URL (params.yaml is committed); use PGPASSWORD or ~/.pgpass"
+            )
         return url
 
     @model_validator(mode="after")
-    def _pruned_trials_inform_the_sampler(self) -> "TuningConfig":
+    def _pruned_trials_inform_the_sampler(self) -> TuningConfig:
         # Optuna's GPSampler fits complete trials only: after a pruned trial it proposes the same
         # point again (TPE models pruned trials by their last reported value)
         if self.pruner != "none" and self.sampler == "gp":
-            raise ValueError("pruner median needs a sampler that learns from pruned trials (tpe, random); "
-                             "gp fits complete trials only (use pruner: none with gp)")
+            raise ValueError(
+                "pruner median needs a sampler that learns from pruned trials (tpe, random); "
+                "gp fits complete trials only (use pruner: none with gp)"
+            )
         return self
 
     def dimensions(self, loss: str, declared: Mapping[str, Dimension], fixed: set[str]) -> dict[str, Dimension]:
@@ -98,7 +112,9 @@ class TuningConfig(StrictModel):
         ValueError ``source: tuning.space.<loss>.<key>: ...`` on the first problem."""
         for loss, table in self.space.items():
             if loss not in losses:
-                raise ValueError(f"{source}: tuning.space.{loss}: unknown loss; registered: {', '.join(sorted(losses))}")
+                raise ValueError(
+                    f"{source}: tuning.space.{loss}: unknown loss; registered: {', '.join(sorted(losses))}"
+                )
             where = f"tuning.space.{loss}"
             if not isinstance(table, Mapping):
                 raise ValueError(f"{source}: {where}: expected a mapping of hyperparameter -> range or list")
@@ -112,3 +128,61 @@ class TuningConfig(StrictModel):
                 check_space(loss, losses[loss].params, parsed, where)
             except ValueError as exc:
                 raise ValueError(f"{source}: {exc}") from None
+
+
+@lru_cache(maxsize=16)
+def tuning_settings(params: Params, source: str = "params.yaml") -> TuningConfig:
+    """The validated ``tuning:`` section of ``params`` (``dim`` resolved against the grid), checked
+    against the grid: ``space.<loss>`` fits the loss's parameters, baselines need a tuned protocol
+    and ``dim`` among ``dims``. :class:`ConfigError` in one line naming the key."""
+    try:
+        tuning = TuningConfig.model_validate(dict(params.tuning))
+    except ValidationError as exc:
+        raise ConfigError(one_line(exc, source, prefix="tuning", model=TuningConfig)) from None
+    try:
+        tuning.check(LOSSES, source)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if tuning.dim is None:
+        tuning = tuning.model_copy(update={"dim": search_dim(params)})
+    baselines = tuning.baselines
+    if baselines and params.protocol.hyperparameters != "tuned":
+        raise ConfigError(
+            f"{source}: tuning.baselines: {baselines} compares tuned with published values, but protocol "
+            f"{params.protocol_name!r} trains its published values already (set tuning.baselines: [])"
+        )
+    if baselines and tuning.dim not in params.dims:
+        raise ConfigError(
+            f"{source}: tuning.baselines: the baseline is compared at tuning.dim {tuning.dim}, which dims "
+            f"{params.dims} does not list (set tuning.dim: null to follow the grid, or set tuning.baselines: [])"
+        )
+    return tuning
+
+
+def search_dim(params: Params) -> int:
+    """The embedding size the search trains at (``tuning.dim``, else the grid's largest); reads
+    those two keys alone (the section is validated by :func:`tuning_settings` wherever it is read
+    as a whole, and by the ``validate`` stage)."""
+    dim = params.tuning.get("dim")
+    return int(dim) if dim is not None else max(params.dims)
+
+
+def check_baseline(params: Params, run: RunSpec | Combo) -> None:
+    """Reject a baseline cell that ``tuning.baselines`` / ``tuning.dim`` do not ask for."""
+    tuning = tuning_settings(params)
+    if run.variant not in tuning.baselines:
+        raise ConfigError(f"variant {run.variant!r} is not in tuning.baselines {tuning.baselines} of params.yaml")
+    if run.dim != tuning.dim:
+        raise ConfigError(f"dim {run.dim}: a {run.variant} baseline trains at tuning.dim {tuning.dim}")
+
+
+def baseline_combos(params: Params) -> list[Combo]:
+    """The baseline cells of ``tuning.baselines``: each loss at ``tuning.dim`` per variant."""
+    tuning = tuning_settings(params)
+    return [
+        Combo(d, b, loss, search_dim(params), variant)
+        for variant in tuning.baselines
+        for d in params.datasets
+        for b in params.backbones
+        for loss in params.losses
+    ]

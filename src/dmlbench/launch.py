@@ -1,0 +1,112 @@
+"""Launching workers, the one place for it: the executors' stage processes and the tune stage's
+trial workers, here as processes or on Slurm as jobs and job arrays.
+
+* :func:`worker_environment` / :func:`threads_per_worker`: what a worker process runs with (this
+  interpreter's ``bin/`` first on ``PATH``, its share of the CPU threads, its GPU).
+* :func:`run_local_workers`: ``count`` spawned processes (no forked torch state) running one
+  function, the first failure stopping the rest (``tune@ --workers N`` on one machine).
+* :func:`resource_args`: a job's ``sbatch`` resource options, shared by the Slurm executor's stage
+  jobs (:mod:`dmlbench.pipeline.slurm`) and the worker arrays here.
+* :func:`run_array`: the workers of one tuning study as a Slurm job array (``sbatch --wait
+  --array=0-<N-1>``) on a shared RDB study, returning when the whole array has ended; each task
+  gets the tune stage kind's resources (``cluster.stages.tune``) and requeues on Slurm's warning
+  signal like any job; a trial a task leaves running is recovered by the workers' heartbeat check
+  (:func:`dmlbench.tune.study.recover_interrupted`).
+
+It sits below both the tune stage and the runner (:mod:`dmlbench.pipeline`), so both use it and
+imports still run downward.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from dmlbench.errors import DmlbenchError
+from dmlbench.params.cluster import ClusterConfig, StageResources
+
+
+def threads_per_worker(workers: int, available: int | None = None) -> int:
+    """Each of ``workers`` processes' share of ``available`` CPU threads (default: this process's
+    ``OMP_NUM_THREADS``, else the CPU count), at least 1: oversubscription slows everything."""
+    total = available or int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
+    return max(1, total // workers)
+
+
+def worker_environment(threads: int | None = None, gpu: str | None = None, **extra: str) -> dict[str, str]:
+    """``os.environ`` for a worker: this interpreter's ``bin/`` first on ``PATH`` (stage commands
+    call ``python``), ``threads`` BLAS/OpenMP threads (None: the libraries' default), and
+    ``CUDA_VISIBLE_DEVICES=gpu`` when given."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = dict(os.environ, PATH=path, **extra)
+    if threads is not None:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    return env
+
+
+def run_local_workers(target: Callable[..., Any], arguments: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """``target(*args)`` for each of ``arguments`` in its own spawned process, all at once; their
+    results in order. The first failure is raised (the others are not waited on)."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(len(arguments), mp_context=context) as pool:
+        futures = [pool.submit(target, *args) for args in arguments]
+        return [future.result() for future in futures]
+
+
+def in_slurm_job() -> bool:
+    return bool(os.environ.get("SLURM_JOB_ID"))
+
+
+def tunes_as_array(workers: int, storage: str | None) -> bool:
+    """Whether a ``tune@`` job on Slurm runs its workers as an array (several workers on a shared
+    RDB study) and so only waits for them (the executor then gives it small resources)."""
+    return workers > 1 and bool(storage)
+
+
+def resource_args(config: ClusterConfig, resources: StageResources) -> list[str]:
+    """The ``sbatch`` options of one job: CPUs, memory, time limit, Slurm's warning signal before it,
+    requeue, GPUs, partition and account (https://slurm.schedmd.com/sbatch.html)."""
+    args = [
+        f"--cpus-per-task={resources.cpus}", f"--mem={resources.mem}", f"--time={resources.time}",
+        f"--signal=B:USR1@{config.signal_seconds}", "--requeue" if config.requeue else "--no-requeue",
+    ]  # fmt: skip
+    if resources.gpus:
+        args.append(f"--gres={config.gres}:{resources.gpus}")
+    if config.partition:
+        args.append(f"--partition={config.partition}")
+    if config.account:
+        args.append(f"--account={config.account}")
+    return args
+
+
+def array_command(config: ClusterConfig, count: int, command: list[str], log: Path, name: str) -> list[str]:
+    """``sbatch --wait --array``: ``command`` per task, ``{worker}`` replaced by the task index."""
+    task = " ".join(shlex.quote(part) if part != "{worker}" else '"$SLURM_ARRAY_TASK_ID"' for part in command)
+    return [
+        "sbatch", "--wait", "--parsable", f"--array=0-{count - 1}", f"--job-name={name}", f"--output={log}",
+        f"--chdir={Path.cwd()}", *resource_args(config, config.resources("tune")), *config.extra_args,
+        f"--wrap=exec {task}",
+    ]  # fmt: skip
+
+
+def run_array(config: ClusterConfig, count: int, command: list[str], log: Path, name: str) -> None:
+    """Submit the array and wait for all its tasks; one line naming the log when any failed."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    print(f"{name}: {count} workers as a Slurm job array (log {str(log).replace('%a', '<task>')})", flush=True)
+    result = subprocess.run(
+        array_command(config, count, command, log, name), capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise DmlbenchError(
+            f"{name}: the worker array {result.stdout.strip()} failed (exit {result.returncode}); "
+            f"logs: {str(log).replace('%a', '<task>')} {result.stderr.strip()}"
+        )

@@ -1,0 +1,52 @@
+"""What to run: the stale DVC stages and everything downstream of them, in dependency order."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from dmlbench import paths
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Stages to run (topological order) and, for each, the planned stages it waits for."""
+
+    order: list[str]
+    waits_for: dict[str, set[str]]
+    total: int = 0  # pipeline stages in dvc.yaml (order: the stale ones and what follows them)
+
+
+def make_plan(root: Path = Path(".")) -> Plan:
+    """Stale pipeline stages and all their descendants, from DVC's own graph and status."""
+    import networkx as nx
+    from dvc.repo import Repo
+    from dvc.stage import PipelineStage
+
+    with Repo(str(root)) as repo:
+        graph = repo.index.graph  # edges: dependent stage -> stage it depends on
+        by_name = {stage.addressing: stage for stage in graph.nodes if isinstance(stage, PipelineStage)}
+        stale = [name for name in repo.status() if name in by_name]
+        todo: set[str] = set()
+        for name in stale:
+            todo.add(name)
+            todo.update(s.addressing for s in nx.ancestors(graph, by_name[name]) if s.addressing in by_name)
+        waits_for = {
+            name: {dep.addressing for dep in graph.successors(by_name[name]) if dep.addressing in todo} for name in todo
+        }
+        order = [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s.addressing in todo]
+    return Plan(order, waits_for, len(by_name))
+
+
+def record_empty_dropbox(root: Path) -> None:
+    """``data.dvc`` tracks the archive drop-box ``data/``, committed empty; a fresh clone has neither the
+    folder nor its (empty) cache entry, so ``dvc status`` would call it "not in cache" forever. While
+    ``data/`` is missing or empty, create it and ``dvc commit`` it: the hash stays the committed one and
+    ``data.dvc`` is unchanged. A drop-box holding archives is the user's to ``dvc add`` (docs/datasets.md)."""
+    dropbox = root / paths.DROPBOX
+    if not (root / "data.dvc").exists() or (dropbox.exists() and any(dropbox.iterdir())):
+        return
+    dropbox.mkdir(exist_ok=True)
+    subprocess.run([sys.executable, "-m", "dvc", "commit", "--force", "--quiet", "data.dvc"], cwd=root, check=False)

@@ -1,0 +1,33 @@
+"""A preset run in its own workspace (:mod:`dmlbench.pipeline.workspace`): the main checkout's
+params.yaml and dvc.lock stay as they are."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from dmlbench.params.presets import Preset, params_text
+from dmlbench.pipeline.workspace import environment, prepare_workspace, uncommitted_code
+
+
+def run_preset(preset: Preset, params_file: Path, forwarded: list[str]) -> int:
+    """Run the pipeline (``forwarded``: its --jobs/--gpus) in the preset's own workspace."""
+    main_root = params_file.resolve().parent
+    changed = uncommitted_code(main_root)
+    workspace = prepare_workspace(main_root, preset.name, params_text(preset))
+    print(f"preset {preset.name!r}: {preset.description}")
+    print(f"workspace: {workspace.root} (git worktree at {workspace.commit[:12]}; own params.yaml and dvc.lock)")
+    if changed:
+        print(f"note: the preset runs the committed code; uncommitted changes to {', '.join(changed)} are not in it")
+    sys.stdout.flush()
+    env = environment(workspace, main_root)
+    code = subprocess.run(
+        [sys.executable, "-m", "dmlbench.pipeline", *forwarded], cwd=workspace.root, env=env, check=False,
+    ).returncode
+    print(
+        f"\npreset {preset.name!r} {'finished' if code == 0 else f'stopped (exit {code})'}.\n"
+        f"Workspace: {workspace.root}\nReport:    {workspace.report}\nLogs:      {workspace.logs}/\n"
+        f"MLflow:    experiment {preset.params.tracking.experiment!r} in {env['MLFLOW_TRACKING_URI']} (make ui)"
+    )
+    return code

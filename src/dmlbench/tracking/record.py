@@ -1,0 +1,160 @@
+"""A run's lifecycle, written once: how a tracked run starts or resumes, logs, and ends.
+
+* :func:`ending`: the body of a run; a ``KeyboardInterrupt`` (a kill, Slurm's warning signal)
+  ends it KILLED, any other error FAILED with the failure tags
+  (:func:`dmlbench.tracking.runs.failure_tags`), both re-raised. Used by every training, fold
+  and seed run and every tuning trial.
+* :class:`TrainingRecord`: one training's MLflow run and run log (``artifacts/runlog/``), from
+  :meth:`TrainingRecord.open` (a new run, or the resumed one with its missing epochs logged)
+  through :meth:`~TrainingRecord.log_epoch` to :meth:`~TrainingRecord.complete`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dmlbench.data.prepare import MANIFEST
+from dmlbench.grid import RunSpec
+from dmlbench.io import md5_file
+from dmlbench.tracking.runlog import host, now, read_runlog, write_runlog
+from dmlbench.tracking.runs import TrackedRun, start_training_run
+
+EPOCH_KEY = "train/loss"  # logged at every epoch: tells which epochs MLflow already has
+
+
+@contextmanager
+def ending(run: TrackedRun, on_kill: Mapping[str, str] | None = None) -> Iterator[TrackedRun]:
+    """Run the body for ``run``: KILLED on ``KeyboardInterrupt`` (``on_kill``: tags set first),
+    FAILED with the failure tags on any other error; the error is re-raised. A body that returns
+    leaves the run open for the caller to finish."""
+    try:
+        yield run
+    except KeyboardInterrupt:
+        if on_kill:
+            run.set_tags(on_kill)
+        run.finish("KILLED")
+        raise
+    except BaseException as exc:
+        run.fail(exc)
+        raise
+
+
+@dataclass(frozen=True)
+class DatasetInput:
+    """The dataset a training reads, as its MLflow input: name, digest (the manifest's md5),
+    where it is, and its profile (images and classes per split, its fold's on a CV split)."""
+
+    name: str
+    digest: str
+    source: str
+    profile: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, name: str, directory: Path, info: Mapping[str, Any], fold: int | None) -> DatasetInput:
+        """The prepared dataset in ``directory`` (``info``: its info.json; no image is read)."""
+        profile: dict[str, Any] = dict(info.get("splits", {}))
+        if fold is not None:
+            profile.update(info["folds"][fold], fold=fold)
+        manifest = directory / MANIFEST
+        digest = md5_file(manifest)[:12] if manifest.exists() else "unknown"
+        return cls(name, digest, directory.as_posix(), profile)
+
+    def log_to(self, run: TrackedRun) -> None:
+        run.log_dataset(self.name, self.digest, self.source, self.profile, context="train")
+
+
+@dataclass
+class TrainingRecord:
+    """One training's MLflow run, its system-metrics monitor and its run log."""
+
+    run: TrackedRun
+    log_path: Path
+    runlog: dict[str, Any]
+    monitor: Any
+
+    @classmethod
+    def open(
+        cls,
+        spec: RunSpec,
+        resolved: Mapping[str, Any],
+        config_hash: str,
+        experiment: str,
+        *,
+        fold: int | None,
+        parent_run_id: str | None,
+        code: str,
+        resumed: Sequence[Mapping[str, Any]] | None,
+        tags: Mapping[str, str],
+        dataset: DatasetInput,
+        log_path: Path,
+    ) -> TrainingRecord:
+        """Start the training's run, or resume its unfinished one (``resumed``: the checkpoint's
+        history, whose epochs the killed process did not log are logged now, none twice); tag
+        it, record its dataset, write the run log (state ``running``) and start the monitor."""
+        run = start_training_run(
+            spec, resolved, config_hash, experiment, resume=resumed is not None, fold=fold,
+            parent_run_id=parent_run_id, code=code,
+        )  # fmt: skip
+        if resumed is not None:
+            logged = run.logged_steps(EPOCH_KEY)
+            for entry in resumed:
+                if entry["epoch"] not in logged:
+                    run.log_metrics(
+                        {k: v for k, v in entry.items() if k not in {"epoch", "stopped_early"}}, entry["epoch"]
+                    )
+        run.set_tags(tags)
+        dataset.log_to(run)
+        earlier = read_runlog(log_path) or {}
+        runlog = {
+            "grid_key": spec.grid_key if fold is None else f"{spec.grid_key}/fold{fold}",
+            "config_hash": config_hash,
+            "mlflow_run_id": run.run_id,
+            "experiment": experiment,
+            "device": tags.get("device", "unknown"),
+            "host": host(),
+            "started": earlier.get("started")
+            if resumed is not None and earlier.get("mlflow_run_id") == run.run_id
+            else now(),
+            "state": "running",
+        }
+        write_runlog(log_path, runlog)
+        return cls(run, log_path, runlog, run.start_system_metrics())
+
+    def log_epoch(self, epoch: int, metrics: Mapping[str, float]) -> None:
+        self.run.log_metrics(metrics, step=epoch)
+
+    @contextmanager
+    def training(self) -> Iterator[TrainingRecord]:
+        """The training itself: the monitor stops and the run ends KILLED or FAILED if it raises."""
+        try:
+            with ending(self.run):
+                yield self
+        except BaseException:
+            self.monitor.finish()
+            raise
+
+    def complete(
+        self,
+        metrics: Mapping[str, float],
+        tags: Mapping[str, str],
+        artifacts: Sequence[Path],
+        references: Mapping[str, tuple[Path, str]],
+        timings: Sequence[Mapping[str, Any]],
+        resumed_from_epoch: int,
+    ) -> None:
+        """End the run FINISHED with its summary ``metrics`` and ``tags``, its small ``artifacts``,
+        ``references`` (name -> (path, md5)) to DVC-tracked files, and the run log's timings."""
+        self.run.log_metrics(metrics)
+        self.run.set_tags(tags)
+        for name, (path, md5) in references.items():
+            self.run.log_file_reference(name, path, md5)
+        for path in artifacts:
+            self.run.log_artifact(path)
+        self.monitor.finish()
+        self.run.finish("FINISHED")
+        extra = {"resumed_from_epoch": resumed_from_epoch, "ended": now(), "state": "complete"}
+        write_runlog(self.log_path, {**self.runlog, **extra, "epochs": list(timings)})
