@@ -211,6 +211,11 @@ def test_pretrained_baseline_embeds_untrained_trunk_and_reports_bootstrap(
     (summary_run,) = _active_runs(params, "summary")
     assert summary_run.data.tags["loss"] == "pretrained" and summary_run.data.tags["dim"] == "128"
     assert not math.isnan(summary_run.data.metrics["test/map_at_r/ci_low"])
+    # like every trained cell's run, the untrained trunk's carries its params (what was embedded)
+    assert summary_run.data.params == {
+        "dataset": "glyphs", "backbone": "tiny_cnn", "weights": meta["weights"], "pooling": meta["pooling"],
+        "dim": "128", "model_md5": meta["model_md5"],
+    }  # fmt: skip
 
     with pytest.raises(ConfigError, match="backbones: 'resnet50' is not in params.yaml"):
         embed_pretrained_stage(params, "glyphs", "resnet50")

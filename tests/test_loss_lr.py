@@ -129,7 +129,13 @@ def test_tuning_starts_from_the_lr_that_trains():
     """Trial 0's param_lr (tune.space.published_point) is the published values' effective lr."""
     from dmlbench.tune.space import published_point
 
-    for loss, values, lr in [("proxy_nca", {}, 1e-5), ("proxy_nca", {"param_lr_multiplier": 0.5}, 3e-4)]:
+    cases = [
+        ("proxy_nca", {}, None, 1e-5),
+        ("proxy_nca", {"param_lr_multiplier": 0.5}, None, 3e-4),
+        ("proxy_nca", {}, 100.0, 6e-2),  # a protocol multiplier beats the module's default absolute lr
+        ("proxy_nca", {"param_lr": 2e-3}, 100.0, 2e-3),  # and a given lr beats the protocol's multiplier
+    ]
+    for loss, values, protocol_multiplier, lr in cases:
         published = LOSSES[loss].params(**values)
-        point = published_point(LOSSES[loss].search_space, published, published.optimizer_lr(6e-4, None))
-        assert point["param_lr"] == pytest.approx(lr)
+        point = published_point(LOSSES[loss].search_space, published, published.optimizer_lr(6e-4, protocol_multiplier))
+        assert point["param_lr"] == pytest.approx(lr), (values, protocol_multiplier)

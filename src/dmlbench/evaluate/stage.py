@@ -279,6 +279,9 @@ def evaluate_stage(params: Params, combo: Combo) -> dict[str, Any]:
     return summary
 
 
+TRUNK_PARAMS = ("weights", "pooling", "dim", "model_md5")  # of the embedding's meta.json: the trunk's cell params
+
+
 def evaluate_pretrained_stage(params: Params, dataset: str, backbone: str) -> dict[str, Any]:
     """The untrained-trunk baseline: one run, so its interval is the per-query bootstrap."""
     params.check_listed(dataset, backbone)
@@ -296,7 +299,8 @@ def evaluate_pretrained_stage(params: Params, dataset: str, backbone: str) -> di
         runs,
         summary,
     )
-    dim = read_json(paths.pretrained_embedding_dir(dataset, backbone) / META)["dim"]
+    meta = read_json(paths.pretrained_embedding_dir(dataset, backbone) / META)
+    dim = meta["dim"]
     log_summary_run(
         params.tracking.experiment,
         params.protocol_name,
@@ -306,6 +310,8 @@ def evaluate_pretrained_stage(params: Params, dataset: str, backbone: str) -> di
         stage=f"evaluate_pretrained@{paths.pretrained_key(dataset, backbone)}",
         name=cell_run_name(paths.PRETRAINED, dim),
         metrics_file=paths.pretrained_metrics_file(dataset, backbone),
+        # what the embedding stage recorded of the trunk: the cell's params, like a trained cell's
+        params={"dataset": dataset, "backbone": backbone, **{k: meta[k] for k in TRUNK_PARAMS}},
     )
     return summary
 

@@ -9,7 +9,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,12 @@ def log_summary_run(
     name: str,
     children: Sequence[Any] = (),
     metrics_file: Path | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> str:
     """Fill the cell's run (tag ``combo_key`` = ``key``) with ``test/<metric>`` (seed mean),
     ``test/<metric>/ci_low|ci_high`` and ``n_runs``; attach ``metrics_file`` and a figure of the
-    ``children``'s (training runs') learning curves. Return the run id.
+    ``children``'s (training runs') learning curves. Return the run id. ``params``: the cell's
+    params where no training created its run (the untrained trunk's row).
 
     The cell's run is the parent of ``children`` when they have one (created by their
     trainings), else found or created by ``combo_key``. Idempotent: if its ``summary_md5`` tag
@@ -52,7 +54,7 @@ def log_summary_run(
         if parent.info.lifecycle_stage == "active":
             run_id = parent.info.run_id
     if run_id is None:
-        run_id = ensure_cell_run(mlflow_client, experiment, key, cell, name)
+        run_id = ensure_cell_run(mlflow_client, experiment, key, cell, name, params=params)
     run = mlflow_client.get_run(run_id)
     if run.data.tags.get("summary_md5") == digest and run.info.status == "FINISHED":
         return run_id
