@@ -174,3 +174,20 @@ def test_the_validate_stage_stops_plain_dvc_repro_before_download(default_raw_pa
     err = result.stderr.splitlines()
     assert err[0].startswith("error: protocol 'demo' (pretrained: true) needs 1 pretrained weights file(s)")
     assert err[1].startswith(f"error: backbones.resnet50: {RESNET_FILE} is not at {tmp_path / 'torch' / 'hub'}")
+
+
+@pytest.mark.parametrize("argv, visible", [(["--gpus", "3"], "3"), (["--gpus", "0,1", "--jobs", "1"], "0,1")])
+def test_gpus_reach_the_sequential_stages(default_raw_params, tmp_path, monkeypatch, argv, visible):
+    """--gpus with one id, or with --jobs 1, runs a plain `dvc repro`: its stages see those GPUs only."""
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(default_raw_params, sort_keys=False))
+    monkeypatch.chdir(tmp_path)  # no data.dvc here: the drop-box is left alone
+    seen = []
+
+    def dvc_repro(command, **kwargs):
+        seen.append((command[-2:], kwargs["env"].get("CUDA_VISIBLE_DEVICES")))
+        return subprocess.CompletedProcess(command, 1)  # stop: no closing summary
+
+    monkeypatch.setattr(pipeline.subprocess, "run", dvc_repro)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert pipeline.main(["--params", str(tmp_path / "params.yaml"), *argv]) == 1
+    assert seen == [(["dvc", "repro"], visible)]

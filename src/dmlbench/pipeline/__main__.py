@@ -109,12 +109,14 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
     # Sequential dvc repro: runs everything when --jobs 1, else checks that nothing is left (its
     # "didn't change, skipping" line per stage left out).
+    # --gpus holds here too (one id, or --jobs 1): the sequential stages see only the GPUs given
+    env = worker_environment(gpu=",".join(gpus) if gpus else None)
     command = [sys.executable, "-m", "dvc", "repro"]
     if plan is None:
-        code = subprocess.run(command, env=worker_environment(), check=False).returncode
+        code = subprocess.run(command, env=env, check=False).returncode
     else:
         check = subprocess.run(
-            command, env=worker_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False,
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
         )
         print("\n".join(line for line in check.stdout.splitlines() if "didn't change, skipping" not in line))
         code = check.returncode
