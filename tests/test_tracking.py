@@ -129,3 +129,31 @@ def test_system_metrics_are_logged_to_the_training_run(mlflow_store, monkeypatch
     metrics = client().get_run(tracked.run_id).data.metrics
     assert any(k.startswith("system/cpu_utilization") for k in metrics)
     assert any(k.startswith("system/system_memory_usage") for k in metrics)
+
+
+def test_a_dataset_input_is_logged_under_the_store_lock(mlflow_store, monkeypatch):
+    """MLflow gets-or-creates a dataset row without a lock: two trainings logging one dataset for
+    the first time at once collided (UNIQUE constraint on experiment, name, digest) in a parallel
+    `make repro`. The row is written while holding the project's store lock."""
+    from filelock import FileLock
+
+    tracked = start_training_run(RUN, RESOLVED, "hash1", "exp")
+    lock_file = sqlite_path(mlflow_store).with_suffix(".db.lock")
+    held = []
+    original = tracked.client.log_inputs
+
+    def log_inputs(*args, **kwargs):
+        probe = FileLock(str(lock_file), timeout=0)
+        try:
+            probe.acquire()
+            probe.release()
+            held.append(False)
+        except Exception:  # noqa: BLE001 - Timeout: another holder (this process's own lock)
+            held.append(True)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(tracked.client, "log_inputs", log_inputs)
+    tracked.log_dataset("glyphs", "abc", "artifacts/prepared/glyphs", {"train": {"images": 3}}, context="train")
+    assert held == [True]
+    inputs = client().get_run(tracked.run_id).inputs.dataset_inputs
+    assert [d.dataset.name for d in inputs] == ["glyphs"]

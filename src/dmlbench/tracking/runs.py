@@ -35,7 +35,7 @@ from dmlbench.errors import TrainingDiverged
 from dmlbench.grid import RunSpec
 from dmlbench.params.model import flatten
 from dmlbench.tracking.store import client as make_client
-from dmlbench.tracking.store import ensure_experiment, git_state
+from dmlbench.tracking.store import ensure_experiment, git_state, store_lock
 
 FAILURE_TAG_CHARS = 5000  # MLflow keeps tag values up to 8000 characters
 
@@ -112,7 +112,10 @@ class TrackedRun:
             source=json.dumps({"uri": source}),
             profile=json.dumps(dict(profile), sort_keys=True),
         )
-        self.client.log_inputs(self.run_id, [DatasetInput(dataset, [InputTag(MLFLOW_DATASET_CONTEXT, context)])])
+        # MLflow gets-or-creates the dataset row (unique per experiment, name and digest) without a
+        # lock: two trainings logging one dataset for the first time at once would collide
+        with store_lock():
+            self.client.log_inputs(self.run_id, [DatasetInput(dataset, [InputTag(MLFLOW_DATASET_CONTEXT, context)])])
 
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.run_id, status=status, end_time=_now_ms())
