@@ -86,7 +86,7 @@ def test_baseline_runs_are_read_from_their_cells_only(small_raw_params, tmp_path
     monkeypatch.chdir(tmp_path)
     loss = next(iter(params.losses))
     cell = Combo("glyphs", "tiny_cnn", loss, 64, "published")
-    assert paths.evaluation_dir(cell).as_posix().endswith(f"{loss}-published/64")
+    assert paths.evaluation_dir(cell).as_posix().endswith(f"glyphs/tiny_cnn/{loss}-published")  # one dim: no level
     runs = {f"seed{s}": {"seed": s, "metrics": {"map_at_r": 0.2 + s / 100}} for s in params.seeds}
     write_json(paths.evaluation_dir(cell) / "runs.json", {"combo": cell.key, "runs": runs})
     write_json(

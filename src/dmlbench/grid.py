@@ -36,6 +36,11 @@ class Combo:
 
     @property
     def relpath(self) -> Path:
+        """``glyphs/tiny_cnn/contrastive/64``; a baseline cell has one dim (``tuning.dim``), so its
+        path leaves it out (``glyphs/tiny_cnn/contrastive-published``): dvc.yaml names its outputs
+        without a dim that ``tuning.dim: null`` (the grid's largest) would leave unresolved."""
+        if self.variant:
+            return Path(self.dataset, self.backbone, self.loss_level)
         return Path(self.dataset, self.backbone, self.loss_level, str(self.dim))
 
     @property
