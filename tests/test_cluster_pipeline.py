@@ -257,7 +257,9 @@ def test_two_slurm_workers_share_one_postgresql_study(tmp_path, small_raw_params
     assert len(trials) >= 6 and {t.user_attrs["worker"] for t in trials} == {0, 1}  # both tasks trained trials
     assert len({tuple(sorted(t.params.items())) for t in trials}) == len(trials)  # no point drawn twice
     tasks = run_checked(
-        ["sacct", "-n", "-P", "-X", f"--name=tune-{best['study']}", "--format=JobID,State,AllocCPUS"], root, env
+        # by name, sacct looks from 00:00 today unless told: a run across midnight would find nothing
+        ["sacct", "-n", "-P", "-X", "--starttime=now-1days", f"--name=tune-{best['study']}",
+         "--format=JobID,State,AllocCPUS"], root, env,  # fmt: skip
     )
     rows = [line.split("|") for line in tasks.stdout.splitlines() if line]
     assert (
