@@ -42,6 +42,23 @@ def run_checked(args: list[str], cwd: Path, env: dict[str, str], check: bool = T
     return result
 
 
+
+def tar_of(path: Path, entries: list[tuple[dict, bytes | None]]) -> Path:
+    """A .tgz at ``path`` whose members are (TarInfo fields incl. ``name``, bytes or None)."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tar:
+        for fields, content in entries:
+            fields = dict(fields)
+            info = tarfile.TarInfo(fields.pop("name"))
+            for key, value in fields.items():
+                setattr(info, key, value)
+            if content is not None:
+                info.size = len(content)
+            tar.addfile(info, io.BytesIO(content) if content is not None else None)
+    return path
+
 def dvc_project(root: Path, raw_params: dict, mlflow_db: Path) -> dict[str, str]:
     """A committed git + DVC copy of the repository's pipeline at ``root`` with ``raw_params`` as
     params.yaml; returns the environment to run ``dvc``/``dmlbench.pipeline`` in it (own MLflow store)."""

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import io
 import shutil
 import tarfile
 import zipfile
 
 import pytest
+from conftest import tar_of
 
 from dmlbench.data import download as dl
 from dmlbench.data.archives import ArchiveSourceParams, extract_archive, fetch_archives
@@ -99,19 +99,6 @@ def test_http_404_is_not_retried(tmp_path, file_server, payload, monkeypatch):
 # --------------------------------------------------------------------------- extraction
 
 
-def _tar_with(path, entries):
-    """A .tgz whose members are given as (TarInfo kwargs, bytes or None)."""
-    with tarfile.open(path, "w:gz") as tar:
-        for fields, content in entries:
-            info = tarfile.TarInfo(fields.pop("name"))
-            for key, value in fields.items():
-                setattr(info, key, value)
-            if content is not None:
-                info.size = len(content)
-            tar.addfile(info, io.BytesIO(content) if content is not None else None)
-    return path
-
-
 @pytest.mark.parametrize(
     "entry, message",
     [
@@ -126,7 +113,7 @@ def _tar_with(path, entries):
 )
 def test_tar_extraction_rejects_unsafe_entries(tmp_path, entry, message):
     content = None if entry.get("type") in (tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.CHRTYPE) else b"x"
-    archive = _tar_with(tmp_path / "bad.tgz", [({"name": "ok/a.txt"}, b"fine"), (dict(entry), content)])
+    archive = tar_of(tmp_path / "bad.tgz", [({"name": "ok/a.txt"}, b"fine"), (dict(entry), content)])
     target = tmp_path / "sandbox" / "out"
     with pytest.raises(DataError, match=message):
         extract_archive(archive, target)
@@ -155,7 +142,7 @@ def test_zip_extraction_rejects_traversal_and_symlinks(tmp_path):
 
 
 def test_fetch_with_an_unsafe_archive_leaves_no_raw_directory(tmp_path):
-    archive = _tar_with(tmp_path / "evil.tgz", [({"name": "good.txt"}, b"ok"), ({"name": "../../evil.txt"}, b"x")])
+    archive = tar_of(tmp_path / "evil.tgz", [({"name": "good.txt"}, b"ok"), ({"name": "../../evil.txt"}, b"x")])
     dropbox = tmp_path / "data"
     dropbox.mkdir()
     shutil.copy(archive, dropbox / "evil.tgz")

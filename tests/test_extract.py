@@ -4,13 +4,13 @@ unpacked, and the same unsafe entries refused, as with the filters."""
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import stat
 import tarfile
 
 import pytest
+from conftest import tar_of
 
 from dmlbench.data import cub200
 from dmlbench.data.archives import fetch_archives
@@ -32,21 +32,8 @@ def no_data_filter(monkeypatch):
     monkeypatch.setattr(tarfile.TarFile, "extract", extract)
 
 
-def _tar(path, entries):
-    """A .tgz of (TarInfo fields, bytes or None) entries."""
-    with tarfile.open(path, "w:gz") as tar:
-        for fields, content in entries:
-            info = tarfile.TarInfo(fields.pop("name"))
-            for key, value in fields.items():
-                setattr(info, key, value)
-            if content is not None:
-                info.size = len(content)
-            tar.addfile(info, io.BytesIO(content) if content is not None else None)
-    return path
-
-
 def test_the_fake_is_python_3_11_2(no_data_filter, tmp_path):
-    archive = _tar(tmp_path / "a.tgz", [({"name": "a.txt"}, b"a")])
+    archive = tar_of(tmp_path / "a.tgz", [({"name": "a.txt"}, b"a")])
     assert not has_data_filter()
     with tarfile.open(archive) as tar, pytest.raises(TypeError, match="unexpected keyword argument 'filter'"):
         tar.extract(tar.getmember("a.txt"), tmp_path / "out", filter="data")
@@ -60,7 +47,7 @@ def test_files_and_directories_are_written_without_filters(no_data_filter, tmp_p
         ({"name": "root/deep/er/b.txt", "mode": 0o600, "uid": 0, "uname": "root"}, b"b" * 100_000),
     ]
     out = tmp_path / "out"
-    extract_archive(_tar(tmp_path / "ok.tgz", entries), out)
+    extract_archive(tar_of(tmp_path / "ok.tgz", entries), out)
     assert (out / "root/images/a.jpg").read_bytes() == b"jpeg bytes"
     assert (out / "root/deep/er/b.txt").read_bytes() == b"b" * 100_000
     assert stat.S_IMODE((out / "root/images/a.jpg").stat().st_mode) == 0o644  # no set-id, no group/other write
@@ -83,7 +70,7 @@ def test_files_and_directories_are_written_without_filters(no_data_filter, tmp_p
 )
 def test_unsafe_entries_are_refused_without_filters(no_data_filter, tmp_path, entry, message):
     special = entry.get("type") in (tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.CHRTYPE, tarfile.FIFOTYPE)
-    archive = _tar(tmp_path / "bad.tgz", [({"name": "ok/a.txt"}, b"fine"), (dict(entry), None if special else b"x")])
+    archive = tar_of(tmp_path / "bad.tgz", [({"name": "ok/a.txt"}, b"fine"), (dict(entry), None if special else b"x")])
     target = tmp_path / "sandbox" / "out"
     with pytest.raises(DataError, match=message):
         extract_archive(archive, target)
@@ -98,7 +85,7 @@ def test_a_link_planted_in_the_target_is_not_followed(no_data_filter, tmp_path):
     out.mkdir()
     os.symlink(outside, out / "a.txt")  # not from the archive: the entry must not write through it
     with pytest.raises(DataError, match="would be written outside"):
-        extract_archive(_tar(tmp_path / "a.tgz", [({"name": "a.txt"}, b"overwritten")]), out)
+        extract_archive(tar_of(tmp_path / "a.tgz", [({"name": "a.txt"}, b"overwritten")]), out)
     assert outside.read_text() == "untouched"
 
 
