@@ -153,6 +153,10 @@ class Protocol(StrictModel):
     # published: the losses' published values (``losses`` above, else the module defaults);
     # tuned: the best values of the tune@<dataset>-<backbone>-<loss> stage's search
     hyperparameters: Literal["published", "tuned"] = "published"
+    # where training and embedding run: cuda = needs a GPU (the pipeline's device pre-flight refuses
+    # a grid without one, and the Slurm executor asks for one per train/embed job); cpu = never a
+    # GPU; auto = a GPU when torch sees one, else the CPU (the offline demo)
+    device: Literal["cuda", "cpu", "auto"] = "auto"
     overrides: list[ProtocolOverride] = Field(default_factory=list)
 
     @model_validator(mode="after")
