@@ -4,6 +4,10 @@ Inputs are uint8 ``N x L x L x 3`` canvases straight from the prepared cache, wi
 (int ``N x 2``) the valid ``(h, w)`` of each image at the canvas's top-left; ``sizes=None``
 means every image fills its (square) canvas. Outputs are float ``N x 3 x O x O`` in [0, 1].
 Input normalisation (mean/std, BGR, 0-255) belongs to the backbone and is applied inside the model.
+``interpolation``: the resize kernel, ``bilinear`` or ``bicubic``: the one the backbone's weights
+were trained with (``EmbeddingModel.interpolation``, from timm's ``pretrained_cfg``; DINO, DINOv2,
+CLIP and ConvNeXt say bicubic, as torchvision's ``InterpolationMode.BICUBIC`` in their repos'
+transforms). Bicubic results are clamped to [0, 1], as resampling 8-bit images (PIL) does.
 
 * :func:`train_transform`: RandomResizedCrop + optional horizontal flip, one random crop per
   image, done with a single ``affine_grid``/``grid_sample`` call for the batch. With ``sizes``
@@ -19,10 +23,26 @@ Input normalisation (mean/std, BGR, 0-255) belongs to the backbone and is applie
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+Interpolation = Literal["bilinear", "bicubic"]
+INTERPOLATIONS = ("bilinear", "bicubic")
+
+
+def check_interpolation(mode: str) -> Interpolation:
+    if mode not in INTERPOLATIONS:
+        raise ValueError(f"interpolation must be one of {', '.join(INTERPOLATIONS)}, got {mode!r}")
+    return mode  # type: ignore[return-value]
+
+
+def _resize(images: torch.Tensor, size: tuple[int, int], mode: str) -> torch.Tensor:
+    """Antialiased resize; bicubic overshoot clamped to [0, 1]."""
+    out = F.interpolate(images, size=size, mode=mode, antialias=True, align_corners=False)
+    return out.clamp_(0.0, 1.0) if mode == "bicubic" else out
 
 
 def to_float(batch: torch.Tensor) -> torch.Tensor:
@@ -56,28 +76,33 @@ def resize_short_side(height: int, width: int, size: int) -> tuple[int, int]:
 
 
 def eval_transform(
-    batch: torch.Tensor, eval_resize: int, crop_size: int, sizes: np.ndarray | torch.Tensor | None = None
+    batch: torch.Tensor,
+    eval_resize: int,
+    crop_size: int,
+    sizes: np.ndarray | torch.Tensor | None = None,
+    interpolation: str = "bilinear",
 ) -> torch.Tensor:
     """``Resize(eval_resize) -> CenterCrop(crop_size)`` of each image (its valid region if ``sizes``)."""
+    mode = check_interpolation(interpolation)
     if sizes is not None:
-        return _eval_transform_sized(batch, eval_resize, crop_size, as_sizes(sizes, batch))
+        return _eval_transform_sized(batch, eval_resize, crop_size, as_sizes(sizes, batch), mode)
     images = to_float(batch)
     if images.shape[-1] != eval_resize or images.shape[-2] != eval_resize:
-        images = F.interpolate(
-            images, size=(eval_resize, eval_resize), mode="bilinear", antialias=True, align_corners=False
-        )
+        images = _resize(images, (eval_resize, eval_resize), mode)
     top = (eval_resize - crop_size) // 2
     return images[:, :, top : top + crop_size, top : top + crop_size].contiguous()
 
 
-def _eval_transform_sized(batch: torch.Tensor, eval_resize: int, crop_size: int, sizes: torch.Tensor) -> torch.Tensor:
+def _eval_transform_sized(
+    batch: torch.Tensor, eval_resize: int, crop_size: int, sizes: torch.Tensor, mode: str = "bilinear"
+) -> torch.Tensor:
     images = to_float(batch)
     out = images.new_empty((images.shape[0], 3, crop_size, crop_size))
     for h, w, index in _size_groups(sizes, images.device):
         region = images[index, :, :h, :w]
         new_h, new_w = resize_short_side(h, w, eval_resize)
         if (new_h, new_w) != (h, w):
-            region = F.interpolate(region, size=(new_h, new_w), mode="bilinear", antialias=True, align_corners=False)
+            region = _resize(region, (new_h, new_w), mode)
         top, left = int(round((new_h - crop_size) / 2.0)), int(round((new_w - crop_size) / 2.0))
         out[index] = region[:, :, top : top + crop_size, left : left + crop_size]
     return out
@@ -150,22 +175,26 @@ def sample_crop_boxes_px(
     return top.long(), left.long(), chosen_h.long(), chosen_w.long()
 
 
-def _rescale_valid(images: torch.Tensor, sizes: torch.Tensor, side: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _rescale_valid(
+    images: torch.Tensor, sizes: torch.Tensor, side: int, mode: str = "bilinear"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Each image's valid region resized (antialiased) by ``side / canvas``, into ``side x side`` canvases."""
     factor = side / images.shape[-1]
     out = images.new_zeros((images.shape[0], 3, side, side))
     scaled = sizes.clone()
     for h, w, index in _size_groups(sizes, images.device):
         new_h, new_w = min(side, max(1, round(h * factor))), min(side, max(1, round(w * factor)))
-        out[index, :, :new_h, :new_w] = F.interpolate(
-            images[index, :, :h, :w], size=(new_h, new_w), mode="bilinear", antialias=True, align_corners=False
-        )
+        out[index, :, :new_h, :new_w] = _resize(images[index, :, :h, :w], (new_h, new_w), mode)
         scaled[index.cpu()] = torch.tensor([new_h, new_w])
     return out, scaled
 
 
 def crop_resize(
-    images: torch.Tensor, boxes: torch.Tensor, crop_size: int, flip: torch.Tensor | None = None
+    images: torch.Tensor,
+    boxes: torch.Tensor,
+    crop_size: int,
+    flip: torch.Tensor | None = None,
+    interpolation: str = "bilinear",
 ) -> torch.Tensor:
     """Crop ``boxes`` (float ``N x 4``: top, left, bottom, right in pixels) and resize them to ``crop_size``.
 
@@ -192,7 +221,12 @@ def crop_resize(
         dim=-1,
     )
     grid = grid.to(images.device, images.dtype)
-    return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    return _sample(images, grid, check_interpolation(interpolation))
+
+
+def _sample(images: torch.Tensor, grid: torch.Tensor, mode: str) -> torch.Tensor:
+    out = F.grid_sample(images, grid, mode=mode, padding_mode="border", align_corners=False)
+    return out.clamp_(0.0, 1.0) if mode == "bicubic" else out
 
 
 def _random_flip(n: int, hflip: bool, generator: torch.Generator) -> torch.Tensor:
@@ -210,20 +244,20 @@ def train_transform(
     hflip: bool,
     generator: torch.Generator,
     sizes: np.ndarray | torch.Tensor | None = None,
+    interpolation: str = "bilinear",
 ) -> torch.Tensor:
     """RandomResizedCrop(crop_size, scale, ratio) (+ RandomHorizontalFlip(0.5) if ``hflip``).
 
     With ``sizes`` each box lies inside the image's valid ``h x w`` region (see module doc).
     """
+    mode = check_interpolation(interpolation)
     if sizes is not None:
-        return _train_transform_sized(batch, crop_size, scale, ratio, hflip, generator, as_sizes(sizes, batch))
+        return _train_transform_sized(batch, crop_size, scale, ratio, hflip, generator, as_sizes(sizes, batch), mode)
     images = to_float(batch)
     n = images.shape[0]
     side = images.shape[-1]
-    if side > 2 * crop_size:  # antialias big downscales before bilinear sampling
-        images = F.interpolate(
-            images, size=(2 * crop_size, 2 * crop_size), mode="bilinear", antialias=True, align_corners=False
-        )
+    if side > 2 * crop_size:  # antialias big downscales before sampling
+        images = _resize(images, (2 * crop_size, 2 * crop_size), mode)
     width, height = sample_crop_boxes(n, scale, ratio, generator)
     # Crop centre uniformly such that the crop lies inside the image; coordinates in [-1, 1].
     cx = (torch.rand(n, generator=generator) * 2 - 1) * (1 - width)
@@ -236,7 +270,7 @@ def train_transform(
     theta[:, 1, 2] = cy
     theta = theta.to(images.device, images.dtype)
     grid = F.affine_grid(theta, [n, 3, crop_size, crop_size], align_corners=False)
-    return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    return _sample(images, grid, mode)
 
 
 def _train_transform_sized(
@@ -247,14 +281,15 @@ def _train_transform_sized(
     hflip: bool,
     generator: torch.Generator,
     sizes: torch.Tensor,
+    mode: str = "bilinear",
 ) -> torch.Tensor:
     images = to_float(batch)
     n = images.shape[0]
     top, left, height, width = sample_crop_boxes_px(sizes, scale, ratio, generator)
     flip = _random_flip(n, hflip, generator)
     boxes = torch.stack((top, left, top + height, left + width), dim=1).double()
-    if images.shape[-1] > 2 * crop_size:  # antialias big downscales before bilinear sampling
-        images, scaled = _rescale_valid(images, sizes, 2 * crop_size)
+    if images.shape[-1] > 2 * crop_size:  # antialias big downscales before sampling
+        images, scaled = _rescale_valid(images, sizes, 2 * crop_size, mode)
         factor = (scaled.double() / sizes.double()).repeat(1, 2)  # (fy, fx, fy, fx)
         boxes = boxes * factor
-    return crop_resize(images, boxes, crop_size, flip)
+    return crop_resize(images, boxes, crop_size, flip, mode)

@@ -167,6 +167,7 @@ def compute_embeddings(
     if count == 0:
         return np.zeros((0, 0), dtype=np.float32)
     batches = _InputBatches(images, batch_size, torch.device(device))
+    interpolation = getattr(model, "interpolation", "bilinear")  # the weights' resize kernel (EmbeddingModel)
     was_training = model.training
     model.eval()
     result: np.ndarray | None = None
@@ -179,10 +180,8 @@ def compute_embeddings(
         for start in starts:
             stop = min(start + batch_size, count)
             batch = batches.get(images, start, stop)
-            if sizes is None:
-                inputs = eval_transform(batch, eval_resize, crop_size)
-            else:
-                inputs = eval_transform(batch, eval_resize, crop_size, sizes=sizes[start:stop])
+            window = None if sizes is None else sizes[start:stop]
+            inputs = eval_transform(batch, eval_resize, crop_size, sizes=window, interpolation=interpolation)
             out = model.features(inputs) if features else model(inputs)
             if result is None:
                 result = np.empty((count, *out.shape[1:]), dtype=np.float32)

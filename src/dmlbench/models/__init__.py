@@ -6,7 +6,21 @@ Adding a backbone = one module declaring a :class:`~dmlbench.models.base.Backbon
 
 from __future__ import annotations
 
-from dmlbench.models import bn_inception, efficientnet_lite0, googlenet, resnet50, timm_models, tiny_cnn
+from dmlbench.errors import ConfigError
+from dmlbench.models import (
+    bn_inception,
+    clip_vitb16,
+    convnext_tiny,
+    dino_vits16,
+    dinov2_vitb14,
+    dinov2_vits14,
+    efficientnet_lite0,
+    googlenet,
+    resnet50,
+    timm_models,
+    tiny_cnn,
+    tiny_vit,
+)
 from dmlbench.models.base import BackboneParams, BackboneSpec, InputNorm, Trunk
 from dmlbench.models.embedding import EmbeddingModel
 
@@ -33,6 +47,12 @@ BACKBONES: dict[str, BackboneSpec] = BackboneRegistry(
             bn_inception.SPEC,
             efficientnet_lite0.SPEC,
             timm_models.SPEC,
+            dinov2_vits14.SPEC,
+            dinov2_vitb14.SPEC,
+            dino_vits16.SPEC,
+            clip_vitb16.SPEC,
+            convnext_tiny.SPEC,
+            tiny_vit.SPEC,
         )
     }
 )
@@ -46,9 +66,16 @@ def build_model(
     pretrained: bool = False,
     frozen_bn: bool = False,
 ) -> EmbeddingModel:
-    """Trunk of the registered ``backbone`` + pooling + linear head to ``dim`` + L2 norm."""
+    """Trunk of the registered ``backbone`` + pooling + linear head to ``dim`` + L2 norm.
+
+    ``pooling: cls`` on a trunk without a class token: one-line ConfigError."""
     spec = BACKBONES[backbone]
     trunk = spec.build(params, pretrained)
+    if pooling == "cls" and not trunk.cls_token:
+        raise ConfigError(
+            f"protocol pooling: cls reads a class token, which backbone {backbone} has none of "
+            "(DINO, DINOv2 and CLIP ViTs have one); use gap"
+        )
     norm = trunk.input_norm or spec.input_norm
     return EmbeddingModel(trunk, norm, dim, pooling=pooling, frozen_bn=frozen_bn)
 

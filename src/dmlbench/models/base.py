@@ -71,14 +71,29 @@ class Normalize(nn.Module):
         return (images * self.scale - self.mean) / self.std
 
 
+INTERPOLATIONS = ("bilinear", "bicubic")  # resize kernels the transforms implement (data/augment.py)
+
+
 @dataclass(frozen=True)
 class Trunk:
     """A built trunk: ``module`` maps images to an N x ``out_channels`` x h x w feature map.
-    ``input_norm`` overrides the spec's when it depends on the model (timm)."""
+    ``input_norm`` overrides the spec's when it depends on the model (timm).
+
+    Transformers: the map is the token sequence as N x C x (``prefix_tokens`` + L) x 1, prefix
+    tokens first (``cls_token``: the first of them is a class token, which ``pooling: cls`` reads);
+    GAP/GMP pool the L patch tokens only. ``interpolation``: the resize kernel the weights were
+    trained with (timm's ``pretrained_cfg["interpolation"]``), used by the data transforms.
+    ``layer_groups``: the trunk's parameter names (of ``module``) from input to output layer, one
+    tuple per depth, for layer-wise learning rates (empty: one group).
+    """
 
     module: nn.Module
     out_channels: int
     input_norm: InputNorm | None = None
+    prefix_tokens: int = 0
+    cls_token: bool = False
+    interpolation: str = "bilinear"
+    layer_groups: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)

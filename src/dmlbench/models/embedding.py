@@ -1,8 +1,12 @@
 """The embedding model shared by every backbone: normalise -> trunk -> pool -> linear -> L2.
 
 Pooling: global average (GAP), global max (GMP), or their sum (GAP+GMP, as Proxy-Anchor's
-code does). The linear head maps the trunk's C channels to ``dim`` and is initialised with
-Kaiming-normal (fan_out), as in Proxy-Anchor. Outputs have unit L2 norm.
+code does); on a transformer these pool the patch tokens (timm's ``global_pool="avg"`` for GAP).
+``cls``: the class token of a transformer, as DINO (Caron et al., ICCV 2021, ``eval_knn.py`` uses
+the CLS output), DINOv2 (Oquab et al., TMLR 2024) and CLIP (Radford et al., ICML 2021) embed images,
+and as Hyp-ViT (Ermolov et al., CVPR 2022, github.com/htdt/hyp_metric ``train.py``) fine-tunes them.
+The linear head maps the trunk's C channels to ``dim`` and is initialised with Kaiming-normal
+(fan_out), as in Proxy-Anchor. Outputs have unit L2 norm.
 
 Frozen BatchNorm (Reality Check, thesis): BN layers stay in eval mode (running statistics
 are not updated) and their affine parameters get no gradient.
@@ -16,15 +20,25 @@ from torch import nn
 
 from dmlbench.models.base import InputNorm, Normalize, Trunk
 
+POOLINGS = ("gap", "gmp", "gap+gmp", "cls")
+
 
 class GlobalPool(nn.Module):
-    def __init__(self, kind: str):
+    """Pools an N x C x h x w map (``prefix_tokens`` > 0: N x C x (prefix + L) x 1 tokens) to N x C."""
+
+    def __init__(self, kind: str, prefix_tokens: int = 0, cls_token: bool = False):
         super().__init__()
-        if kind not in {"gap", "gmp", "gap+gmp"}:
-            raise ValueError(f"pooling must be gap, gmp or gap+gmp, got {kind!r}")
-        self.kind = kind
+        if kind not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {kind!r}")
+        if kind == "cls" and not cls_token:
+            raise ValueError("pooling cls needs a trunk with a class token (a ViT such as DINO, DINOv2, CLIP)")
+        self.kind, self.prefix_tokens = kind, prefix_tokens
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
+        if self.kind == "cls":
+            return features[:, :, 0, 0]
+        if self.prefix_tokens:
+            features = features[:, :, self.prefix_tokens :]
         pooled = 0
         if "gap" in self.kind:
             pooled = pooled + features.mean(dim=(2, 3))
@@ -40,7 +54,9 @@ class EmbeddingModel(nn.Module):
         super().__init__()
         self.normalize = Normalize(norm)
         self.trunk = trunk.module
-        self.pool = GlobalPool(pooling)
+        self.pool = GlobalPool(pooling, trunk.prefix_tokens, trunk.cls_token)
+        self.interpolation = trunk.interpolation  # the transforms' resize kernel (data/augment.py)
+        self.layer_groups = trunk.layer_groups
         self.head = nn.Linear(trunk.out_channels, dim)
         nn.init.kaiming_normal_(self.head.weight, mode="fan_out")
         nn.init.zeros_(self.head.bias)
@@ -68,6 +84,17 @@ class EmbeddingModel(nn.Module):
         """Trunk parameters that train (frozen BN affine parameters excluded)."""
         frozen = {id(p) for layer in self.batchnorm_layers() for p in layer.parameters()} if self.frozen_bn else set()
         return [p for p in self.trunk.parameters() if id(p) not in frozen]
+
+    def trunk_layer_groups(self) -> list[list[nn.Parameter]]:
+        """:meth:`trunk_parameters` by depth, input layer first (one group when the trunk declares none)."""
+        trainable = self.trunk_parameters()
+        if not self.layer_groups:
+            return [trainable]
+        keep, named = {id(p) for p in trainable}, dict(self.trunk.named_parameters())
+        groups = [[named[name] for name in names if id(named[name]) in keep] for names in self.layer_groups]
+        grouped = {id(p) for group in groups for p in group}
+        rest = [p for p in trainable if id(p) not in grouped]  # none for timm's matchers; kept last if any
+        return [group for group in [*groups[:-1], groups[-1] + rest] if group]
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
         """Pooled trunk features before the head (the "Pretrained" baseline embedding)."""

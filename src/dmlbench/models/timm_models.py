@@ -3,8 +3,11 @@ in one grid, a key ``timm_<model_name>`` (e.g. ``timm_resnet50.tv_in1k: {}``).
 
 The trunk is ``forward_features`` of ``timm.create_model(model_name, num_classes=0,
 global_pool="")``: the unpooled feature map (N x C x h x w; NHWC outputs are permuted;
-transformer token sequences become an N x C x L x 1 map of the patch tokens, so GAP is the mean
-token). Input normalisation comes from the model's pretrained config. ImageNet weights are
+transformer token sequences become an N x C x (prefix + L) x 1 map, prefix tokens first, which
+GAP skips, so GAP is the mean patch token as timm's ``global_pool="avg"``, and ``pooling: cls``
+reads the class token). Input normalisation (mean, std) and the resize interpolation come from
+the model's ``pretrained_cfg``; layer groups for layer-wise learning rates from its
+``group_matcher`` (:func:`timm_trunk`). ImageNet weights are
 timm's own (Hugging Face Hub), or a local file given as ``weights_path`` (.pth or .safetensors).
 ``model_kwargs`` go to ``create_model`` (e.g. ``{dynamic_img_size: true}`` for ViTs).
 """
@@ -20,7 +23,7 @@ from pydantic import Field, create_model
 from torch import nn
 
 from dmlbench.errors import ConfigError
-from dmlbench.models.base import BackboneParams, BackboneSpec, InputNorm, Trunk, WeightsFile
+from dmlbench.models.base import INTERPOLATIONS, BackboneParams, BackboneSpec, InputNorm, Trunk, WeightsFile
 from dmlbench.models.weights import WeightsError
 
 PREFIX = "timm_"
@@ -39,7 +42,7 @@ class TimmParams(BackboneParams):
 
 
 class TimmTrunk(nn.Module):
-    """``forward_features`` of a timm model, always as an N x C x h x w map."""
+    """``forward_features`` of a timm model, always as an N x C x h x w map (tokens: N x C x L x 1)."""
 
     def __init__(self, net: nn.Module):
         super().__init__()
@@ -49,9 +52,38 @@ class TimmTrunk(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         features = self.net.forward_features(images)
-        if features.dim() == 3:  # tokens N x L x C -> patch tokens as N x C x L x 1
-            return features[:, self.prefix_tokens :].transpose(1, 2).unsqueeze(-1)
+        if features.dim() == 3:  # tokens N x L x C (prefix tokens first) -> N x C x L x 1
+            return features.transpose(1, 2).unsqueeze(-1)
         return features.permute(0, 3, 1, 2) if self.nhwc else features
+
+
+def layer_groups(net: nn.Module) -> tuple[tuple[str, ...], ...]:
+    """Parameter names of ``TimmTrunk(net)`` by depth, from timm's ``group_matcher(coarse=False)``
+    (ViT: embeddings, each block, final norm; ConvNeXt: stem, each block); () without a matcher."""
+    from timm.models import group_parameters
+
+    matcher = getattr(net, "group_matcher", None)
+    if matcher is None:
+        return ()
+    groups = group_parameters(net, matcher(coarse=False))
+    return tuple(tuple(f"net.{name}" for name in groups[layer]) for layer in sorted(groups))
+
+
+def timm_trunk(net: nn.Module) -> Trunk:
+    """The trunk of a timm model built with ``num_classes=0, global_pool=""``: its feature map,
+    and the preprocessing, token layout and layer groups its config declares."""
+    cfg = net.pretrained_cfg
+    norm = InputNorm(mean=tuple(cfg.get("mean", InputNorm.mean)), std=tuple(cfg.get("std", InputNorm.std)))
+    trunk = TimmTrunk(net)
+    return Trunk(
+        trunk,
+        int(net.num_features),
+        input_norm=norm,
+        prefix_tokens=trunk.prefix_tokens,
+        cls_token=bool(getattr(net, "has_class_token", False) or getattr(net, "cls_token", None) is not None),
+        interpolation=cfg.get("interpolation") if cfg.get("interpolation") in INTERPOLATIONS else "bilinear",
+        layer_groups=layer_groups(net),
+    )
 
 
 def build_timm(key: str, params: TimmParams, pretrained: bool) -> Trunk:
@@ -81,9 +113,7 @@ def build_timm(key: str, params: TimmParams, pretrained: bool) -> Trunk:
             f"{params.weights_path or source} ({type(exc).__name__}: {str(exc)[:200]}); download them and set "
             f"backbones.{key}.weights_path to the file (or set the protocol's pretrained: false)"
         ) from None
-    cfg = net.pretrained_cfg
-    norm = InputNorm(mean=tuple(cfg.get("mean", InputNorm.mean)), std=tuple(cfg.get("std", InputNorm.std)))
-    return Trunk(TimmTrunk(net), int(net.num_features), input_norm=norm)
+    return timm_trunk(net)
 
 
 SPEC = BackboneSpec(

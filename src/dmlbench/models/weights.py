@@ -10,6 +10,8 @@ where (or which param to set), in one line.
 ``weights_file_problem`` is what the pre-flight check (:mod:`dmlbench.pipeline.preflight`) asks of each
 file the grid needs: here with its pinned checksum, or its URL answering (:func:`url_unreachable`:
 an HTTP ``HEAD``, a ranged ``GET`` where HEAD is refused; ``DMLBENCH_SKIP_URL_CHECK=1`` skips it).
+``DMLBENCH_OFFLINE=1`` (every Slurm job; :mod:`dmlbench.data.download` reads the same variable):
+neither downloads nor asks; a file not here fails in one line naming it and ``make fetch``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ from dmlbench.models.base import BackboneParams, WeightsFile
 HEAD_TIMEOUT = 10.0  # s, per URL of the pre-flight reachability check
 HEAD_REFUSED = frozenset({403, 405, 501})  # a ranged GET decides instead
 SKIP_URL_CHECK = "DMLBENCH_SKIP_URL_CHECK"
+OFFLINE = "DMLBENCH_OFFLINE"
+OFFLINE_FIX = f"this job runs offline ({OFFLINE}=1): run `make fetch` where the internet is (the login node)"
+
+
+def offline() -> bool:
+    """``DMLBENCH_OFFLINE`` set (not empty, not 0): this process must not touch the network."""
+    return os.environ.get(OFFLINE, "").strip() not in ("", "0")
 
 
 class WeightsError(DmlbenchError):
@@ -78,7 +87,9 @@ def _how_to_fix(file: WeightsFile) -> str:
         )
     if file.url is None:  # a local file only (e.g. a timm model's weights_path)
         return f"put the file at {file.path} (or set the protocol's pretrained: false)"
-    cached = hub_checkpoint_path(file.url)
+    # where the loader looks: the file's own path when it is downloaded (a Hub file's name is
+    # not the URL's last part: pinned_timm), else the hub cache a weights_path copy stands in for
+    cached = hub_checkpoint_path(file.url) if file.local_only else file.path
     sha = f" (sha256 {file.sha256})" if file.sha256 else ""
     return (
         f"download {file.url}{sha} and put it at {cached} or set backbones.{file.backbone}.weights_path "
@@ -117,6 +128,8 @@ def resolve_weights(backbone: str, params: WeightsParams) -> Path:
         return file.path
     if file.local_only:
         raise WeightsError(_not_there(file))
+    if offline():
+        raise WeightsError(f"backbones.{backbone}: {file.path.name} is not at {file.path} and {OFFLINE_FIX}")
     file.path.parent.mkdir(parents=True, exist_ok=True)
     try:
         torch.hub.download_url_to_file(params.weights_url, str(file.path), hash_prefix=params.weights_sha256)
@@ -171,6 +184,8 @@ def url_unreachable(url: str, timeout: float = HEAD_TIMEOUT) -> str | None:
     """
     if url_check_skipped():
         return None
+    if offline():
+        return OFFLINE_FIX
     status, reason = _probe(
         urllib.request.build_opener(_KeepHeadOnRedirect), urllib.request.Request(url, method="HEAD"), timeout
     )

@@ -84,6 +84,9 @@ OVERRIDABLE_KEYS = (
     "scheduler",
     "warmup_epochs",
     "loss_lr_multiplier",
+    "backbone_lr_multiplier",
+    "layer_decay",
+    "amp",
     "frozen_bn",
     "grad_clip",
     "early_stopping",
@@ -122,6 +125,13 @@ class Protocol(StrictModel):
     per class, or uniformly random batches (``random``), or the same as the others (unset).
     An epoch is ``iterations_per_epoch`` batches, or one pass over the training images.
     ``warmup_epochs``: only the embedding head and the loss's own parameters train (Proxy-Anchor).
+    ``backbone_lr_multiplier``: the trunk trains at ``lr x backbone_lr_multiplier``, the head at
+    ``lr``; ``layer_decay`` (BEiT, Bao et al., ICLR 2022, as used to fine-tune ViTs in MAE, He et al.,
+    CVPR 2022): the trunk's layer groups (``Trunk.layer_groups``: embeddings, each block, final
+    norm), deepest first, get that lr x ``layer_decay ** depth_from_top`` (1.0: one lr for the trunk).
+    ``amp``: autocast dtype of the training step: ``auto`` = bf16 on a CUDA GPU that has it, else
+    fp16 there, none on the CPU (the fast path); ``none``, ``bf16`` or ``fp16`` (fp16 with a
+    gradient scaler) force it on any device. ``pooling: cls`` needs a backbone with a class token.
     ``losses.<name>``: the hyperparameters this protocol publishes for a loss (e.g. the Reality
     Check's tuned values; per dataset through ``overrides``), validated against the loss's own
     parameter model in :func:`parse_params`; a loss the protocol does not list keeps its defaults.
@@ -137,10 +147,13 @@ class Protocol(StrictModel):
     scheduler: SchedulerConfig = SchedulerConfig()
     warmup_epochs: NonNegativeInt = 0
     loss_lr_multiplier: PositiveFloat | None = None  # overrides every loss's param_lr_multiplier
+    backbone_lr_multiplier: PositiveFloat = 1.0  # trunk lr = optimizer.lr x this (head: optimizer.lr)
+    layer_decay: float = Field(1.0, gt=0.0, le=1.0)  # per trunk layer group, from the top
+    amp: Literal["auto", "none", "bf16", "fp16"] = "auto"
     augment: AugmentConfig
     pretrained: bool = False
     frozen_bn: bool = False
-    pooling: Literal["gap", "gmp", "gap+gmp"] = "gap"
+    pooling: Literal["gap", "gmp", "gap+gmp", "cls"] = "gap"
     grad_clip: PositiveFloat | None = None  # clip each gradient value to [-grad_clip, grad_clip]
     selection_metric: Literal[SELECTION_METRICS] = "map_at_r"  # type: ignore[valid-type]
     early_stopping: EarlyStoppingConfig = EarlyStoppingConfig()

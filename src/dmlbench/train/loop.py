@@ -47,7 +47,7 @@ from dmlbench.params.protocol import Protocol
 from dmlbench.params.run import RunConfig
 from dmlbench.train.checkpoint import TrainState, save_checkpoint
 from dmlbench.train.divergence import GPU_FINITE_CHECK_EVERY, FiniteWatch, diverged, finite_check_interval
-from dmlbench.train.optim import make_loss_optimizer, make_optimizer, make_scheduler
+from dmlbench.train.optim import make_loss_optimizer, make_model_optimizer, make_scheduler
 from dmlbench.train.rng import epoch_seed, restore_rng_state, rng_state, seed_everything
 from dmlbench.train.sampling import epoch_batches
 from dmlbench.train.step import FastPath, ImageSource, TrainStep
@@ -151,7 +151,7 @@ def _build_parts(config: RunConfig, num_classes: int, fast: FastPath) -> _Parts:
     model = fast.prepare_model(config.build_model())
     loss_fn = loss_spec.build(loss_params, num_classes, config.dim).to(fast.device)
     miner = loss_spec.miner(loss_params)
-    optimizers = [make_optimizer(protocol.optimizer, model.parameters(), protocol.optimizer.lr)]
+    optimizers = [make_model_optimizer(protocol, model)]
     if loss_spec.has_parameters:
         optimizers.append(make_loss_optimizer(protocol, loss_params, loss_fn.parameters()))
     schedulers = [make_scheduler(protocol.scheduler, opt, protocol.epochs) for opt in optimizers]
@@ -204,7 +204,7 @@ def train(
     its checkpoint. ``fast_path``: None = on (on the CPU: channels_last only; see :mod:`dmlbench.train.step`).
     """
     device = device or default_device()
-    fast = FastPath.for_device(device, fast_path)
+    fast = FastPath.for_device(device, fast_path, config.protocol.amp)
     run, protocol, chash = config.run, config.protocol, config.config_hash
     splits = _Splits.of(data, fold)
     where = run.key if fold is None else f"{run.key} fold {fold}"
@@ -281,7 +281,14 @@ class _Epochs:
         for index, batch in enumerate(tqdm(batches, desc=desc, unit="batch", mininterval=2.0, leave=False), 1):
             images, sizes = self.images.batch(batch), self.images.sizes_of(batch)
             inputs = train_transform(
-                images, augment.crop_size, augment.crop_scale, augment.crop_ratio, self.hflip, generator, sizes=sizes
+                images,
+                augment.crop_size,
+                augment.crop_scale,
+                augment.crop_ratio,
+                self.hflip,
+                generator,
+                sizes=sizes,
+                interpolation=parts.model.interpolation,  # the weights' resize kernel (pretrained_cfg)
             )
             parts.step(inputs, self.targets[torch.from_numpy(batch).to(self.device)], watch)
             if index % self.check_every == 0 or index == len(batches):

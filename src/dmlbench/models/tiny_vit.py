@@ -1,0 +1,35 @@
+"""A tiny ViT for CI on the CPU: every modern code path (patch embedding, a class token,
+preprocessing and interpolation from a timm ``pretrained_cfg``, CLS pooling, layer groups for
+layer-wise learning rates, the locked-weights loader) at demo cost.
+
+timm's ``test_vit`` (6 blocks of width 64, ``timm.models.vision_transformer``, made for timm's own
+tests) built at 32 px with 4 px patches (8 x 8 tokens + CLS, ~0.26 M parameters), random init by
+default. Its config ``test_vit.r160_in1k`` (mean = std = 0.5, bicubic) is what the transforms and
+the input normalisation read. ``pretrained: true`` loads timm's Hub file ``timm/test_vit.r160_in1k``
+(160 px, 16 px patches: timm resamples the position and patch embeddings) through the weights lock,
+or ``weights_path``: the tests write a local file there to run the loader offline.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from dmlbench.models.base import BackboneSpec, InputNorm
+from dmlbench.models.pinned_timm import HubFile, PinnedTimmParams, build_pinned
+
+MODEL_NAME = "test_vit.r160_in1k"
+HUB_FILE = HubFile("timm/test_vit.r160_in1k")
+KWARGS: dict[str, Any] = {"img_size": 32, "patch_size": 4, "dynamic_img_size": True}
+
+
+class TinyViTParams(PinnedTimmParams):
+    HUB_FILE: ClassVar[HubFile | None] = HUB_FILE
+
+
+SPEC = BackboneSpec(
+    name="tiny_vit",  # a literal: tests/test_dvc_deps.py reads registry names from the source
+    params=TinyViTParams,
+    build=lambda params, pretrained: build_pinned("tiny_vit", MODEL_NAME, KWARGS, params, pretrained),
+    input_norm=InputNorm(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),
+    description="6-block width-64 ViT (timm test_vit) at 32 px with 4 px patches, for CPU tests",
+)
