@@ -25,8 +25,8 @@ LAYERS: list[set[str]] = [
     {"dmlbench.params"},
     {"dmlbench.data"},
     {"dmlbench.models", "dmlbench.losses", "dmlbench.paths", "dmlbench.cli"},
-    {"dmlbench.safe_load"},
-    {"dmlbench.devices", "dmlbench.schema", "dmlbench.io", "dmlbench.errors", "dmlbench.grid", "dmlbench.messages"},
+    {"dmlbench.safe_load", "dmlbench.devices"},
+    {"dmlbench.schema", "dmlbench.io", "dmlbench.errors", "dmlbench.grid", "dmlbench.messages"},
 ]
 
 

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from test_url_check import presigned  # noqa: F401 - a fixture: HEAD refused, GET served
 
+from dmlbench import devices
 from dmlbench.models.weights import WeightsError
 from dmlbench.params.load import parse_params
 from dmlbench.pipeline import __main__ as pipeline
@@ -189,5 +190,8 @@ def test_gpus_reach_the_sequential_stages(default_raw_params, tmp_path, monkeypa
 
     monkeypatch.setattr(pipeline.subprocess, "run", dvc_repro)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv(devices.DEVICE_ENV, raising=False)  # the runner sets it; removed again afterwards
+    gpu = devices.CudaFacts("2.14.1+cu130", "13.0", True, ("sm_90",), (devices.Gpu("H100", (9, 0)),), "580.95.05")
+    monkeypatch.setattr(devices, "cuda_facts", lambda: gpu)  # --gpus: the device pre-flight finds a usable GPU
     assert pipeline.main(["--params", str(tmp_path / "params.yaml"), *argv]) == 1
     assert seen == [(["dvc", "repro"], visible)]

@@ -12,6 +12,16 @@ otherwise re-compile torch, mlflow and DVC in memory; compiling all of site-pack
 (``compileall``) takes ~50 s on 2 cores, this ~15 s.
 
     python tools/setup_venv.py --venv .venv --extras cpu,test
+
+The CUDA build of torch (``--torch-backend``, ``make setup TORCH_BACKEND=...``; docs/gpu.md
+says which fits which GPU generation and driver): by default the locked build, PyPI's torch
+2.14.1, CUDA 13.0 on Linux, installed exactly as locked. ``cu126`` installs the same torch and
+torchvision versions from the PyTorch index for CUDA 12.6 (the only 2.14 build with Pascal and
+Volta, sm_60/sm_70, and the one for drivers 525-579), without the lock's CUDA 13 packages;
+``cpu`` the CPU-only build. One CUDA stack per environment: the ``gpu`` extra's faiss-gpu is a
+CUDA 12 wheel, so it is installed with ``cu126`` only; with a CUDA 13 or CPU build, ``gpu`` gives
+faiss-cpu, and torch's exact kNN on CUDA is the GPU neighbour search
+(:func:`dmlbench.evaluate.knn.faiss_gpus`).
 """
 
 from __future__ import annotations
@@ -22,9 +32,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 UV = "uv==0.13.9"
 ROOT = Path(__file__).resolve().parents[1]
+LOCK = "requirements.lock"
+# --torch-backend: "" = the locked build (PyPI: CUDA 13.0 on Linux); the others come from the
+# PyTorch index (https://download.pytorch.org/whl/<backend>), torch 2.14's builds (PyTorch's
+# RELEASE.md support matrix, pytorch/pytorch#190355)
+DEFAULT_BACKEND = "cu130"
+BACKENDS = {"cu130": "the locked build (default)", "cu126": "CUDA 12.6", "cpu": "CPU only"}
+TORCH_INDEX = "https://download.pytorch.org/whl/"
+MARKER = ".torch-backend"  # in the venv: the backend it was set up with (absent: the default)
+CUDA13_STACK = ("nvidia-", "cuda-")  # the lock's CUDA 13 packages, left out for another backend
 
 # pip option -> uv option, for options taking values (lists are space separated in pip's config)
 VALUE_OPTIONS = {
@@ -132,7 +152,78 @@ def run_logged(command: list[str], log: Path, shown: tuple[str, ...], env: dict[
     return process.returncode
 
 
-def install_with_uv(python: str, requirement: str, log: Path) -> bool:
+class Backend(NamedTuple):
+    """How one torch build is installed: the extras (``gpu`` only where faiss-gpu's CUDA 12 fits),
+    the constraints file, and the options uv and pip take for it."""
+
+    name: str  # "" for the locked build
+    extras: str
+    constraints: str
+    uv_options: tuple[str, ...]
+    pip_options: tuple[str, ...]
+    note: str | None
+
+
+def backend_plan(backend: str, extras: str, venv: Path) -> Backend:
+    """The install of ``backend`` (``""``/``cu130``: exactly the locked install) with ``extras``;
+    one line naming the allowed values when ``backend`` is not a torch 2.14 build."""
+    backend = backend.strip().lower()
+    if backend and backend not in BACKENDS:
+        allowed = ", ".join(f"{name} ({what})" for name, what in BACKENDS.items())
+        raise SystemExit(f"error: TORCH_BACKEND={backend}: torch 2.14.1 has no such build here; allowed: {allowed}")
+    name = "" if backend == DEFAULT_BACKEND else backend
+    parts = [part for part in extras.split(",") if part]
+    note = None
+    if "gpu" in parts and name != "cu126":
+        build = "CPU-only" if name == "cpu" else "CUDA 13"
+        parts = ["cpu" if part == "gpu" else part for part in parts]
+        note = (
+            f"extras: faiss-cpu instead of faiss-gpu (a CUDA 12 wheel; torch here is the {build} build, and one "
+            "CUDA stack per environment): the GPU neighbour search is torch's exact kNN (docs/gpu.md)"
+        )
+    if not name:
+        return Backend("", ",".join(parts), LOCK, (), (), note)
+    index = TORCH_INDEX + name
+    return Backend(
+        name,
+        ",".join(parts),
+        str(venv.resolve() / f"requirements-{name}.lock"),
+        ("--torch-backend", name),
+        ("--extra-index-url", index),
+        note,
+    )
+
+
+def filtered_lock(lock_text: str) -> str:
+    """The lock without its CUDA 13 packages (``nvidia-*``, ``cuda-*``): another torch build brings
+    its own."""
+    return "".join(line for line in lock_text.splitlines(keepends=True) if not line.startswith(CUDA13_STACK))
+
+
+def switching(venv: Path, backend: Backend) -> bool:
+    """Whether the venv holds another torch build than ``backend`` (torch==2.14.1 is satisfied by
+    any build of it, so a switch must reinstall torch and torchvision)."""
+    marker = venv / MARKER
+    return (marker.read_text().strip() if marker.exists() else "") != backend.name
+
+
+def uv_command(
+    uv: str, python: str, requirement: str, arguments: list[str], backend: Backend, switch: bool
+) -> list[str]:
+    """``uv pip install`` of ``requirement`` with pip's settings, the backend's constraints and options."""
+    reinstall = ["--reinstall-package", "torch", "--reinstall-package", "torchvision"] if switch else []
+    return [
+        uv, "pip", "install", "--python", python, *arguments, *backend.uv_options, *reinstall,
+        "-c", backend.constraints, "-e", requirement,
+    ]  # fmt: skip
+
+
+def pip_command(python: str, requirement: str, backend: Backend) -> list[str]:
+    command = [python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", "--no-compile"]
+    return command + [*backend.pip_options, "-c", backend.constraints, "-e", requirement]
+
+
+def install_with_uv(python: str, requirement: str, log: Path, backend: Backend, switch: bool) -> bool:
     """True when uv installed everything; False (with the reason printed) to fall back to pip."""
     quiet = [python, "-m", "pip", "install", "--disable-pip-version-check", "--quiet", UV]
     if subprocess.run(quiet, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode != 0:
@@ -140,7 +231,7 @@ def install_with_uv(python: str, requirement: str, log: Path) -> bool:
         return False
     arguments, environment = uv_arguments(pip_settings(python))
     uv = str(Path(python).with_name("uv"))
-    command = [uv, "pip", "install", "--python", python, *arguments, "-c", "requirements.lock", "-e", requirement]
+    command = uv_command(uv, python, requirement, arguments, backend, switch)
     shown = ("Resolved", "Prepared", "Installed", "Uninstalled")
     if (status := run_logged(command, log, shown, env={**os.environ, **environment})) != 0:
         print(f"uv failed (exit {status}; log: {log}); installing with pip instead (a few minutes)")
@@ -148,9 +239,10 @@ def install_with_uv(python: str, requirement: str, log: Path) -> bool:
     return True
 
 
-def install_with_pip(python: str, requirement: str, log: Path) -> None:
-    command = [python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", "--no-compile"]
-    command += ["-c", "requirements.lock", "-e", requirement]
+def install_with_pip(python: str, requirement: str, log: Path, backend: Backend, switch: bool) -> None:
+    if switch:  # pip keeps an installed torch 2.14.1 of another build
+        subprocess.run([python, "-m", "pip", "uninstall", "--yes", "--quiet", "torch", "torchvision"], check=False)
+    command = pip_command(python, requirement, backend)
     if (status := run_logged(command, log, ("Collecting", "Successfully"))) != 0:
         raise SystemExit(f"error: pip install failed (exit {status}); full log: {log}")
 
@@ -173,15 +265,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--venv", type=Path, default=Path(".venv"))
     parser.add_argument("--extras", default="cpu,test", help="extras of pyproject.toml (cpu | gpu, test)")
     parser.add_argument("--pip", action="store_true", help="install with pip only (no uv)")
+    parser.add_argument("--torch-backend", default="", help=f"torch's CUDA build: {', '.join(BACKENDS)} (docs/gpu.md)")
     args = parser.parse_args(argv)
     start = time.monotonic()
+    backend = backend_plan(args.torch_backend, args.extras, args.venv)  # a bad value: one line, nothing made
     python = str(args.venv.resolve() / "bin" / "python")
     if not Path(python).exists():
         subprocess.run([sys.executable, "-m", "venv", str(args.venv)], check=True)
-    requirement = f".[{args.extras}]"
+    if backend.note:
+        print(backend.note)
+    if backend.name:
+        Path(backend.constraints).write_text(filtered_lock((ROOT / LOCK).read_text()))
+        print(f"torch {backend.name} build from {TORCH_INDEX}{backend.name} (the lock's CUDA 13 packages left out)")
+    switch = switching(args.venv, backend)
+    requirement = f".[{backend.extras}]"
     log = args.venv / "install.log"
-    if args.pip or not install_with_uv(python, requirement, log):
-        install_with_pip(python, requirement, log)
+    if args.pip or not install_with_uv(python, requirement, log, backend, switch):
+        install_with_pip(python, requirement, log, backend, switch)
+    marker = args.venv / MARKER
+    if backend.name:
+        marker.write_text(backend.name + "\n")
+    else:
+        marker.unlink(missing_ok=True)
     print("byte-compiling the modules a run imports ...", flush=True)
     compile_used_modules(python)
     print(f"{args.venv} ready in {time.monotonic() - start:.0f} s (log: {log})")

@@ -1,12 +1,215 @@
-"""Where work runs when no device is named: the one rule every stage and library call shares."""
+"""Where work runs, and whether this machine's GPUs can run this torch build: the one place for both.
+
+* :func:`default_device`: the device every stage and library call uses when none is named. The
+  runner (``python -m dmlbench.pipeline``) exports the grid's device as ``DMLBENCH_DEVICE``
+  (the protocol's ``device`` key, or ``--device`` / ``make repro DEVICE=cpu``): ``cuda`` refuses
+  without a CUDA GPU instead of silently training on the CPU; ``cpu`` runs on the CPU even where
+  a GPU is; ``auto`` (or unset) takes a GPU when torch sees one, else the CPU.
+* :func:`cuda_facts`: what torch and the NVIDIA driver report, read in one function (tests fake
+  it), and :func:`cuda_problem`: the one-line refusal when the build, the driver and the GPUs do
+  not fit together, naming the fix (the CUDA build knob ``TORCH_BACKEND``, docs/gpu.md, or
+  ``DEVICE=cpu``).
+
+Compatibility rules (NVIDIA, CUDA C++ Programming Guide, "Binary Compatibility" and "PTX
+Compatibility"): a cubin built for ``sm_XY`` runs on compute capability X.Z with Z >= Y (same
+major; ``sm_XYa`` only on X.Y itself); PTX ``compute_XY`` is JIT-compiled by the driver for any
+capability >= X.Y. A CUDA build runs on a driver of the same CUDA major release family at least
+as new as NVIDIA's minimum for minor version compatibility (CUDA Compatibility guide, table
+"Minimum Required Driver Version", https://docs.nvidia.com/deploy/cuda-compatibility/): 13.x
+>= 580, 12.x >= 525.60.13, 11.x >= 450.80.02.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
 import torch
+
+from dmlbench.errors import DmlbenchError
+
+DEVICE_ENV = "DMLBENCH_DEVICE"
+DEVICES = ("cuda", "cpu", "auto")
+# CUDA major -> oldest Linux driver that runs its builds (NVIDIA's minor version compatibility)
+MIN_DRIVER = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580,)}
+# torch 2.14's CUDA builds for Linux x86_64 and the architectures each carries (PyTorch's
+# RELEASE.md support matrix, pytorch/pytorch#190355): TORCH_BACKEND values of `make setup`
+TORCH_BUILDS: dict[str, tuple[str, ...]] = {
+    "cu126": ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"),
+    "cu130": ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"),
+}
+CPU_FIX = "or run on the CPU knowingly: make repro DEVICE=cpu (python -m dmlbench.pipeline --device cpu)"
+
+
+class DeviceError(DmlbenchError):
+    """No usable CUDA GPU where the grid needs one, or a bad device name: one line with the fix."""
+
+
+def requested_device() -> str:
+    """``DMLBENCH_DEVICE`` (``cuda`` | ``cpu`` | ``auto``; unset: ``auto``)."""
+    value = os.environ.get(DEVICE_ENV, "auto").strip().lower() or "auto"
+    if value not in DEVICES:
+        raise DeviceError(f"{DEVICE_ENV}={value!r} is not a device; allowed: {', '.join(DEVICES)}")
+    return value
 
 
 def default_device(device: str | torch.device | None = None) -> torch.device:
-    """``device`` as given; else CUDA when torch sees a GPU, else the CPU."""
+    """``device`` as given; else as :func:`requested_device` says: ``cpu``; ``cuda`` (refused in
+    one line when torch sees no CUDA GPU); ``auto``: CUDA when torch sees a GPU, else the CPU."""
     if device is not None:
         return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    requested = requested_device()
+    if requested == "cpu":
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if requested == "cuda":
+        build = torch.version.cuda or "none, a CPU-only build"
+        raise DeviceError(
+            f"the grid needs a CUDA GPU ({DEVICE_ENV}=cuda, the protocol's device) but torch {torch.__version__} "
+            f"(CUDA build: {build}) sees none; docs/gpu.md says which build fits which GPU and driver; {CPU_FIX}"
+        )
+    return torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    capability: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class CudaFacts:
+    """What torch and the driver report: ``build`` is ``torch.version.cuda`` (None: CPU-only
+    build); ``gpus`` come from torch, or from ``nvidia-smi`` when torch cannot use CUDA;
+    ``driver`` from ``nvidia-smi`` (None without it)."""
+
+    torch_version: str
+    build: str | None
+    available: bool
+    arch_list: tuple[str, ...]
+    gpus: tuple[Gpu, ...]
+    driver: str | None
+
+
+def nvidia_smi() -> tuple[str | None, tuple[Gpu, ...]]:
+    """The driver version and the GPUs as ``nvidia-smi`` lists them; ``(None, ())`` without it."""
+    if shutil.which("nvidia-smi") is None:
+        return None, ()
+    query = ["nvidia-smi", "--query-gpu=driver_version,name,compute_cap", "--format=csv,noheader"]
+    try:
+        result = subprocess.run(query, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None, ()
+    if result.returncode != 0:
+        return None, ()
+    driver, gpus = None, []
+    for line in result.stdout.strip().splitlines():
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) != 3:
+            continue
+        driver = fields[0]
+        major, _, minor = fields[2].partition(".")
+        if major.isdigit() and minor.isdigit():
+            gpus.append(Gpu(fields[1], (int(major), int(minor))))
+    return driver, tuple(gpus)
+
+
+def cuda_facts() -> CudaFacts:
+    """The one device query (faked in tests): torch's build, arch list and GPUs, and the driver.
+    ``nvidia-smi`` is asked only when something is wrong (no CUDA for torch, or a GPU its build has
+    no code for): where CUDA works, the driver is new enough for the build by definition."""
+    available = torch.cuda.is_available()
+    driver: str | None = None
+    gpus: tuple[Gpu, ...] = ()
+    arch_list: tuple[str, ...] = ()
+    if available:
+        arch_list = tuple(torch.cuda.get_arch_list())
+        count = torch.cuda.device_count()
+        gpus = tuple(Gpu(torch.cuda.get_device_name(i), torch.cuda.get_device_capability(i)) for i in range(count))
+    if not available or not all(runs_on(gpu.capability, arch_list) for gpu in gpus):
+        driver, smi_gpus = nvidia_smi()
+        gpus = gpus or smi_gpus
+    return CudaFacts(torch.__version__, torch.version.cuda, available, arch_list, gpus, driver)
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"575.57.08"`` -> ``(575, 57, 8)`` (non-numeric parts dropped)."""
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+def runs_on(capability: tuple[int, int], arch_list: tuple[str, ...]) -> bool:
+    """Whether a build with ``arch_list`` (``torch.cuda.get_arch_list()``) has code for a GPU of
+    ``capability``: a cubin of the same major and an equal or lower minor, or PTX to JIT."""
+    for arch in arch_list:
+        match = re.fullmatch(r"(sm|compute)_(\d+)(\d)([af]?)", arch)
+        if not match:
+            continue
+        kind, built, suffix = match[1], (int(match[2]), int(match[3])), match[4]
+        if kind == "compute" and built <= capability:
+            return True
+        same_major = built[0] == capability[0]
+        if kind == "sm" and same_major and (built[1] == capability[1] if suffix == "a" else built[1] <= capability[1]):
+            return True
+    return False
+
+
+def build_for(capability: tuple[int, int]) -> str | None:
+    """The first torch 2.14 CUDA build (:data:`TORCH_BUILDS`) with code for ``capability``."""
+    return next((name for name, archs in TORCH_BUILDS.items() if runs_on(capability, archs)), None)
+
+
+def fix_for(capability: tuple[int, int] | None) -> str:
+    build = build_for(capability) if capability else None
+    if capability and build:
+        return f"install the build that has it: make setup TORCH_BACKEND={build} (docs/gpu.md), {CPU_FIX}"
+    if capability:
+        return f"no torch 2.14 build carries compute capability {capability[0]}.{capability[1]}; {CPU_FIX}"
+    return f"docs/gpu.md says which build (make setup TORCH_BACKEND=...) fits which GPU and driver; {CPU_FIX}"
+
+
+def driver_problem(facts: CudaFacts) -> str | None:
+    """The driver is older than NVIDIA's minimum for the build's CUDA major: one line, or None."""
+    if not (facts.driver and facts.build):
+        return None
+    major = version_tuple(facts.build)[0]
+    needed = MIN_DRIVER.get(major)
+    if needed is None or version_tuple(facts.driver) >= needed:
+        return None
+    older = [name for name in TORCH_BUILDS if MIN_DRIVER[int(name[2:4])] <= version_tuple(facts.driver)]
+    switch = f"make setup TORCH_BACKEND={older[0]}, " if older else ""
+    return (
+        f"NVIDIA driver {facts.driver} is older than the {'.'.join(map(str, needed))} that torch "
+        f"{facts.torch_version}'s CUDA {facts.build} build needs (NVIDIA's CUDA compatibility table); update the "
+        f"driver, or {switch}{CPU_FIX}"
+    )
+
+
+def cuda_problem(facts: CudaFacts) -> str | None:
+    """Why these GPUs cannot run this torch build (one line: the mismatch and the fix), or None."""
+    if facts.build is None:
+        return f"torch {facts.torch_version} is a CPU-only build (no CUDA); {fix_for(None)}"
+    if problem := driver_problem(facts):
+        return problem
+    if not facts.available:
+        seen = f" (nvidia-smi: driver {facts.driver}, {len(facts.gpus)} GPU(s))" if facts.driver else ""
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        hidden = f" with CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else ""
+        first = facts.gpus[0].capability if facts.gpus else None
+        return (
+            f"torch {facts.torch_version} (CUDA {facts.build} build) sees no CUDA GPU{hidden}{seen}; {fix_for(first)}"
+        )
+    unfit = [(i, gpu) for i, gpu in enumerate(facts.gpus) if not runs_on(gpu.capability, facts.arch_list)]
+    if not unfit:
+        return None
+    named = "; ".join(
+        f"GPU {i} ({gpu.name}) has compute capability {'.'.join(map(str, gpu.capability))}" for i, gpu in unfit
+    )
+    archs = ", ".join(facts.arch_list) or "empty"
+    return (
+        f"{named}, which torch {facts.torch_version}'s CUDA {facts.build} build has no code for (its arch list: "
+        f"{archs}; driver {facts.driver or 'unknown'}); {fix_for(unfit[0][1].capability)}"
+    )

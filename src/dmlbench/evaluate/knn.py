@@ -3,8 +3,8 @@
 Backends (the same results either way; tested):
 
 * ``faiss``: ``IndexFlatIP`` on L2-normalised vectors, queried in chunks; on a GPU index
-  (``faiss.index_cpu_to_all_gpus``) when ``faiss.get_num_gpus() > 0`` and k <= 2048, the
-  GPU k-selection limit (PML falls back to the CPU index the same way).
+  (``faiss.index_cpu_to_all_gpus``) when faiss has GPUs of torch's CUDA major (:func:`faiss_gpus`)
+  and k <= 2048, the GPU k-selection limit (PML falls back to the CPU index the same way).
 * ``torch``: chunked ``query @ reference.T`` + ``topk`` on CPU or CUDA (fp32, TF32 off).
 * ``screened`` (CPU): a bf16 product picks candidates, fp32 similarities decide, with a
   certificate that no other reference can enter the list (:mod:`dmlbench.evaluate.screen`);
@@ -21,6 +21,8 @@ When the reference set is the query set, each query's own row is excluded.
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -48,19 +50,52 @@ def faiss_available() -> bool:
     return True
 
 
+def faiss_cuda_major() -> int | None:
+    """The CUDA major release the installed faiss GPU wheel was built for, from its package metadata:
+    ``faiss-gpu-cu12`` / ``faiss-gpu-cu11`` by name, ``faiss-gpu`` (1.14.3+, a CUDA 12 wheel) by its
+    ``nvidia-cuda-runtime-cu12`` requirement; None when no such wheel is installed or it names no CUDA
+    (e.g. a conda build)."""
+    for name in ("faiss-gpu", "faiss-gpu-cu12", "faiss-gpu-cu11"):
+        try:
+            requires = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        found = re.findall(r"-cu(\d+)\b", " ".join([name, *requires]))
+        return int(found[0]) if found else None
+    return None
+
+
+def faiss_gpu_usable(faiss_gpu_count: int, faiss_cuda: int | None, torch_cuda: str | None) -> int:
+    """The GPUs faiss may use: its own count, but only when its CUDA major is torch's.
+
+    One CUDA stack per environment: a faiss GPU wheel for another CUDA major than torch's (the
+    ``gpu`` extra's faiss-gpu is a CUDA 12 wheel; the default torch build is CUDA 13) brings a
+    second CUDA runtime and cuBLAS into the process, with its own memory pool on the same GPU and
+    its own minimum driver. The torch kNN and k-means on CUDA are exact with the same tie rule, so
+    the ranking is the same without it; only faiss's speed is given up.
+    """
+    if faiss_gpu_count <= 0 or faiss_cuda is None or not torch_cuda:
+        return 0
+    return faiss_gpu_count if faiss_cuda == int(torch_cuda.split(".")[0]) else 0
+
+
 def faiss_gpus() -> int:
-    """Number of GPUs faiss can use (0 for faiss-cpu or without faiss)."""
+    """Number of GPUs faiss can use here: 0 for faiss-cpu, without faiss, or when faiss's CUDA
+    major is not torch's (:func:`faiss_gpu_usable`)."""
     if not faiss_available():
         return 0
     import faiss
+    import torch
 
-    return int(faiss.get_num_gpus()) if hasattr(faiss, "get_num_gpus") else 0
+    count = int(faiss.get_num_gpus()) if hasattr(faiss, "get_num_gpus") else 0
+    return faiss_gpu_usable(count, faiss_cuda_major() if count else None, torch.version.cuda)
 
 
 def resolve_backend(backend: str = "auto", device: str | None = None) -> tuple[str, str]:
-    """``(backend, torch device)`` to use. ``auto``: faiss if it has GPUs; else torch on CUDA if
-    available; on the CPU ``screened`` where it has native bf16, else faiss (measured faster
-    than fp32 torch at SOP scale), else torch. ``screened`` asked for on CUDA runs ``torch``."""
+    """``(backend, torch device)`` to use. ``auto``: faiss if it has GPUs of torch's CUDA major
+    (:func:`faiss_gpus`); else torch on CUDA if available; on the CPU ``screened`` where it has
+    native bf16, else faiss (measured faster than fp32 torch at SOP scale), else torch.
+    ``screened`` asked for on CUDA runs ``torch``."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
 

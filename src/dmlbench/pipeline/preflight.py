@@ -7,6 +7,9 @@ stage call it), so that a missing input fails in seconds, not after download and
 * Every dataset archive the grid needs is in the drop-box ``data/`` or downloadable
   (:func:`dmlbench.pipeline.archives.missing_archives`); generated datasets (glyphs) need
   nothing, so the offline demo makes no request.
+
+The runner adds the device check (:mod:`dmlbench.pipeline.device_check`, kept apart so that the
+``validate`` stage, which runs these checks, does not depend on the device code).
 """
 
 from __future__ import annotations
