@@ -4,8 +4,14 @@
 cross-validation dataset (``num_folds > 0``, schemes ``rc_cv``/``kfold``) every training-half
 row has ``split == "train"``, and ``fold`` selects: ``split("train", fold=f)`` = training rows
 whose class does not validate in fold ``f``, ``split("val", fold=f)`` = the rows whose class
-does; ``split("train")`` = the whole training half, ``split("val")`` = nothing. Splits are
-contiguous in the cache, so with ``in_memory=False`` a whole split is a zero-copy memmap view.
+does; ``split("train")`` = the whole training half, ``split("val")`` = nothing.
+
+Memory: the cache is memory-mapped by default (``in_memory=False``), so every process on a box
+that reads it (trainings, tuning workers, embeds) shares one copy through the page cache; what a
+process holds is the pages it touched, counted once for all of them (benchmarks/pipeline_scale.py
+``--memory`` measures the sum of their PSS). Nothing copies it: a contiguous split is a slice of the
+map, any other selection (a fold, the training half) is a :class:`RowView`, an index into it that
+gathers rows only when a batch asks for them.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ class SplitData:
     ``(height, width)`` of each image in its canvas (``sizes``, int ``N x 2``; ``None`` = whole canvas)."""
 
     name: str
-    images: np.ndarray
+    images: np.ndarray | RowView
     labels: np.ndarray
     sizes: np.ndarray | None = None
 
@@ -41,25 +47,64 @@ class SplitData:
         return int(len(np.unique(self.labels)))
 
 
-def _take(array: np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:
-    """``array[rows]``, as a view when ``rows`` is one contiguous range (no copy of a memmap)."""
-    if array is None:
-        return None
-    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+class RowView:
+    """Rows ``rows`` (ascending) of ``base`` without copying them: indexing gathers only the rows
+    asked for (``view[i]``, ``view[a:b]``, ``view[index_array]``), read from ``base`` (a memory map)
+    in ascending order. What the batch code needs of an array: ``len``, ``shape``, ``dtype``,
+    ``nbytes``, ``ndim``; ``np.asarray(view)`` copies it whole."""
+
+    def __init__(self, base: np.ndarray | RowView, rows: np.ndarray):
+        if isinstance(base, RowView):  # a view of a view indexes the base directly
+            base, rows = base.base, base.rows[rows]
+        self.base, self.rows = base, np.asarray(rows, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self.rows), *self.base.shape[1:])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.base.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.base.ndim
+
+    @property
+    def nbytes(self) -> int:
+        return int(len(self.rows) * self.base[:1].nbytes) if len(self.base) else 0
+
+    def __getitem__(self, key: int | slice | np.ndarray | list[int]) -> np.ndarray:
+        return self.base[self.rows[key]]
+
+    def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
+        rows = self.base[self.rows]
+        return rows if dtype is None else rows.astype(dtype)
+
+
+def _take(array: np.ndarray | RowView, rows: np.ndarray) -> np.ndarray | RowView:
+    """``array``'s ``rows``: a slice (a view) when they are one contiguous range, else a
+    :class:`RowView`; never a copy of the images."""
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows) and not isinstance(array, RowView):
         return array[rows[0] : rows[-1] + 1]
-    return array[rows]
+    return RowView(array, rows)
 
 
 @dataclass(frozen=True)
 class PreparedDataset:
     name: str
     manifest: pd.DataFrame
-    images: np.ndarray
+    images: np.ndarray | RowView
     info: dict
     sizes: np.ndarray | None = None
 
     @classmethod
-    def load(cls, directory: str | Path, in_memory: bool = True) -> PreparedDataset:
+    def load(cls, directory: str | Path, in_memory: bool = False) -> PreparedDataset:
+        """The prepared dataset in ``directory``, its images memory-mapped (``in_memory``: read
+        into this process's memory instead)."""
         directory = Path(directory)
         if not (directory / MANIFEST).exists():
             raise DataError(f"{directory}: no prepared dataset here (run the prepare stage first)")
@@ -103,7 +148,8 @@ class PreparedDataset:
                 is_split = is_train & validates
         rows = np.flatnonzero(is_split)
         labels = self.manifest["label"].to_numpy(np.int64)[rows]
-        return SplitData(name, _take(self.images, rows), labels, _take(self.sizes, rows))
+        sizes = None if self.sizes is None else self.sizes[rows]  # small: N x 2
+        return SplitData(name, _take(self.images, rows), labels, sizes)
 
     def training_half(self) -> PreparedDataset:
         """The rows of the training classes only (official ``train`` rows, and ``val`` rows carved
@@ -113,7 +159,7 @@ class PreparedDataset:
         rows = np.flatnonzero(keep)
         manifest = self.manifest.iloc[rows].reset_index(drop=True)
         sizes = None if self.sizes is None else self.sizes[rows]
-        return PreparedDataset(self.name, manifest, self.images[rows], self.info, sizes)
+        return PreparedDataset(self.name, manifest, RowView(self.images, rows), self.info, sizes)
 
     @property
     def image_size(self) -> int:

@@ -1,11 +1,21 @@
-"""The local executor: every planned stage as ``dvc --wait-for-lock repro --single-item <stage>``
-in a pool of ``jobs`` workers, a stage starting as soon as all its upstream stages are done.
+"""The local executor: the planned stages' commands in a pool of ``jobs`` workers, a stage starting
+as soon as all its upstream stages are done, recorded in DVC in batches.
 
-``dvc repro`` runs one stage at a time (treeverse/dvc#755); DVC still runs, caches and locks every
-stage here, the pool only decides the order. CPU: each worker gets ``cpu_count // jobs`` threads
-(:func:`dmlbench.launch.worker_environment`); GPU box: one worker per GPU id with
-``CUDA_VISIBLE_DEVICES`` set per worker. Each stage's output goes to
-``artifacts/logs/<stage>.log``; a failing stage's tail is printed and no new stage is started.
+``dvc repro`` runs one stage at a time (treeverse/dvc#755), and one ``dvc repro --single-item``
+per stage rewrites the whole ``dvc.lock`` each time under DVC's repository lock (per-stage cost
+growing with the grid: treeverse/dvc#10629). Here one process does DVC's bookkeeping for all
+stages (:class:`dmlbench.pipeline.record.StageBook`: outputs removed before, hashed and cached
+after, exactly as ``dvc repro`` does), the commands run in parallel, and a recorder thread writes
+the finished stages' lock entries in batches: one lock-file rewrite per batch, at most one every
+``record_every`` seconds, and a last one when the run ends or is interrupted (Ctrl-C, SIGTERM).
+A stage that is stale only because something upstream re-ran is skipped when its dependencies came
+out the same (as ``dvc repro`` skips it).
+
+CPU: each worker gets ``cpu_count // jobs`` threads (:func:`dmlbench.launch.worker_environment`).
+GPU box: ``gpus`` ids, ``gpu_slots`` workers per GPU (several small trainings share one big GPU;
+each is told the share in ``DMLBENCH_GPU_SHARE`` and sizes its GPU-resident data to it), with
+``CUDA_VISIBLE_DEVICES`` set per worker. Each stage's output goes to ``artifacts/logs/<stage>.log``;
+a failing stage's tail is printed and no new stage is started.
 """
 
 from __future__ import annotations
@@ -13,35 +23,82 @@ from __future__ import annotations
 import os
 import queue
 import re
+import signal
 import subprocess
-import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
+from types import FrameType
 
 from dmlbench.launch import threads_per_worker, worker_environment
 from dmlbench.pipeline.plan import Plan
+from dmlbench.pipeline.record import RecordError, StageBook
 
 LOG_DIR = Path("artifacts/logs")
+GPU_SHARE_VARIABLE = "DMLBENCH_GPU_SHARE"  # how many stages share this worker's GPU
 
 
 def log_path(stage: str) -> Path:
     return LOG_DIR / (re.sub(r"[^A-Za-z0-9_.@-]", "_", stage) + ".log")
 
 
-def _run_stage(stage: str, slots: queue.Queue[int], threads: int, gpus: list[str]) -> tuple[str, int, float]:
+def worker_gpus(gpus: list[str], slots_per_gpu: int = 1) -> list[str]:
+    """One entry per worker: each GPU id ``slots_per_gpu`` times, interleaved (``0,1`` x 2 ->
+    ``0,1,0,1``) so that the first workers spread over the GPUs."""
+    return [gpu for _ in range(slots_per_gpu) for gpu in gpus]
+
+
+class _Workers:
+    """The running commands, so that an interrupt reaches them."""
+
+    def __init__(self) -> None:
+        self.processes: set[subprocess.Popen[bytes]] = set()
+        self.stopping = False
+        self.guard = threading.Lock()
+
+    def run(self, argv: list[str], **kwargs: object) -> int:
+        with self.guard:
+            if self.stopping:
+                return -signal.SIGINT
+            process = subprocess.Popen(argv, **kwargs)  # type: ignore[call-overload]
+            self.processes.add(process)
+        try:
+            return int(process.wait())
+        finally:
+            with self.guard:
+                self.processes.discard(process)
+
+    def interrupt(self) -> None:
+        with self.guard:
+            self.stopping = True
+            for process in self.processes:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGINT)  # the stages stop at their last checkpoint
+
+
+def _run_stage(
+    book: StageBook, workers: _Workers, stage: str, slots: queue.Queue[int], threads: int, gpus: list[str]
+) -> tuple[str, int, float, str]:
     slot = slots.get()
     try:
-        env = worker_environment(threads, gpus[slot] if gpus else None)
+        extra = {GPU_SHARE_VARIABLE: str(gpus.count(gpus[slot]))} if gpus else {}
+        env = worker_environment(threads, gpus[slot] if gpus else None, **extra)
         started = time.perf_counter()
+        command = book.start(stage, env)
+        code = 0
         with open(log_path(stage), "w") as log:
-            code = subprocess.run(
-                [sys.executable, "-m", "dvc", "--wait-for-lock", "repro", "--single-item", stage],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env, check=False,
-            ).returncode
-        return stage, code, time.perf_counter() - started
+            for argv in command.lines:
+                code = workers.run(argv, cwd=command.cwd, env=command.env, stdout=log, stderr=subprocess.STDOUT)
+                if code != 0:
+                    break
+        problem = ""
+        if code == 0:
+            try:
+                book.finish(stage)
+            except RecordError as exc:
+                code, problem = 1, str(exc)
+        return stage, code, time.perf_counter() - started, problem
     finally:
         slots.put(slot)
 
@@ -51,11 +108,38 @@ def tail(path: Path, lines: int = 15) -> str:
     return "\n".join(line for line in text[-lines:] if line.strip())
 
 
-def run_parallel(plan: Plan, jobs: int, gpus: list[str]) -> list[str]:
-    """Run the plan; return the stages that failed (empty on success)."""
+class _Recorder(threading.Thread):
+    """Writes the book's queued lock entries: at most one batch every ``interval`` seconds."""
+
+    def __init__(self, book: StageBook, interval: float):
+        super().__init__(name="dvc-lock-recorder", daemon=True)
+        self.book, self.interval = book, interval
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.wait(self.interval):
+                self.book.flush()
+        except BaseException as exc:  # reported by the caller
+            self.error = exc
+
+
+def run_parallel(
+    plan: Plan,
+    jobs: int,
+    gpus: list[str],
+    *,
+    root: Path = Path("."),
+    record_every: float = 10.0,
+    progress: bool = True,
+) -> list[str]:
+    """Run the plan with ``jobs`` workers (``gpus``: one id per worker, see :func:`worker_gpus`);
+    return the stages that failed (empty on success). Finished stages are in ``dvc.lock`` when it
+    returns, also after Ctrl-C or SIGTERM (then re-raised as KeyboardInterrupt)."""
     from tqdm import tqdm
 
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    (root / LOG_DIR).mkdir(parents=True, exist_ok=True)
     threads = threads_per_worker(jobs, os.cpu_count() or 1)
     slots: queue.Queue[int] = queue.Queue()
     for slot in range(jobs):
@@ -63,30 +147,66 @@ def run_parallel(plan: Plan, jobs: int, gpus: list[str]) -> list[str]:
     done: set[str] = set()
     failed: list[str] = []
     pending = list(plan.order)
-    running: dict[Future, str] = {}
-    with (
-        ThreadPoolExecutor(max_workers=jobs) as pool,
-        tqdm(total=len(plan.order), desc="dvc stages", unit="stage") as bar,
-    ):
-        while pending or running:
-            if not failed:
-                ready = [s for s in pending if plan.waits_for[s] <= done][: jobs - len(running)]
-                for stage in ready:
-                    pending.remove(stage)
-                    running[pool.submit(_run_stage, stage, slots, threads, gpus)] = stage
-            if not running:
-                break
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in finished:
-                stage, code, seconds = future.result()
-                del running[future]
-                bar.update(1)
-                if code == 0:
-                    done.add(stage)
-                    tqdm.write(f"done   {stage} ({seconds:.1f} s)")
-                else:
-                    failed.append(stage)
-                    tqdm.write(
-                        f"FAILED {stage} (exit {code}); last lines of {log_path(stage)}:\n{tail(log_path(stage))}"
-                    )
+    stale = set(plan.stale) if plan.stale is not None else set(plan.order)
+    running: dict[Future[tuple[str, int, float, str]], str] = {}
+    workers = _Workers()
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def terminate(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, terminate)
+    cwd = Path.cwd()
+    os.chdir(root)
+    try:
+        with (
+            StageBook(".") as book,
+            ThreadPoolExecutor(max_workers=jobs) as pool,
+            tqdm(total=len(plan.order), desc="dvc stages", unit="stage", disable=not progress) as bar,
+        ):
+            recorder = _Recorder(book, record_every)
+            recorder.start()
+            try:
+                while pending or running:
+                    if not failed:
+                        ready = [s for s in pending if plan.waits_for[s] <= done]
+                        for stage in ready:
+                            if len(running) >= jobs:
+                                break
+                            pending.remove(stage)
+                            if stage not in stale and not book.is_changed(stage):
+                                done.add(stage)  # its upstream re-ran to the same outputs
+                                bar.update(1)
+                                continue
+                            running[pool.submit(_run_stage, book, workers, stage, slots, threads, gpus)] = stage
+                        if any(plan.waits_for[s] <= done for s in pending) and len(running) < jobs:
+                            continue
+                    if not running:
+                        break
+                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        stage, code, seconds, problem = future.result()
+                        del running[future]
+                        bar.update(1)
+                        if code == 0:
+                            done.add(stage)
+                            tqdm.write(f"done   {stage} ({seconds:.1f} s)")
+                        else:
+                            failed.append(stage)
+                            why = problem or f"exit {code}; last lines of {log_path(stage)}:\n{tail(log_path(stage))}"
+                            tqdm.write(f"FAILED {stage} ({why})")
+            except KeyboardInterrupt:
+                workers.interrupt()
+                wait(running)
+                raise
+            finally:
+                recorder.stop.set()
+                recorder.join()
+                if recorder.error is not None:
+                    raise recorder.error
+    finally:
+        os.chdir(cwd)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
     return failed

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dmlbench import paths
+from dmlbench.pipeline.record import prune_lock
 
 
 @dataclass(frozen=True)
@@ -17,6 +21,7 @@ class Plan:
     order: list[str]
     waits_for: dict[str, set[str]]
     total: int = 0  # pipeline stages in dvc.yaml (order: the stale ones and what follows them)
+    stale: frozenset[str] | None = None  # stale now (the others run only if still changed when reached)
 
 
 def make_plan(root: Path = Path(".")) -> Plan:
@@ -25,7 +30,7 @@ def make_plan(root: Path = Path(".")) -> Plan:
     from dvc.repo import Repo
     from dvc.stage import PipelineStage
 
-    with Repo(str(root)) as repo:
+    with contextlib.chdir(root), Repo(".") as repo:  # stage names as DVC gives them in the root
         graph = repo.index.graph  # edges: dependent stage -> stage it depends on
         by_name = {stage.addressing: stage for stage in graph.nodes if isinstance(stage, PipelineStage)}
         stale = [name for name in repo.status() if name in by_name]
@@ -37,7 +42,22 @@ def make_plan(root: Path = Path(".")) -> Plan:
             name: {dep.addressing for dep in graph.successors(by_name[name]) if dep.addressing in todo} for name in todo
         }
         order = [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s.addressing in todo]
-    return Plan(order, waits_for, len(by_name))
+        prune_orphans(repo, by_name.values())
+    return Plan(order, waits_for, len(by_name), frozenset(stale))
+
+
+def prune_orphans(repo: Any, stages: Iterable[Any]) -> None:
+    """Drop the lock entries of stages removed from ``dvc.yaml`` (DVC keeps them forever:
+    treeverse/dvc#5293), one line saying how many."""
+    names_by_lock: dict[Path, set[str]] = {}
+    for stage in stages:
+        names_by_lock.setdefault(Path(stage.dvcfile.path).with_suffix(".lock"), set()).add(stage.name)
+    with repo.lock:
+        for lockfile, names in names_by_lock.items():
+            orphans = prune_lock(lockfile, names)
+            if orphans:
+                print(f"{lockfile.name}: removed {len(orphans)} entries of stages no longer in dvc.yaml "
+                      f"({orphans[0]}{', ...' if len(orphans) > 1 else ''})")  # fmt: skip
 
 
 def record_empty_dropbox(root: Path) -> None:

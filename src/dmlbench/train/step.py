@@ -3,18 +3,25 @@
 GPU fast path (used only when the device is CUDA): bf16 autocast for the model (the loss is
 computed in float32), channels_last memory format, ``cudnn.benchmark``, and the uint8 image
 cache kept on the GPU so that batches are gathered and augmented there (``augment.py`` runs on
-any device). When the cache does not fit in half of the free GPU memory, batches are gathered
-on the host (RAM or a memory map) and copied through pinned memory instead.
+any device). When the cache does not fit in half of the free GPU memory (shared among the
+trainings that run on the GPU at once: ``DMLBENCH_GPU_SHARE``), batches are gathered on the host
+(the memory-mapped cache) and copied through pinned memory instead.
 
 On the CPU only the channels_last memory format is used (float32 throughout): oneDNN's
 convolutions and max-pooling run faster in it. Measured on an AMD EPYC (Zen 3), 1 and 2 threads,
 the demo's ``tiny_cnn`` at 32 px: inference 2.2x, a training step 1.3-1.5x faster
 (``benchmarks/channels_last.py`` prints the figures for a machine).
+
+The protocol's ``amp`` key overrides the autocast dtype on any device (``none``, ``bf16``,
+``fp16``); float16 steps go through a ``torch.amp.GradScaler`` (Micikevicius et al., "Mixed
+Precision Training", ICLR 2018: loss scaling keeps small gradients from underflowing).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,9 +29,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from dmlbench.data.cache import RowView
 from dmlbench.train.divergence import FiniteWatch
 
 GPU_CACHE_FRACTION = 0.5  # at most this share of the free GPU memory holds the image cache
+AMP_DTYPES: dict[str, torch.dtype | None] = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def cuda_amp_dtype() -> torch.dtype:
@@ -41,13 +50,26 @@ class FastPath:
     channels_last: bool = False
 
     @classmethod
-    def for_device(cls, device: torch.device, enabled: bool | None = None) -> FastPath:
+    def for_device(cls, device: torch.device, enabled: bool | None = None, amp: str = "auto") -> FastPath:
+        """``amp``: the protocol's key; ``auto`` = bf16/fp16 on CUDA (fast path on), none elsewhere;
+        ``none``/``bf16``/``fp16`` set the autocast dtype on any device, fast path on or off."""
+        fast = cls._for_device(device, enabled)
+        if amp == "auto":
+            return fast
+        return dataclasses.replace(fast, amp_dtype=AMP_DTYPES[amp])
+
+    @classmethod
+    def _for_device(cls, device: torch.device, enabled: bool | None) -> FastPath:
         if enabled is False:
             return cls(device)
         if device.type != "cuda":
             return cls(device, channels_last=True)
         torch.backends.cudnn.benchmark = True
         return cls(device, amp_dtype=cuda_amp_dtype(), channels_last=True)
+
+    def grad_scaler(self) -> torch.amp.GradScaler | None:
+        """A loss scaler for float16 autocast (its gradients underflow without one), else None."""
+        return torch.amp.GradScaler(self.device.type) if self.amp_dtype == torch.float16 else None
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.amp_dtype is None:
@@ -62,9 +84,18 @@ class FastPath:
         return inputs.contiguous(memory_format=torch.channels_last) if self.channels_last else inputs
 
 
-def cache_fits(nbytes: int, free_bytes: int) -> bool:
-    """True when an image cache of ``nbytes`` may live on the GPU (``GPU_CACHE_FRACTION`` of free)."""
-    return nbytes <= GPU_CACHE_FRACTION * free_bytes
+def cache_fits(nbytes: int, free_bytes: int, share: int = 1) -> bool:
+    """True when an image cache of ``nbytes`` may live on the GPU: at most ``GPU_CACHE_FRACTION`` of
+    the free memory divided among the ``share`` trainings that use the GPU at once (the local
+    executor's ``--gpu-slots``), so that together they hold at most that fraction."""
+    return nbytes <= GPU_CACHE_FRACTION * free_bytes / max(1, share)
+
+
+def gpu_share() -> int:
+    """How many stages share this process's GPU (``DMLBENCH_GPU_SHARE``, set by the local executor
+    per worker; 1 when unset or not a positive integer)."""
+    value = os.environ.get("DMLBENCH_GPU_SHARE", "1")
+    return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
 def free_memory(device: torch.device) -> int:
@@ -73,14 +104,15 @@ def free_memory(device: torch.device) -> int:
 
 
 def cache_on_device(device: torch.device, nbytes: int) -> bool:
-    """Whether the image cache lives on ``device``: always on the CPU, on CUDA when it fits, else
-    (other devices, or too big) on the host with pinned copies per batch."""
+    """Whether the image cache lives in ``device``'s memory: always on the CPU (the memory map
+    itself), on CUDA when it fits this training's share (:func:`cache_fits`), else (other devices,
+    or too big) on the host with pinned copies per batch."""
     if device.type == "cpu":
         return True
-    return device.type == "cuda" and cache_fits(nbytes, free_memory(device))
+    return device.type == "cuda" and cache_fits(nbytes, free_memory(device), gpu_share())
 
 
-def host_rows(images: np.ndarray, index: np.ndarray) -> torch.Tensor:
+def host_rows(images: np.ndarray | RowView, index: np.ndarray) -> torch.Tensor:
     """``images[index]`` in the order asked (duplicates kept), read in ascending order (memory maps)."""
     return torch.from_numpy(images[np.sort(index)][np.argsort(np.argsort(index))])
 
@@ -90,22 +122,35 @@ def pinned_copy(rows: torch.Tensor, device: torch.device) -> torch.Tensor:
     return rows.pin_memory().to(device, non_blocking=True)
 
 
+def upload(images: np.ndarray | RowView, device: torch.device, rows_per_copy: int = 4096) -> torch.Tensor:
+    """The whole cache on ``device``, copied ``rows_per_copy`` rows at a time (no host copy of it)."""
+    out = torch.empty(images.shape, dtype=torch.uint8, device=device)
+    for start in range(0, len(images), rows_per_copy):
+        out[start : start + rows_per_copy] = torch.from_numpy(np.array(images[start : start + rows_per_copy]))
+    return out
+
+
 @dataclass
 class ImageSource:
-    """The training images (uint8 N x H x W x 3), on the device when they fit, else on the host,
-    with each image's valid ``(height, width)`` in its canvas (``sizes``; None = whole canvas)."""
+    """The training images (uint8 N x H x W x 3) with each image's valid ``(height, width)`` in its
+    canvas (``sizes``; None = whole canvas). CPU: batches are gathered from the host array (the
+    memory-mapped cache, shared by every process through the page cache: nothing is copied whole).
+    CUDA: the cache is copied to the GPU when it fits this training's share, else batches go
+    through pinned host memory."""
 
-    images: np.ndarray
+    images: np.ndarray | RowView
     device: torch.device
     sizes: np.ndarray | None = None
     on_device: torch.Tensor | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        if cache_on_device(self.device, self.images.nbytes):
-            self.on_device = torch.from_numpy(np.ascontiguousarray(self.images)).to(self.device)
+        if self.device.type != "cpu" and cache_on_device(self.device, self.images.nbytes):
+            self.on_device = upload(self.images, self.device)
 
     @property
     def placement(self) -> str:
+        if self.device.type == "cpu":
+            return "cpu memory"
         return f"{self.device.type} memory" if self.on_device is not None else "host, pinned copies per batch"
 
     def sizes_of(self, index: np.ndarray) -> np.ndarray | None:
@@ -116,6 +161,8 @@ class ImageSource:
     def batch(self, index: np.ndarray) -> torch.Tensor:
         if self.on_device is not None:
             return self.on_device[torch.from_numpy(index).to(self.on_device.device)]
+        if self.device.type == "cpu":
+            return host_rows(self.images, index)
         return pinned_copy(host_rows(self.images, index), self.device)
 
 
@@ -135,6 +182,7 @@ class TrainStep:
     ):
         self.model, self.loss_fn, self.miner, self.optimizers = model, loss_fn, miner, optimizers
         self.fast, self.grad_clip = fast, grad_clip
+        self.scaler = fast.grad_scaler()  # fp16 only
 
     def parameters(self) -> Iterable[torch.nn.Parameter]:
         yield from self.model.parameters()
@@ -155,11 +203,20 @@ class TrainStep:
         loss = self.loss_fn(embeddings, labels, mined)
         for optimizer in self.optimizers:
             optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        scaler = self.scaler
+        (loss if scaler is None else scaler.scale(loss)).backward()
         if self.grad_clip is not None:  # value clipping, as the Proxy-Anchor/thesis code does
+            if scaler is not None:
+                for optimizer in self.optimizers:
+                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             torch.nn.utils.clip_grad_value_([p for p in self.parameters() if p.grad is not None], self.grad_clip)
         for optimizer in self.optimizers:
-            optimizer.step()
+            if scaler is None:
+                optimizer.step()
+            else:
+                scaler.step(optimizer)  # skipped when a gradient is not finite
+        if scaler is not None:
+            scaler.update()
         if watch is not None:
             watch.record(loss.detach(), embeddings.detach())
         return loss.detach()
