@@ -7,14 +7,21 @@
 #                real-size run) with the Python that already holds a CUDA torch: no venv
 #                (GPU_PYTHON=python3 by default); table + reports/gpu_check.json
 # make repro runs independent stages in parallel (JOBS=n, default: CPU cores; JOBS=1 is a
-# plain sequential `dvc repro`). On a GPU box: make repro EXTRAS=gpu,test GPUS=0,1,2,3
+# plain sequential `dvc repro`). On a GPU box: make repro EXTRAS=gpu,test GPUS=0,1,2,3 (GPU_SLOTS=4: four
+# small trainings per GPU)
+# torch's CUDA build per GPU generation and driver (docs/gpu.md): TORCH_BACKEND=cu126 (V100/P100,
+# or a driver 525-579), cpu; default: the locked CUDA 13.0 build. The venv remembers it.
+# A protocol with device: cuda refuses to start without a usable GPU; DEVICE=cpu runs it on the CPU.
 # A published setup: make repro PRESET=thesis-cub GPUS=0,1 runs presets/thesis-cub.yaml in its own
 # workspace, artifacts/presets/thesis-cub/ (docs/presets.md); params.yaml stays the demo.
 # On Slurm: make repro EXECUTOR=slurm submits one job per stale stage (afterok dependencies; the
 # cluster: section of params.yaml; README "Running on a cluster").
 # A local cluster (docs/cluster.md; as root, installs Debian packages):
 #   make cluster-up    single-node Slurm (sacct through slurmdbd) + PostgreSQL on 127.0.0.1, under .cluster/
-#   make server        the team MLflow server on it (PostgreSQL store, basic-auth) on http://127.0.0.1:5001
+#   make server        the team MLflow server on it (PostgreSQL store, basic-auth) on http://127.0.0.1:5001;
+#                      no root and no local cluster: make server DATABASE_URL=postgresql://user@host/db
+# make fetch (PRESET=...): download and verify every archive and weights file the grid needs, here
+#   (a cluster's login node), so that no Slurm job needs the internet (docs/cluster.md)
 #   make cluster-down  stops what those two started; then: source .cluster/env to use it from a shell
 
 SHELL := /bin/bash
@@ -24,7 +31,8 @@ EXTRAS ?= cpu,test
 PORT ?= 5000
 comma := ,
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+TORCH_BACKEND ?= $(shell cat $(VENV)/.torch-backend 2>/dev/null)# the venv's, else the locked build
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))$(if $(filter-out cu130,$(TORCH_BACKEND)),-$(TORCH_BACKEND))
 
 export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow.db
 export MLFLOW_DISABLE_TELEMETRY := true
@@ -34,7 +42,7 @@ ORIGINAL_PATH := $(subst $(CURDIR)/$(BIN):,,$(PATH))# without the venv, also whe
 GPU_PYTHON ?= python3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup repro test ui status clean-venv gpu-check example-report cluster-up cluster-down server
+.PHONY: setup repro test ui status clean-venv gpu-check example-report cluster-up cluster-down server fetch
 
 setup: $(STAMP)
 
@@ -43,12 +51,15 @@ $(STAMP): pyproject.toml requirements.lock
 	@echo "Setting up $(VENV) with the pinned dependencies ($(EXTRAS)); the first time takes a minute or two."
 	@# uv installs (pip's settings passed on; pip if uv fails), then the modules a run imports are
 	@# byte-compiled once: tools/setup_venv.py
-	@$(PYTHON) tools/setup_venv.py --venv $(VENV) --extras $(EXTRAS)
+	@$(PYTHON) tools/setup_venv.py --venv $(VENV) --extras $(EXTRAS) $(if $(TORCH_BACKEND),--torch-backend $(TORCH_BACKEND))
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
 repro: $(STAMP)
-	python -m dmlbench.pipeline $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(PRESET),--preset $(PRESET)) $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS))
+	python -m dmlbench.pipeline $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(PRESET),--preset $(PRESET)) $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS)) $(if $(GPU_SLOTS),--gpu-slots $(GPU_SLOTS)) $(if $(DEVICE),--device $(DEVICE))
+
+fetch: $(STAMP)
+	python -m dmlbench.pipeline --fetch-only $(if $(PRESET),--preset $(PRESET))
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
@@ -79,7 +90,7 @@ $(CLUSTER_STAMP): $(STAMP)
 	@touch $@
 
 server: $(CLUSTER_STAMP)
-	@MLFLOW_BIN=$(CURDIR)/$(BIN)/mlflow cluster/server.sh
+	@MLFLOW_BIN=$(CURDIR)/$(BIN)/mlflow $(if $(DATABASE_URL),DMLBENCH_DATABASE_URL='$(DATABASE_URL)') cluster/server.sh
 
 status: $(STAMP)
 	dvc status

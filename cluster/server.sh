@@ -17,13 +17,34 @@
 # Settings: DMLBENCH_MLFLOW_PORT (5001), DMLBENCH_MLFLOW_HOST (127.0.0.1; 0.0.0.0 to serve other
 # machines), DMLBENCH_MLFLOW_ARTIFACTS (default .cluster/mlflow/artifacts; a shared file system
 # path or s3://bucket/prefix), DMLBENCH_MLFLOW_WORKERS (2), MLFLOW_BIN (the venv's mlflow).
+#
+# Without root and without the local cluster, on a site's existing PostgreSQL database:
+#   make server DATABASE_URL=postgresql://<user>@<host>[:<port>]/<db>   (DMLBENCH_DATABASE_URL)
+# MLflow's runs go to that database; its basic-auth users to DMLBENCH_AUTH_DATABASE_URL (default: an
+# SQLite file in .cluster/mlflow/, on this machine's disk: only the server opens it). The password
+# stays out of the URL: libpq reads it from PGPASSFILE (default ~/.pgpass, mode 0600;
+# https://www.postgresql.org/docs/current/libpq-pgpass.html). State goes to $DMLBENCH_CLUSTER_DIR.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 START=$SECONDS
-[[ -f "$CLUSTER_DIR/env" ]] || die "the local cluster is not set up: run make cluster-up first"
-MLFLOW_PORT_WANTED="${DMLBENCH_MLFLOW_PORT:-}"
-source "$CLUSTER_DIR/env"  # the PostgreSQL port up.sh used (and its default MLflow port)
-MLFLOW_PORT="${MLFLOW_PORT_WANTED:-$DMLBENCH_MLFLOW_PORT}"
-PG_PORT="$DMLBENCH_PG_PORT"
+DATABASE_URL="${DMLBENCH_DATABASE_URL:-}"
+if [[ -n "$DATABASE_URL" ]]; then
+    [[ "$DATABASE_URL" == postgresql://* ]] || die "DATABASE_URL: expected postgresql://<user>@<host>/<db>, got ${DATABASE_URL%%://*}://..."
+    rest="${DATABASE_URL#postgresql://}"
+    [[ "$rest" != *@* || "${rest%%@*}" != *:* ]] || die "DATABASE_URL holds a password: put it in ~/.pgpass (or PGPASSFILE) instead"
+    mkdir -p "$RUN" "$LOGS" "$CLUSTER_DIR/mlflow"
+    (umask 077 && mkdir -p "$SECRETS")
+    AUTH_DATABASE_URL="${DMLBENCH_AUTH_DATABASE_URL:-sqlite:///$CLUSTER_DIR/mlflow/basic_auth.db}"
+    PGPASS="${PGPASSFILE:-$HOME/.pgpass}"
+else
+    [[ -f "$CLUSTER_DIR/env" ]] || die "the local cluster is not set up: run make cluster-up first (or make server DATABASE_URL=postgresql://user@host/db)"
+    MLFLOW_PORT_WANTED="${DMLBENCH_MLFLOW_PORT:-}"
+    source "$CLUSTER_DIR/env"  # the PostgreSQL port up.sh used (and its default MLflow port)
+    MLFLOW_PORT="${MLFLOW_PORT_WANTED:-$DMLBENCH_MLFLOW_PORT}"
+    PG_PORT="$DMLBENCH_PG_PORT"
+    DATABASE_URL="postgresql://$PG_USER@127.0.0.1:$PG_PORT/mlflow"
+    AUTH_DATABASE_URL="postgresql://$PG_USER@127.0.0.1:$PG_PORT/mlflow_auth"
+    PGPASS="$SECRETS/pgpass"
+fi
 HOST="${DMLBENCH_MLFLOW_HOST:-127.0.0.1}"
 ARTIFACTS="${DMLBENCH_MLFLOW_ARTIFACTS:-$CLUSTER_DIR/mlflow/artifacts}"
 WORKERS="${DMLBENCH_MLFLOW_WORKERS:-2}"
@@ -38,9 +59,11 @@ fi
 [[ -x "$MLFLOW_BIN" ]] || die "no mlflow at $MLFLOW_BIN (make server installs it into the venv; or set MLFLOW_BIN)"
 "${MLFLOW_BIN%/mlflow}/python" -c 'import psycopg, flask_wtf' 2>/dev/null ||
     die "the venv lacks the cluster extra (psycopg, Flask-WTF): run make server (it installs .[cluster])"
-port_open "$PG_PORT" || die "PostgreSQL is not listening on 127.0.0.1:$PG_PORT: run make cluster-up first"
+if [[ -z "${DMLBENCH_DATABASE_URL:-}" ]]; then
+    port_open "$PG_PORT" || die "PostgreSQL is not listening on 127.0.0.1:$PG_PORT: run make cluster-up first"
+    [[ -r "$SECRETS/pgpass" ]] || die "no $SECRETS/pgpass (written by make cluster-up)"
+fi
 port_open "$MLFLOW_PORT" && die "port $MLFLOW_PORT is in use by another process; set DMLBENCH_MLFLOW_PORT to a free port"
-[[ -r "$SECRETS/pgpass" ]] || die "no $SECRETS/pgpass (written by make cluster-up)"
 
 if [[ -n "${MLFLOW_AUTH_ADMIN_PASSWORD:-}" ]]; then
     PASSWORD="$MLFLOW_AUTH_ADMIN_PASSWORD"
@@ -51,19 +74,19 @@ SECRET_KEY="${MLFLOW_FLASK_SERVER_SECRET_KEY:-$(secret flask_secret_key)}"
 
 mkdir -p "$CLUSTER_DIR/mlflow"
 [[ "$ARTIFACTS" == *://* ]] || mkdir -p "$ARTIFACTS"
-sed -e "s|@PG_USER@|$PG_USER|g" -e "s|@PG_PORT@|$PG_PORT|g" "$REPO/cluster/basic_auth.ini.in" >"$CLUSTER_DIR/mlflow/basic_auth.ini"
+sed -e "s|@AUTH_DATABASE_URL@|$AUTH_DATABASE_URL|g" "$REPO/cluster/basic_auth.ini.in" >"$CLUSTER_DIR/mlflow/basic_auth.ini"
 
-log "starting the MLflow server on $URL (PostgreSQL 127.0.0.1:$PG_PORT/mlflow, artifacts: $ARTIFACTS, basic-auth)"
+log "starting the MLflow server on $URL (store ${DATABASE_URL}, artifacts: $ARTIFACTS, basic-auth)"
 # its own session (setsid): cluster/down.sh stops it with its workers as one process group
 (
     cd "$CLUSTER_DIR/mlflow"
     exec env -u MLFLOW_TRACKING_URI -u MLFLOW_TRACKING_USERNAME -u MLFLOW_TRACKING_PASSWORD \
-        PGPASSFILE="$SECRETS/pgpass" MLFLOW_AUTH_CONFIG_PATH="$CLUSTER_DIR/mlflow/basic_auth.ini" \
+        PGPASSFILE="$PGPASS" MLFLOW_AUTH_CONFIG_PATH="$CLUSTER_DIR/mlflow/basic_auth.ini" \
         MLFLOW_AUTH_ADMIN_USERNAME="$ADMIN" MLFLOW_AUTH_ADMIN_PASSWORD="$PASSWORD" \
         MLFLOW_FLASK_SERVER_SECRET_KEY="$SECRET_KEY" MLFLOW_DISABLE_TELEMETRY=true \
         MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}" \
         setsid "$MLFLOW_BIN" server --host "$HOST" --port "$MLFLOW_PORT" --workers "$WORKERS" \
-        --backend-store-uri "postgresql://$PG_USER@127.0.0.1:$PG_PORT/mlflow" \
+        --backend-store-uri "$DATABASE_URL" \
         --artifacts-destination "$ARTIFACTS" --app-name basic-auth
 ) </dev/null >>"$LOGS/mlflow.log" 2>&1 &
 echo $! >"$RUN/mlflow.pid"

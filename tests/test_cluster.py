@@ -57,7 +57,7 @@ def test_bad_cluster_settings_fail_in_one_line(default_raw_params, cluster, mess
 
 def test_sbatch_command_carries_resources_dependencies_and_the_warning_signal():
     config = ClusterConfig.model_validate({
-        "partition": "gpu", "account": "dml", "signal_seconds": 300, "extra_args": ["--qos=long"],
+        "partition": "gpu", "account": "dml", "qos": "long", "signal_seconds": 300, "extra_args": ["--mail-type=FAIL"],
         "default": {"cpus": 4, "mem": "32G", "time": "8:00:00"},
         "stages": {"train": {"gpus": 1, "time": "1-00:00:00"}, "report": {"cpus": 1}},
     })  # fmt: skip
@@ -66,9 +66,11 @@ def test_sbatch_command_carries_resources_dependencies_and_the_warning_signal():
     )
     assert "--gres=gpu:1" in train and "--time=1-00:00:00" in train and "--cpus-per-task=4" in train
     assert "--mem=32G" in train and "--partition=gpu" in train and "--account=dml" in train and "--qos=long" in train
+    assert "--mail-type=FAIL" in train
     assert "--dependency=afterok:11:12" in train and "--kill-on-invalid-dep=yes" in train
     assert "--signal=B:USR1@300" in train and "--requeue" in train and "--open-mode=append" in train
-    assert train[-1] == "--wrap=exec /v/python -m dmlbench.pipeline.job train@cub200-resnet50-triplet-512-0"
+    assert train[-1].startswith("--wrap=export PATH=")  # the job sets its own PATH (tests/test_slurm_site.py)
+    assert train[-1].endswith("; exec /v/python -m dmlbench.pipeline.job train@cub200-resnet50-triplet-512-0")
     report = sbatch_command("report", config, [], Path("/s/log"), Path("/s"), "python")
     assert "--cpus-per-task=1" in report and not any(a.startswith(("--gres", "--dependency")) for a in report)
 
@@ -166,7 +168,9 @@ def test_tune_workers_go_as_one_array_with_the_tune_resources():
     args = array_command(config, 3, command, Path("/s/artifacts/logs/tune@s-%a.log"), "tune-s")
     assert "--array=0-2" in args and "--wait" in args and "--gres=gpu:1" in args and "--cpus-per-task=6" in args
     assert "--partition=gpu" in args and "--signal=B:USR1@120" in args
-    assert args[-1] == "--wrap=exec python -m dmlbench.tune.worker --study 's 1' --worker \"$SLURM_ARRAY_TASK_ID\""
+    assert args[-1].endswith("; exec python -m dmlbench.tune.worker --study 's 1' --worker \"$SLURM_ARRAY_TASK_ID\"")
+    limited = array_command(config.model_copy(update={"max_jobs": 2}), 3, command, Path("/s/t-%a.log"), "tune-s")
+    assert "--array=0-2%2" in limited
 
 
 def test_a_password_in_the_tracking_uri_is_refused(monkeypatch):

@@ -32,6 +32,8 @@ from typing import Any
 from dmlbench.errors import DmlbenchError
 from dmlbench.params.cluster import ClusterConfig, StageResources
 
+JOB_ENV_VARIABLE = "DMLBENCH_JOB_ENV"  # the environment file of a Slurm job (:func:`job_script`)
+
 
 def threads_per_worker(workers: int, available: int | None = None) -> int:
     """Each of ``workers`` processes' share of ``available`` CPU threads (default: this process's
@@ -74,37 +76,73 @@ def tunes_as_array(workers: int, storage: str | None) -> bool:
 
 def resource_args(config: ClusterConfig, resources: StageResources) -> list[str]:
     """The ``sbatch`` options of one job: CPUs, memory, time limit, Slurm's warning signal before it,
-    requeue, GPUs, partition and account (https://slurm.schedmd.com/sbatch.html)."""
+    requeue, GPUs, partition, account and QOS (https://slurm.schedmd.com/sbatch.html); partition,
+    account and QOS are the job's kind's (:meth:`ClusterConfig.resources`), else the section's."""
     args = [
         f"--cpus-per-task={resources.cpus}", f"--mem={resources.mem}", f"--time={resources.time}",
         f"--signal=B:USR1@{config.signal_seconds}", "--requeue" if config.requeue else "--no-requeue",
     ]  # fmt: skip
-    if resources.gpus:
+    if resources.gpus == 1 and config.gpu_slots > 1:  # one share of a GPU
+        share = "1" if config.shared_gres == "shard" else str(100 // config.gpu_slots)
+        args.append(f"--gres={config.shared_gres}:{share}")
+    elif resources.gpus:
         args.append(f"--gres={config.gres}:{resources.gpus}")
-    if config.partition:
-        args.append(f"--partition={config.partition}")
-    if config.account:
-        args.append(f"--account={config.account}")
+    for option in ("partition", "account", "qos"):
+        value = getattr(resources, option) or getattr(config, option)
+        if value:
+            args.append(f"--{option}={value}")
     return args
 
 
-def array_command(config: ClusterConfig, count: int, command: list[str], log: Path, name: str) -> list[str]:
-    """``sbatch --wait --array``: ``command`` per task, ``{worker}`` replaced by the task index."""
+def job_script(command: str, env_file: Path | None = None) -> str:
+    """The shell line a Slurm job runs (``sbatch --wrap``): this interpreter's ``bin/`` first on
+    ``PATH`` (``python stages/...`` in dvc.yaml finds the venv), the variables of ``env_file``
+    (:func:`write_job_environment`) exported when it exists, then ``exec command``. It needs nothing
+    of the submitting shell's environment, so jobs run the same under ``SBATCH_EXPORT=NONE``
+    (``--export=NONE``, https://slurm.schedmd.com/sbatch.html#OPT_export)."""
+    prelude = [f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"']
+    if env_file is not None:
+        quoted = shlex.quote(str(env_file))
+        prelude.append(f"if [ -r {quoted} ]; then set -a; . {quoted}; set +a; fi")
+    return "; ".join([*prelude, f"exec {command}"])
+
+
+def write_job_environment(path: Path, env: dict[str, str]) -> Path:
+    """``env`` as a shell file (``NAME='value'`` lines) readable by its owner only (it may hold
+    ``MLFLOW_TRACKING_PASSWORD``), for :func:`job_script` to export in every job."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(f"{name}={shlex.quote(value)}\n" for name, value in sorted(env.items()))
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text)
+    path.chmod(0o600)
+    return path
+
+
+def array_command(config: ClusterConfig, count: int, command: list[str], log: Path, name: str,
+                  env_file: Path | None = None) -> list[str]:  # fmt: skip
+    """``sbatch --wait --array``: ``command`` per task, ``{worker}`` replaced by the task index; at
+    most ``cluster.max_jobs`` tasks at once (``--array=0-<N-1>%<max_jobs>``); each task sets its own
+    environment (:func:`job_script`)."""
     task = " ".join(shlex.quote(part) if part != "{worker}" else '"$SLURM_ARRAY_TASK_ID"' for part in command)
+    limit = f"%{min(config.max_jobs, count)}" if config.max_jobs else ""
     return [
-        "sbatch", "--wait", "--parsable", f"--array=0-{count - 1}", f"--job-name={name}", f"--output={log}",
+        "sbatch", "--wait", "--parsable", f"--array=0-{count - 1}{limit}", f"--job-name={name}", f"--output={log}",
         f"--chdir={Path.cwd()}", *resource_args(config, config.resources("tune")), *config.extra_args,
-        f"--wrap=exec {task}",
+        f"--wrap={job_script(task, env_file)}",
     ]  # fmt: skip
 
 
 def run_array(config: ClusterConfig, count: int, command: list[str], log: Path, name: str) -> None:
-    """Submit the array and wait for all its tasks; one line naming the log when any failed."""
+    """Submit the array and wait for all its tasks; one line naming the log when any failed. The
+    tasks read the environment file the executor wrote for its jobs (``DMLBENCH_JOB_ENV``)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     print(f"{name}: {count} workers as a Slurm job array (log {str(log).replace('%a', '<task>')})", flush=True)
+    env_file = os.environ.get(JOB_ENV_VARIABLE)
     result = subprocess.run(
-        array_command(config, count, command, log, name), capture_output=True, text=True, check=False
-    )
+        array_command(config, count, command, log, name, Path(env_file) if env_file else None),
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
     if result.returncode != 0:
         raise DmlbenchError(
             f"{name}: the worker array {result.stdout.strip()} failed (exit {result.returncode}); "

@@ -15,6 +15,9 @@ link is followed with the cookies Drive set, keeping the URL's ``resourcekey`` (
 ``get_url_from_gdrive_confirmation`` and pytorch-metric-learning's SOP download, which adds
 ``confirm=t``, do). A Drive page without a download link (quota exceeded, sign-in needed)
 fails at once with Drive's own message.
+
+``DMLBENCH_OFFLINE=1`` (set by the Slurm executor in every job): nothing is downloaded; a file
+that is not here fails in one line naming it and ``make fetch`` (run it where the internet is).
 """
 
 from __future__ import annotations
@@ -43,6 +46,14 @@ RETRIABLE_HTTP = frozenset({408, 425, 429, 500, 502, 503, 504})
 DRIVE_HOSTS = frozenset({"drive.google.com", "drive.usercontent.google.com", "docs.google.com"})
 DRIVE_PAGES = 3  # confirmation pages followed before giving up
 PAGE_BYTES = 1 << 20
+
+
+OFFLINE = "DMLBENCH_OFFLINE"
+
+
+def offline() -> bool:
+    """``DMLBENCH_OFFLINE`` set (not empty, not 0): this process must not touch the network."""
+    return os.environ.get(OFFLINE, "").strip() not in ("", "0")
 
 
 class TransientError(Exception):
@@ -205,6 +216,11 @@ def download(
     retries = RETRIES if retries is None else retries
     backoff = BACKOFF_SECONDS if backoff is None else backoff
     dest = Path(dest)
+    if offline():
+        raise DataError(
+            f"{dest.name} is not in {dest.parent}/ and this job runs offline ({OFFLINE}=1): run `make fetch` "
+            "where the internet is (the login node), then run again"
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = partial_path(dest)
     for attempt in range(retries + 1):

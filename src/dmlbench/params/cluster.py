@@ -4,23 +4,31 @@ Read only by the Slurm executor, the tune stage's worker array and the ``validat
 through :func:`cluster_settings`, so no other stage depends on this code. Values are ``sbatch``
 options (https://slurm.schedmd.com/sbatch.html): ``cpus`` -> ``--cpus-per-task``, ``gpus`` ->
 ``--gres=<gres>:<n>``, ``mem`` -> ``--mem`` (e.g. ``16G``), ``time`` -> ``--time``
-(``minutes``, ``H:MM:SS`` or ``D-HH:MM:SS``); ``partition``, ``account`` and ``extra_args``
-(further options, each starting with ``--``) apply to every job. ``stages.<kind>`` overrides
-``default`` key by key for the stages of one kind (``train`` = every ``train@...``).
+(``minutes``, ``H:MM:SS`` or ``D-HH:MM:SS``), ``partition`` -> ``--partition``, ``account`` ->
+``--account``, ``qos`` -> ``--qos``; ``extra_args`` (further options, each starting with ``--``)
+apply to every job. ``stages.<kind>`` overrides ``default`` (and the top-level ``partition``,
+``account``, ``qos``) key by key for the stages of one kind (``train`` = every ``train@...``).
+When the grid needs a GPU (:func:`dmlbench.params.device.needs_gpu`), the kinds of
+:data:`GPU_KINDS` ask for ``gpus: 1`` unless ``default`` or their own entry sets ``gpus``.
 ``signal_seconds``: Slurm sends ``USR1`` that long before a job's time limit
 (``--signal=B:USR1@<s>``); the job wrapper passes it to the stage, which stops after its last
 checkpoint, and requeues the job (``--requeue``), which resumes from that checkpoint.
+``max_jobs``: at most that many of the executor's jobs queued or running at once (a site's
+``MaxSubmitJobs``; the rest are submitted as jobs end), also the ``%N`` of a tune worker array.
+The executor's watcher polls every ``poll_seconds`` ``[first, longest]``, the wait growing while
+nothing ends (https://slurm.schedmd.com/resource_limits.html).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt, ValidationError, field_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, ValidationError, field_validator
 
 from dmlbench.errors import ConfigError
 from dmlbench.messages import one_line
+from dmlbench.params.device import needs_gpu
 from dmlbench.params.model import Params
 from dmlbench.schema import StrictModel
 
@@ -29,6 +37,7 @@ STAGE_KINDS = (
     "validate", "download", "prepare", "tune", "baseline", "train", "evaluate",
     "embed_pretrained", "evaluate_pretrained", "report",
 )  # fmt: skip
+GPU_KINDS = ("tune", "baseline", "train", "embed_pretrained")  # gpus: 1 when the grid needs a GPU
 _MEMORY = re.compile(r"^\d+[KMGT]?$")
 _TIME = re.compile(r"^(\d+|\d+:\d{2}(:\d{2})?|\d+-\d{1,2}(:\d{2}(:\d{2})?)?)$")
 
@@ -40,6 +49,9 @@ class StageResources(StrictModel):
     gpus: NonNegativeInt | None = None
     mem: str | None = None
     time: str | None = None
+    partition: str | None = Field(None, min_length=1, pattern=r"^\S+$")
+    account: str | None = Field(None, min_length=1, pattern=r"^\S+$")
+    qos: str | None = Field(None, min_length=1, pattern=r"^\S+$")
 
     @field_validator("mem")
     @classmethod
@@ -60,12 +72,22 @@ DEFAULT = StageResources(cpus=2, gpus=0, mem="8G", time="4:00:00")
 
 
 class ClusterConfig(StrictModel):
-    partition: str | None = None
-    account: str | None = None
+    partition: str | None = Field(None, min_length=1, pattern=r"^\S+$")
+    account: str | None = Field(None, min_length=1, pattern=r"^\S+$")
+    qos: str | None = Field(None, min_length=1, pattern=r"^\S+$")
     gres: str = "gpu"  # the generic resource name of a GPU on this cluster (--gres=gpu:1)
     signal_seconds: PositiveInt = 120
     requeue: bool = True
     extra_args: list[str] = Field(default_factory=list)
+    max_jobs: PositiveInt | None = None  # None: every stage submitted at once
+    # several small stages on one GPU: a job that asks for 1 GPU asks for 1 of gpu_slots shares of
+    # one instead, through Slurm's GPU sharding (shared_gres: shard, --gres=shard:1,
+    # https://slurm.schedmd.com/gres.html#Sharding) or CUDA MPS (mps, --gres=mps:<100/gpu_slots>,
+    # https://slurm.schedmd.com/gres.html#MPS_Management), whichever the site configured; each such
+    # job sizes its GPU-resident data to its share (DMLBENCH_GPU_SHARE)
+    gpu_slots: PositiveInt = 1
+    shared_gres: Literal["shard", "mps"] = "shard"
+    poll_seconds: tuple[PositiveFloat, PositiveFloat] = (5.0, 60.0)
     default: StageResources = DEFAULT
     stages: dict[str, StageResources] = Field(default_factory=dict)
 
@@ -88,11 +110,22 @@ class ClusterConfig(StrictModel):
             raise ValueError(f"stages.{unknown[0]}: not a stage kind of dvc.yaml; kinds: {', '.join(STAGE_KINDS)}")
         return stages
 
+    @field_validator("poll_seconds")
+    @classmethod
+    def _poll(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if value[0] > value[1]:
+            raise ValueError("expected [first, longest] seconds between polls, first <= longest")
+        return value
+
     def resources(self, stage: str) -> StageResources:
-        """The resources of DVC stage ``stage`` (``train@glyphs-...``): its kind's, over the default."""
+        """The resources of DVC stage ``stage`` (``train@glyphs-...``): its kind's, over the default,
+        over the top-level partition, account and QOS."""
         kind = stage.split("@", 1)[0]
         own = self.stages.get(kind)
-        merged = {**DEFAULT.model_dump(), **self.default.model_dump(exclude_none=True)}
+        merged = {
+            **DEFAULT.model_dump(), "partition": self.partition, "account": self.account, "qos": self.qos,
+            **self.default.model_dump(exclude_none=True),
+        }  # fmt: skip
         if own is not None:
             merged.update(own.model_dump(exclude_none=True))
         return StageResources(**merged)
@@ -102,13 +135,28 @@ class ClusterConfig(StrictModel):
 _MANAGED = {
     "--dependency", "--job-name", "--output", "--error", "--parsable", "--chdir", "--signal", "--requeue",
     "--no-requeue", "--kill-on-invalid-dep", "--cpus-per-task", "--gres", "--mem", "--time", "--partition",
-    "--account", "--open-mode", "--array", "--wrap",
+    "--account", "--qos", "--open-mode", "--array", "--wrap",
 }  # fmt: skip
 
 
 def cluster_settings(params: Params, source: str = "params.yaml") -> ClusterConfig:
-    """The validated ``cluster:`` section; :class:`ConfigError` in one line naming the key."""
+    """The validated ``cluster:`` section, with the GPU defaults of :func:`with_gpu_defaults`;
+    :class:`ConfigError` in one line naming the key."""
     try:
-        return ClusterConfig.model_validate(dict(params.cluster))
+        config = ClusterConfig.model_validate(dict(params.cluster))
     except ValidationError as exc:
         raise ConfigError(one_line(exc, source, prefix="cluster", model=ClusterConfig)) from None
+    return with_gpu_defaults(config) if needs_gpu(params) else config
+
+
+def with_gpu_defaults(config: ClusterConfig) -> ClusterConfig:
+    """``gpus: 1`` for every kind of :data:`GPU_KINDS` whose ``gpus`` neither ``default`` nor its
+    own entry sets (a grid that needs a GPU; ``gpus: 0`` written there keeps a kind on CPUs)."""
+    if "default" in config.model_fields_set and config.default.gpus is not None:
+        return config
+    stages = dict(config.stages)
+    for kind in GPU_KINDS:
+        own = stages.get(kind, StageResources())
+        if own.gpus is None:
+            stages[kind] = own.model_copy(update={"gpus": 1})
+    return config.model_copy(update={"stages": stages})

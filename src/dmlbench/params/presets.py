@@ -2,7 +2,8 @@
 
 A preset names a whole grid: ``datasets``, ``backbones``, ``losses``, ``dims``, ``seeds`` and
 ``protocol`` (required; they replace params.yaml's), and may add ``evaluate``, ``report``,
-``tracking`` and ``tuning`` keys (merged key by key over params.yaml's), plus a one-line ``description``. It
+``tracking``, ``tuning`` and ``cluster`` keys (merged key by key over params.yaml's: a preset can
+carry the Slurm resources its grid needs), plus a one-line ``description``. It
 cannot define ``protocols``: it names one of params.yaml's (``protocol: thesis``), so a
 published recipe is written once. The composed mapping is validated by the same
 :func:`dmlbench.params.complete.complete_params` as params.yaml, and ``tracking.experiment`` defaults to
@@ -31,7 +32,7 @@ from dmlbench.params.protocol import deep_merge
 
 PRESETS_DIR = "presets"  # beside params.yaml
 GRID_SECTIONS = ("datasets", "backbones", "losses", "dims", "seeds", "protocol")  # required, replace params.yaml's
-SETTINGS_SECTIONS = ("evaluate", "report", "tracking", "tuning")  # optional, merged over params.yaml's
+SETTINGS_SECTIONS = ("evaluate", "report", "tracking", "tuning", "cluster")  # optional, merged over params.yaml's
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 

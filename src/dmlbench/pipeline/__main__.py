@@ -2,20 +2,27 @@
 
 ``dvc repro`` runs one stage at a time (treeverse/dvc#755). This runner asks DVC for its
 graph and for the stale stages, then runs every stale stage and everything downstream of
-it, each as ``dvc --wait-for-lock repro --single-item <stage>`` in a pool of ``--jobs``
-workers, a stage starting as soon as all its upstream stages are done. DVC still runs,
-caches and locks every stage; the runner only decides the order. It ends with a plain
-``dvc repro``, which must find everything up to date.
+it in a pool of ``--jobs`` workers, a stage starting as soon as all its upstream stages are
+done, and records them in DVC in batches (:mod:`dmlbench.pipeline.local`,
+:mod:`dmlbench.pipeline.record`): DVC's own bookkeeping (outputs removed, hashed, cached, lock
+entries DVC writes), one ``dvc.lock`` write per batch instead of one per stage. Lock entries of
+stages no longer in dvc.yaml are dropped first. It ends with a plain ``dvc repro``, which must find
+everything up to date.
 
 CPU: each worker gets ``cpu_count // jobs`` threads (``OMP_NUM_THREADS``), since small
 models gain nothing from more threads and oversubscription slows everything. GPU box:
-``--gpus 0,1,2,3`` runs one worker per GPU with ``CUDA_VISIBLE_DEVICES`` set per worker.
+``--gpus 0,1,2,3`` runs one worker per GPU with ``CUDA_VISIBLE_DEVICES`` set per worker;
+``--gpu-slots N`` runs N per GPU (small trainings sharing a big GPU).
 Each stage's output goes to ``artifacts/logs/<stage>.log``; a failing stage's tail is
 printed and no new stage is started.
 
 Before any stage: ``params.yaml`` is validated, every pinned weights file the grid needs must
 be here or downloadable when the protocol is pretrained
-(:func:`dmlbench.pipeline.preflight.preflight`): else nothing runs.
+(:func:`dmlbench.pipeline.preflight.preflight`), and a grid that needs a GPU (the protocol's
+``device: cuda``, or ``--gpus``) must find one its torch build and driver can use: else nothing
+runs (:mod:`dmlbench.pipeline.device_check`). ``--device cpu`` (``make repro DEVICE=cpu``) runs it
+on the CPU knowingly; every stage gets the run's device as ``DMLBENCH_DEVICE``
+(:func:`dmlbench.devices.default_device`).
 
 ``--executor slurm`` hands the same plan to Slurm instead of the local pool: one job per stale
 stage, ordered by ``afterok`` dependencies, resources from ``params.yaml``'s ``cluster:`` section
@@ -24,7 +31,12 @@ log, then runs the same closing check.
 
 ``--preset <name>`` runs ``presets/<name>.yaml`` (:mod:`dmlbench.params.presets`) the same way, after
 the same checks, in a workspace of its own (:mod:`dmlbench.pipeline.workspace`): the main checkout's
-params.yaml and dvc.lock stay as they are.
+params.yaml and dvc.lock stay as they are; every runner option (``--executor``, ``--jobs``,
+``--gpus``, ``--fetch-only``) is passed on to the run there.
+
+``--fetch-only`` (``make fetch``) downloads and verifies every archive and weights file the grid
+needs, then stops (:mod:`dmlbench.pipeline.fetch`): on a cluster's login node, so that no job
+needs the internet.
 """
 
 from __future__ import annotations
@@ -40,10 +52,12 @@ from dmlbench import paths
 from dmlbench.errors import DmlbenchError
 from dmlbench.launch import worker_environment
 from dmlbench.params.complete import load_complete
+from dmlbench.params.model import Params
 from dmlbench.params.presets import listing, load_preset
-from dmlbench.pipeline.local import LOG_DIR, run_parallel
+from dmlbench.pipeline.device_check import export_device, preflight
+from dmlbench.pipeline.fetch import fetch_all
+from dmlbench.pipeline.local import LOG_DIR, run_parallel, worker_gpus
 from dmlbench.pipeline.plan import make_plan, record_empty_dropbox
-from dmlbench.pipeline.preflight import preflight
 from dmlbench.pipeline.presets import run_preset
 from dmlbench.pipeline.slurm import run_on_slurm
 from dmlbench.pipeline.summary import closing_summary
@@ -56,9 +70,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="local: a pool of --jobs workers here; slurm: one Slurm job per stage")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=None, help="parallel stages (default: CPU cores, or one per GPU)")
     parser.add_argument("--gpus", default="", help="comma-separated GPU ids, one worker per GPU (e.g. 0,1,2,3)")
+    parser.add_argument("--gpu-slots", type=int, default=1,
+                        help="workers per GPU given with --gpus (several small trainings share one GPU)")  # fmt: skip
+    parser.add_argument("--device", choices=["cuda", "cpu", "auto"], default=None,
+                        help="override the protocol's device (cpu: a GPU protocol on the CPU, knowingly)")  # fmt: skip
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--preset", help="run presets/<name>.yaml in its own workspace (artifacts/presets/<name>)")
     parser.add_argument("--list-presets", action="store_true", help="list the presets and exit")
+    parser.add_argument("--fetch-only", action="store_true",
+                        help="download and verify every archive and weights file of the grid, then stop")  # fmt: skip
     args = parser.parse_args(argv)
     started = time.perf_counter()
     params_file = Path(args.params)
@@ -67,22 +87,38 @@ def main(argv: list[str] | None = None) -> int:
         if args.list_presets:
             print(listing(params_file))
             return 0
+        if args.fetch_only and args.preset is None:
+            return fetch_only(load_complete(params_file), params_file.parent / paths.DROPBOX)
         if args.preset is not None:
             preset = load_preset(args.preset, params_file)  # unknown or bad preset: one line, nothing runs
             params = preset.params
         else:
             params = load_complete(params_file)  # bad input fails here, in one line, before any stage runs
-        preflight(params, params_file.parent / paths.DROPBOX)  # so do missing weights and archives
+        preflight(  # so do missing weights and archives, and a GPU grid without a usable GPU
+            params, params_file.parent / paths.DROPBOX, [g.strip() for g in args.gpus.split(",") if g.strip()],
+            args.device, check_device=args.executor == "local" and not args.fetch_only,
+        )  # fmt: skip
+        export_device(params, args.device, local=args.executor == "local")  # the stages' DMLBENCH_DEVICE
     except DmlbenchError as exc:
         print("\n".join(f"error: {line}" for line in str(exc).splitlines()), file=sys.stderr)
         return 2
     gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
-    jobs = args.jobs or len(gpus) or os.cpu_count() or 1
-    if gpus and jobs > len(gpus):
-        print(f"error: --jobs {jobs} exceeds the {len(gpus)} GPUs given with --gpus", file=sys.stderr)
+    if args.gpu_slots < 1 or (args.gpu_slots > 1 and not gpus):
+        print(f"error: --gpu-slots {args.gpu_slots}: needs --gpus and a positive count", file=sys.stderr)
+        return 2
+    workers_gpus = worker_gpus(gpus, args.gpu_slots)
+    jobs = args.jobs or len(workers_gpus) or os.cpu_count() or 1
+    if gpus and jobs > len(workers_gpus):
+        print(f"error: --jobs {jobs} exceeds the {len(gpus)} GPUs x {args.gpu_slots} slots given with --gpus "
+              "and --gpu-slots", file=sys.stderr)  # fmt: skip
         return 2
     if preset is not None:
-        forwarded = [*(["--jobs", str(args.jobs)] if args.jobs else []), *(["--gpus", args.gpus] if gpus else [])]
+        forwarded = [
+            "--executor", args.executor, *(["--jobs", str(args.jobs)] if args.jobs else []),
+            *(["--gpus", args.gpus] if gpus else []), *(["--fetch-only"] if args.fetch_only else []),
+            *(["--gpu-slots", str(args.gpu_slots)] if args.gpu_slots != 1 else []),
+            *(["--device", args.device] if args.device else []),
+        ]  # fmt: skip
         try:
             return run_preset(preset, params_file, forwarded)
         except DmlbenchError as exc:
@@ -103,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = make_plan()
         if plan.order:
             print(f"{len(plan.order)} stage(s) to run, {jobs} at a time; logs in {LOG_DIR}/")
-            failed = run_parallel(plan, jobs, gpus)
+            failed = run_parallel(plan, jobs, workers_gpus)
             if failed:
                 print(f"error: {len(failed)} stage(s) failed: {', '.join(failed)}", file=sys.stderr)
                 return 1
@@ -123,6 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     if code == 0:
         print("\n" + closing_summary(plan, time.perf_counter() - started, paths.REPORTS / "report.md"))
     return code
+
+
+def fetch_only(params: Params, dropbox: Path) -> int:
+    """``--fetch-only``: every archive and weights file of the grid here and verified; 0, else 1."""
+    problems = fetch_all(params, dropbox)
+    if problems:
+        print("\n".join(f"error: {line}" for line in problems), file=sys.stderr)
+        return 1
+    print(f"fetched: every archive ({dropbox}/) and weights file the grid needs is here and verified")
+    return 0
 
 
 if __name__ == "__main__":

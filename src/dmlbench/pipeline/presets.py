@@ -12,7 +12,8 @@ from dmlbench.pipeline.workspace import environment, prepare_workspace, uncommit
 
 
 def run_preset(preset: Preset, params_file: Path, forwarded: list[str]) -> int:
-    """Run the pipeline (``forwarded``: its --jobs/--gpus) in the preset's own workspace."""
+    """Run the pipeline (``forwarded``: every runner option, ``--executor``, ``--jobs``, ``--gpus``,
+    ``--fetch-only``) in the preset's own workspace."""
     main_root = params_file.resolve().parent
     changed = uncommitted_code(main_root)
     workspace = prepare_workspace(main_root, preset.name, params_text(preset))
@@ -23,7 +24,10 @@ def run_preset(preset: Preset, params_file: Path, forwarded: list[str]) -> int:
     sys.stdout.flush()
     env = environment(workspace, main_root)
     code = subprocess.run(
-        [sys.executable, "-m", "dmlbench.pipeline", *forwarded], cwd=workspace.root, env=env, check=False,
+        [sys.executable, "-m", "dmlbench.pipeline", *forwarded],
+        cwd=workspace.root,
+        env=env,
+        check=False,
     ).returncode
     print(
         f"\npreset {preset.name!r} {'finished' if code == 0 else f'stopped (exit {code})'}.\n"

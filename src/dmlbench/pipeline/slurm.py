@@ -2,17 +2,34 @@
 
 Every stage the plan holds (:func:`dmlbench.pipeline.plan.make_plan`: the stale stages and what follows
 them) becomes one ``sbatch`` job on the shared checkout, submitted in topological order with
-``--dependency=afterok:<the jobs of its upstream stages>`` and ``--kill-on-invalid-dep=yes``, so
-a failed job's dependents are cancelled by Slurm itself. Each job runs
-``python -m dmlbench.pipeline.job <stage>`` (``dvc --wait-for-lock repro --single-item <stage>``:
-DVC's own lock serialises the ``dvc.lock`` updates of jobs finishing together). The submitting
-command then only watches the jobs (``squeue``, then ``sacct`` / ``scontrol``) to report: which
-stage failed, its state and its log (``artifacts/logs/<stage>.log``), and which were cancelled
-because of it. Re-running submits only what is still stale.
+``--dependency=afterok:<the jobs of its upstream stages still queued or running>`` and
+``--kill-on-invalid-dep=yes``, so a failed job's dependents are cancelled by Slurm itself. With
+``cluster.max_jobs: N`` at most N jobs are queued or running at once: the rest are submitted as
+jobs end (a stage whose upstream failed is not submitted). Each job runs
+``python -m dmlbench.pipeline.job <stage>`` (:mod:`dmlbench.pipeline.job`) and sets its own
+environment (:func:`dmlbench.launch.job_script`: the venv's ``bin/`` first on ``PATH``, the
+variables of :func:`job_environment`, ``DMLBENCH_OFFLINE=1``), so it needs neither the
+submitting shell's environment (``SBATCH_EXPORT=NONE`` works) nor the internet: before
+submitting, every archive and weights file is fetched here (:mod:`dmlbench.pipeline.fetch`).
+Who records: this process. The jobs run their stages' commands without DVC (from the job spec
+written at submission, :mod:`dmlbench.pipeline.job`); when Slurm reports a job COMPLETED, its stage
+is recorded here (:class:`dmlbench.pipeline.record.StageBook`: hashes, cache, lock entry), all the
+stages one poll found in one ``dvc.lock`` write. Jobs ending out of order or requeued never touch
+the lock; a stage whose job did not complete is never recorded; stopping this command leaves the
+recorded ones recorded (jobs still running then are re-run by the next run: keep it alive, e.g. in
+``tmux``, or submit it as a small CPU job of its own).
+The submitting command watches the jobs (one ``squeue`` per poll for all of them, then
+``sacct`` / ``scontrol`` for the ended; polls ``cluster.poll_seconds`` apart, the wait growing
+while nothing ends) to report: which stage failed, its state and its log
+(``artifacts/logs/<stage>.log``), and which were cancelled because of it. Re-running submits
+only what is still stale. Refused in one line before anything is submitted: no Slurm, or an
+MLflow SQLite store on a network file system (:mod:`dmlbench.pipeline.cluster_checks`).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import subprocess
 import sys
@@ -20,15 +37,25 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dmlbench import paths
 from dmlbench.errors import DmlbenchError
-from dmlbench.launch import resource_args, tunes_as_array
+from dmlbench.launch import JOB_ENV_VARIABLE, job_script, resource_args, tunes_as_array, write_job_environment
 from dmlbench.params.cluster import ClusterConfig, StageResources, cluster_settings
 from dmlbench.params.model import Params
 from dmlbench.params.tuning import tuning_settings
-from dmlbench.pipeline.local import LOG_DIR
+from dmlbench.pipeline.cluster_checks import require_slurm, require_tracking_for_cluster
+from dmlbench.pipeline.fetch import require_fetched
+from dmlbench.pipeline.job import spec_path
+from dmlbench.pipeline.local import GPU_SHARE_VARIABLE, LOG_DIR
 from dmlbench.pipeline.plan import Plan, make_plan
-from dmlbench.tracking.store import ensure_experiment
+from dmlbench.pipeline.record import RecordError, StageBook
+from dmlbench.tracking.store import ensure_experiment, tracking_uri
 
+JOB_ENV_FILE = "slurm-job.env"  # in LOG_DIR: the variables every job exports (job_environment)
+# what a job takes from the submitting environment (besides what job_environment sets itself)
+FORWARDED_PREFIXES = ("DMLBENCH_", "MLFLOW_", "DVC_", "OPTUNA_")
+FORWARDED = ("PGPASSFILE", "PGSERVICEFILE", "PYTHONPATH", "TORCH_HOME", "HF_HOME", "XDG_CACHE_HOME",
+             "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", "NO_PROXY", "no_proxy")  # fmt: skip
 DONE = {"COMPLETED"}
 FAILED = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 
@@ -47,9 +74,10 @@ def waiting_resources(config: ClusterConfig, stage: str) -> StageResources:
 
 
 def sbatch_command(stage: str, config: ClusterConfig, after: list[str], log: Path, root: Path, python: str,
-                   waits_for_array: bool = False) -> list[str]:  # fmt: skip
+                   waits_for_array: bool = False, env_file: Path | None = None) -> list[str]:  # fmt: skip
     """The ``sbatch`` command line of one stage's job (``after``: job ids it waits for;
-    ``waits_for_array``: the job only waits for a worker array, :func:`waiting_resources`)."""
+    ``waits_for_array``: the job only waits for a worker array, :func:`waiting_resources`;
+    ``env_file``: the variables the job exports, :func:`dmlbench.launch.job_script`)."""
     res = waiting_resources(config, stage) if waits_for_array else config.resources(stage)
     command = [
         "sbatch", "--parsable", f"--job-name={stage}", f"--chdir={root}", f"--output={log}", "--open-mode=append",
@@ -59,44 +87,123 @@ def sbatch_command(stage: str, config: ClusterConfig, after: list[str], log: Pat
         command += [f"--dependency=afterok:{':'.join(after)}", "--kill-on-invalid-dep=yes"]
     command += list(config.extra_args)
     # exec: the batch shell becomes the wrapper, so Slurm's B:USR1 reaches it
-    command.append(f"--wrap=exec {shlex.quote(python)} -m dmlbench.pipeline.job {shlex.quote(stage)}")
+    wrapper = f"{shlex.quote(python)} -m dmlbench.pipeline.job {shlex.quote(stage)}"
+    command.append(f"--wrap={job_script(wrapper, env_file)}")
     return command
 
 
-def require_slurm() -> None:
-    """Refuse before submitting anything when this machine cannot reach a Slurm controller."""
-    try:
-        subprocess.run(["sinfo", "--noheader", "--format=%P"], check=True, capture_output=True, text=True, timeout=30)
-    except FileNotFoundError:
-        raise DmlbenchError(
-            "--executor slurm: sbatch/sinfo not found on PATH (install Slurm's client, or `make cluster-up`)"
-        ) from None
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        detail = getattr(exc, "stderr", "") or str(exc)
-        raise DmlbenchError(f"--executor slurm: no Slurm controller answers sinfo ({detail.strip()})") from None
+def job_environment(environ: dict[str, str], env_file: Path) -> dict[str, str]:
+    """The variables every job exports itself: those of ``environ`` it needs (:data:`FORWARDED`,
+    :data:`FORWARDED_PREFIXES`), the tracking URI, torch's cache (where ``make fetch`` put the
+    weights), ``DMLBENCH_OFFLINE=1`` and where this file is (for the tune worker arrays)."""
+    env = {k: v for k, v in environ.items() if k in FORWARDED or k.startswith(FORWARDED_PREFIXES)}
+    cache = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    env.setdefault("TORCH_HOME", environ.get("TORCH_HOME") or os.path.join(cache, "torch"))
+    env.update(MLFLOW_TRACKING_URI=tracking_uri(), DMLBENCH_OFFLINE="1", DVC_NO_ANALYTICS="1")
+    env[JOB_ENV_VARIABLE] = str(env_file)
+    return env
+
+
+class Submission:
+    """The plan's jobs: submitted in topological order, at most ``config.max_jobs`` queued or running
+    at once (the rest as jobs end), watched until every stage has ended (:meth:`run`)."""
+
+    def __init__(self, order: list[str], waits_for: dict[str, set[str]], config: ClusterConfig, root: Path,
+                 log_dir: Path, python: str = sys.executable, array_waiters: frozenset[str] = frozenset(),
+                 env_file: Path | None = None, quiet: bool = False, book: StageBook | None = None) -> None:  # fmt: skip
+        self.pending, self.waits_for, self.config = list(order), waits_for, config
+        self.root, self.log_dir, self.python = root.resolve(), log_dir, python
+        self.array_waiters, self.env_file, self.quiet = array_waiters, env_file, quiet
+        self.limit = config.max_jobs or max(1, len(order))
+        self.jobs: dict[str, Job] = {}
+        self.final: dict[str, str] = {}
+        self.book = book  # writes each job's spec, records completed stages (None: the specs exist)
+
+    def in_flight(self) -> list[Job]:
+        return [job for job in self.jobs.values() if job.stage not in self.final]
+
+    def submit_more(self) -> int:
+        """Submit pending stages while fewer than the limit are in flight; how many were submitted."""
+        count = 0
+        while self.pending and len(self.in_flight()) < self.limit:
+            stage = self.pending.pop(0)
+            upstream = sorted(u for u in self.waits_for.get(stage, ()) if u in self.jobs)
+            log = (self.log_dir / (stage.replace("/", "_") + ".log")).resolve()
+            failed = [u for u in upstream if self.final.get(u, "COMPLETED") not in DONE]
+            if failed:  # Slurm would cancel it: it is not submitted at all
+                log.write_text(f"not submitted: its upstream stage {failed[0]} ended {self.final[failed[0]]}\n")
+                self.jobs[stage], self.final[stage] = Job(stage, "-", log), "CANCELLED"
+                continue
+            log.write_text("")  # a fresh log per submission (a requeued job appends to it)
+            if self.book is not None:
+                spec = spec_path(stage, self.root)
+                spec.parent.mkdir(parents=True, exist_ok=True)
+                spec.write_text(json.dumps(self.book.job_spec(stage), indent=1))
+            after = [self.jobs[u].job_id for u in upstream if u not in self.final]
+            result = subprocess.run(
+                sbatch_command(stage, self.config, after, log, self.root, self.python, stage in self.array_waiters,
+                               self.env_file),
+                check=False, capture_output=True, text=True,
+            )  # fmt: skip
+            if result.returncode != 0:
+                cancel([job.job_id for job in self.in_flight()])
+                raise DmlbenchError(
+                    f"sbatch refused {stage}: {result.stderr.strip()} (its jobs still queued are cancelled)"
+                )
+            self.jobs[stage] = Job(stage, result.stdout.strip().split(";")[0], log)
+            count += 1
+        return count
+
+    def record(self, current: dict[str, str]) -> int:
+        """Record the jobs that ended (reported, one line each); how many did."""
+        by_id = {job.job_id: job for job in self.in_flight()}
+        ended = 0
+        for job_id, state in current.items():
+            job = by_id.get(job_id)
+            if job is not None and (state in DONE or state in FAILED):
+                if state == "COMPLETED" and self.book is not None:
+                    try:  # hashes, cache, lock entry (written in the next batch)
+                        self.book.finish(job.stage)
+                    except RecordError as exc:
+                        print(f"error: {exc}", file=sys.stderr, flush=True)
+                        state = "FAILED"
+                self.final[job.stage] = state
+                ended += 1
+                if not self.quiet:
+                    print(f"{'done  ' if state in DONE else state:<9} {job.stage} (job {job_id})", flush=True)
+        return ended
+
+    def run(self) -> dict[str, str]:
+        """Submit and watch until every stage has ended; each stage's final state."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        total = len(self.pending)
+        self.submit_more()
+        submitted = [job.job_id for job in self.jobs.values() if job.job_id != "-"]
+        if not self.quiet and submitted:
+            rest = f"; {len(self.pending)} more as jobs end (cluster.max_jobs: {self.limit})" if self.pending else ""
+            print(f"{len(submitted)} stage(s) submitted to Slurm as jobs {submitted[0]}..{submitted[-1]}{rest} "
+                  f"(squeue --me to watch; logs in {self.log_dir}/)", flush=True)  # fmt: skip
+        first, longest = self.config.poll_seconds
+        delay = first
+        while len(self.final) < total:
+            time.sleep(delay)
+            ended = self.record(states([job.job_id for job in self.in_flight()]))
+            if self.book is not None:
+                self.book.flush()  # one dvc.lock write for the stages recorded by this poll
+            ended += self.submit_more()
+            delay = first if ended else min(longest, delay * 1.5)
+        return self.final
 
 
 def submit(order: list[str], waits_for: dict[str, set[str]], config: ClusterConfig, root: Path, log_dir: Path,
            python: str = sys.executable, array_waiters: frozenset[str] = frozenset()) -> list[Job]:  # fmt: skip
-    """Submit every stage of ``order`` (topological), each after its upstream stages' jobs;
-    ``array_waiters``: stages whose job only waits for a worker array (small resources)."""
+    """Submit every stage of ``order`` at once, ignoring ``max_jobs`` (what :class:`Submission` does
+    first when the limit allows); the jobs."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    jobs: dict[str, Job] = {}
-    for stage in order:
-        log = (log_dir / (stage.replace("/", "_") + ".log")).resolve()
-        log.write_text("")  # a fresh log per submission (a requeued job appends to it)
-        after = [jobs[upstream].job_id for upstream in sorted(waits_for.get(stage, ())) if upstream in jobs]
-        result = subprocess.run(
-            sbatch_command(stage, config, after, log, root.resolve(), python, stage in array_waiters),
-            check=False, capture_output=True, text=True,
-        )  # fmt: skip
-        if result.returncode != 0:
-            cancel([job.job_id for job in jobs.values()])
-            raise DmlbenchError(
-                f"sbatch refused {stage}: {result.stderr.strip()} (its jobs submitted so far are cancelled)"
-            )
-        jobs[stage] = Job(stage, result.stdout.strip().split(";")[0], log)
-    return list(jobs.values())
+    submission = Submission(order, waits_for, config.model_copy(update={"max_jobs": None}), root, log_dir, python,
+                            array_waiters, quiet=True)  # fmt: skip
+    submission.submit_more()
+    return list(submission.jobs.values())
 
 
 def cancel(job_ids: list[str]) -> None:
@@ -109,6 +216,8 @@ def states(job_ids: list[str]) -> dict[str, str]:
     ``squeue`` while it is queued or running, then from ``sacct`` (accounting) or, where accounting
     is off, ``scontrol show job`` (kept for MinJobAge seconds after the end)."""
     found: dict[str, str] = {}
+    if not job_ids:
+        return found
     queued = subprocess.run(
         ["squeue", "--noheader", "--format=%i %T", f"--jobs={','.join(job_ids)}"],
         capture_output=True,
@@ -138,23 +247,6 @@ def states(job_ids: list[str]) -> dict[str, str]:
     return found
 
 
-def wait(jobs: list[Job], poll_seconds: float = 5.0, quiet: bool = False) -> dict[str, str]:
-    """Watch until every job has ended; return each stage's final Slurm state. Reports each end."""
-    by_id = {job.job_id: job for job in jobs}
-    final: dict[str, str] = {}
-    while len(final) < len(jobs):
-        current = states([j for j in by_id if by_id[j].stage not in final])
-        for job_id, state in current.items():
-            stage = by_id[job_id].stage
-            if stage not in final and (state in DONE or state in FAILED):
-                final[stage] = state
-                if not quiet:
-                    print(f"{'done  ' if state in DONE else state:<9} {stage} (job {job_id})", flush=True)
-        if len(final) < len(jobs):
-            time.sleep(poll_seconds)
-    return final
-
-
 def failure_report(jobs: list[Job], final: dict[str, str], tail_lines: int = 15) -> str:
     """Which stages failed (state, log, last lines) and which Slurm cancelled because of them."""
     failed = [job for job in jobs if final.get(job.stage) in FAILED]
@@ -171,21 +263,36 @@ def failure_report(jobs: list[Job], final: dict[str, str], tail_lines: int = 15)
     return "\n".join(lines)
 
 
-def run_on_slurm(params: Params) -> tuple[int, Plan]:
-    """Submit the plan to Slurm, watch the jobs; 0 when every job completed, else 1 (reported)."""
+def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX) -> tuple[int, Plan]:
+    """Fetch what the grid needs, submit the plan to Slurm, watch the jobs; 0 when every job
+    completed, else 1 (reported)."""
     require_slurm()
-    ensure_experiment(params.tracking.experiment)  # once, before the jobs fan out
+    require_tracking_for_cluster(tracking_uri())
     plan = make_plan()
     if not plan.order:
         return 0, plan
+    require_fetched(params, dropbox)  # here, with the internet: the jobs run offline
+    ensure_experiment(params.tracking.experiment)  # once, before the jobs fan out
     # a tune@ job that runs its workers as an array only waits for them
     tuning = tuning_settings(params)
     arrays = tunes_as_array(tuning.workers, tuning.storage)
     waiters = frozenset(stage for stage in plan.order if arrays and stage.startswith("tune@"))
-    jobs = submit(plan.order, plan.waits_for, cluster_settings(params), Path("."), LOG_DIR, array_waiters=waiters)
-    print(f"{len(jobs)} stage(s) submitted to Slurm as jobs {jobs[0].job_id}..{jobs[-1].job_id} "
-          f"(squeue --me to watch; logs in {LOG_DIR}/)", flush=True)  # fmt: skip
-    final = wait(jobs)
+    env_file = (LOG_DIR / JOB_ENV_FILE).resolve()
+    cluster = cluster_settings(params)
+    environment = job_environment(dict(os.environ), env_file)
+    if cluster.gpu_slots > 1:  # each GPU job's share of its GPU (train/step.py sizes its GPU cache to it)
+        environment[GPU_SHARE_VARIABLE] = str(cluster.gpu_slots)
+    write_job_environment(env_file, environment)
+    with StageBook(".") as book:  # this process records every stage (DVC's lock held meanwhile)
+        submission = Submission(plan.order, plan.waits_for, cluster, Path("."), LOG_DIR,
+                                array_waiters=waiters, env_file=env_file, book=book)  # fmt: skip
+        try:
+            final = submission.run()
+        except KeyboardInterrupt:
+            print("interrupted: the stages recorded so far stay recorded; the jobs still queued or running go on "
+                  "(scancel them, or run this again: it records nothing they produce)", file=sys.stderr)  # fmt: skip
+            raise
+    jobs = list(submission.jobs.values())
     if all(state == "COMPLETED" for state in final.values()):
         return 0, plan
     print("error: " + failure_report(jobs, final), file=sys.stderr)
