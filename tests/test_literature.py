@@ -128,6 +128,93 @@ def test_claimed_improvement_uses_the_papers_own_baseline_else_the_median_up_to_
     assert "pretrained" not in set(reference["loss"])  # no publication year
 
 
+def test_a_vit_era_claim_gets_no_improvement_over_cnn_era_baselines(literature):
+    """Hyp-ViT (ViT-S/16) and Unicom (ViT-L/14) are not set against the contrastive/triplet numbers of
+    CNN papers, nor SEE and PFML, which name no backbone: their improvement is blank, and the claims
+    table says why. CNN-era claims keep their borrowed median; a ViT baseline, were one published,
+    would be used."""
+    from dmlbench.analysis.sections.papers import claims_lines
+
+    methods = lit.load_methods()
+    claimed = {}
+    for baseline in ("contrastive", "triplet"):
+        claims = lit.claimed_improvements(literature, baseline)
+        claimed[baseline] = claims.assign(display=claims["loss"].map(lambda x: lit.display_name(x, methods)))
+        vit_era = claims[claims["loss"].isin(["hyp_vit", "unicom", "see", "pfml"])]
+        assert len(vit_era) == 8 and set(vit_era["dataset"]) == {"cub200", "cars196", "sop"}
+        assert vit_era["baseline_value"].isna().all() and vit_era["improvement"].isna().all()
+        assert not vit_era["borrowed"].any() and (vit_era["baseline_papers"] == 0).all()
+        hyp = vit_era[vit_era["loss"] == "hyp_vit"]["baseline_from"]
+        assert (hyp == f"none: no {baseline} number of a ViT backbone published up to 2022").all()
+        see = vit_era[vit_era["loss"] == "see"]["baseline_from"]
+        assert see.str.startswith("none: the paper names no backbone").all()
+        # every claim up to 2020 still has its improvement (the borrowed ones: CNN papers' median)
+        assert claims[claims["year"] <= 2020]["improvement"].notna().all()
+    text = "\n".join(claims_lines(claimed))
+    hyp_row = next(r for r in text.splitlines() if r.startswith("| Hyp-ViT |") and "| CUB200 |" in r)
+    assert hyp_row.endswith("| 85.6? (vit_s16) | - | - |")  # was "+219% vs 26.8† (8 papers)"
+    assert "Hyp-ViT 2022 (vit_s16: CUB200, Cars196, SOP), Unicom 2023 (vit_l14_336: CUB200): no contrastive or " in text
+    assert "PFML 2025 (backbone not given: Cars196)" in text
+    # a contrastive CUB200 number published for a ViT before 2022 would be Hyp-ViT's borrowed baseline
+    vit_baseline = literature.iloc[[0]].assign(
+        loss="contrastive",
+        paper="A ViT paper",
+        year=2021,
+        dataset="cub200",
+        backbone="vit_b16",
+        kind="baseline",
+        value=70.0,
+    )
+    claims = lit.claimed_improvements(pd.concat([literature, vit_baseline]), "contrastive").set_index(
+        ["loss", "dataset"]
+    )
+    hyp = claims.loc[("hyp_vit", "cub200")]
+    assert hyp["baseline_value"] == 70.0 and hyp["borrowed"] and hyp["baseline_papers"] == 1
+    assert hyp["improvement"] == pytest.approx(100 * (85.6 / 70 - 1))
+    ms = claims.loc[("multi_similarity", "cub200"), "baseline_value"]  # CNN claims: unchanged
+    assert list(ms) == pytest.approx([26.8] * len(ms))
+
+
+def test_the_backbone_families_match_the_data(literature):
+    """The family rule's premise: every backbone literature.csv names before 2021 is a CNN, so a row
+    of those years naming none is counted a CNN; a ViT is ``vit_...``."""
+    early = literature[(literature["year"] < lit.VIT_ERA_FROM) & (literature["backbone"] != "")]
+    assert set(early["backbone"]) == {"googlenet", "bn_inception", "resnet50"}
+    assert lit.backbone_family("", 2019) == lit.CNN and lit.backbone_family("", 2025) is None
+    assert lit.backbone_family("vit_l14_dinov2", 2024) == lit.VIT and lit.backbone_family("resnet50", 2024) == lit.CNN
+
+
+def test_methods_csv_says_which_2020_study_ran_each_loss_as_their_rows_show(literature):
+    """``studies_2020`` (the frozen-vs-trained section's tiers) agrees with the Reality Check's and
+    the thesis's own rows in literature.csv, loss by loss."""
+    methods = lit.load_methods()
+    for loss in methods.loc[methods["registered"].astype(bool), "loss"]:
+        ran = tuple(
+            sorted(
+                key
+                for key, paper in lit.STUDIES_2020.items()
+                if (literature[literature["loss"] == loss]["paper"] == paper).any()
+            )
+        )
+        assert lit.studies_2020(loss, methods) == ran, loss
+    assert {loss for loss in methods["loss"] if "reality_check" in lit.studies_2020(loss, methods)} == {
+        "contrastive",
+        "triplet",
+        "ntxent",
+        "proxy_nca",
+        "margin",
+        "margin_per_class",
+        "normalized_softmax",
+        "cosface",
+        "arcface",
+        "fastap",
+        "snr",
+        "multi_similarity_without_miner",
+        "multi_similarity",
+        "soft_triple",
+    }  # the 14 methods RC ran (params.yaml, protocols.reality_check)
+
+
 def _write(tmp_path, rows: list[list[str]], header=lit.LITERATURE_COLUMNS):
     frame = pd.DataFrame(rows, columns=list(header))
     path = tmp_path / "literature.csv"
@@ -214,11 +301,21 @@ def test_recall_and_precision_at_one_are_one_metric():
 
 
 def _registry_mismatches(literature: pd.DataFrame, methods: pd.DataFrame, registry) -> list[str]:
-    """What breaks the report's lookup of published numbers by registry name."""
-    published = set(literature["loss"]) - {"pretrained"}
+    """What breaks the report's lookup of published numbers by registry name. Methods marked
+    ``registered: false`` in methods.csv (the untrained trunk, methods cited only for their
+    numbers) are exempt from the first check and must not be registry losses."""
+    cited_only = set(methods.loc[~methods["registered"].astype(bool), "loss"])
+    published = set(literature["loss"]) - cited_only
     problems = [f"literature.csv loss {name!r} is not a registry loss" for name in sorted(published - set(registry))]
     problems += [
         f"registry loss {name!r} has no methods.csv row" for name in sorted(set(registry) - set(methods["loss"]))
+    ]
+    problems += [
+        f"methods.csv marks registry loss {name!r} unregistered" for name in sorted(cited_only & set(registry))
+    ]
+    registered = set(methods["loss"]) - cited_only
+    problems += [
+        f"methods.csv loss {name!r} is marked registered but is not" for name in sorted(registered - set(registry))
     ]
     return problems
 
@@ -264,6 +361,7 @@ def test_a_loss_renamed_on_either_side_fails_the_check(literature):
     assert _registry_mismatches(literature, methods, renamed_registry) == [
         "literature.csv loss 'ntxent' is not a registry loss",
         "registry loss 'nt_xent' has no methods.csv row",
+        "methods.csv loss 'ntxent' is marked registered but is not",
     ]
     renamed_rows = literature.assign(loss=literature["loss"].replace({"fastap": "fast_ap"}))
     assert _registry_mismatches(renamed_rows, methods, LOSSES) == [

@@ -130,7 +130,8 @@ def test_offline_jobs_never_download_and_name_make_fetch(tmp_path, monkeypatch):
 
 
 def _fan_out(stages: int) -> dict:
-    write = "import sys, time; time.sleep(0.5); open(sys.argv[1], 'w').write(sys.argv[1])"
+    # 3 s: long enough that the first jobs are still running when the third is submitted
+    write = "import sys, time; time.sleep(3); open(sys.argv[1], 'w').write(sys.argv[1])"
     dvc = {f"s{i}": {"cmd": f'python -c "{write}" out{i}', "outs": [f"out{i}"]} for i in range(stages)}
     dvc["join"] = {"cmd": "python -c \"print('joined')\" > joined", "deps": [f"out{i}" for i in range(stages)],
                    "outs": ["joined"]}  # fmt: skip

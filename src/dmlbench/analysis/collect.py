@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from dmlbench import paths
@@ -145,3 +147,19 @@ def collect_baselines(params: Params) -> pd.DataFrame:
                         }
                     )
     return pd.DataFrame(rows)
+
+
+PER_QUERY = "per_query.npz"  # the evaluate stages' per-query values (dmlbench.evaluate.stage)
+
+
+def per_query_scores(evaluation_dir: Path, run: str, metric: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(query rows, per-query ``metric``) of one run (``seed<k>`` or ``pretrained``) of an evaluation
+    directory's ``per_query.npz``; None when the file, the run or the metric is missing."""
+    file = Path(evaluation_dir) / PER_QUERY
+    if not file.exists():
+        return None
+    with np.load(file) as stored:
+        index, values = f"{run}/query_index", f"{run}/{metric}"
+        if index not in stored.files or values not in stored.files:
+            return None
+        return stored[index], stored[values]

@@ -14,8 +14,12 @@ that come from memory or were read off a figure are marked ``uncertain``:
   under one protocol for every loss: the Reality Check, the thesis, Roth et al.).
   ``setting`` names the protocol inside a paper (``rc_concatenated``, ``test_selection``, ...);
   numbers are comparable only within one (paper, setting, dataset, backbone, dim, metric).
-* ``methods.csv`` - one row per loss: display name, the paper that introduced it, and the
-  year the papers-vs-reality figures place it at.
+* ``methods.csv`` - one row per loss: display name, the paper that introduced it, the
+  year the papers-vs-reality figures place it at, and ``registered``: whether dmlbench trains it
+  (a key of ``dmlbench.losses.LOSSES``); methods cited only for their published numbers (Hyp-ViT,
+  HIER, Unicom, ...) and the untrained trunk (``pretrained``) are ``false``; ``studies_2020``: which
+  of the two 2020 re-runs trained the loss (:data:`STUDIES_2020`, space-separated; empty for neither),
+  as their ``literature.csv`` rows show (tests/test_literature.py checks the two agree).
 
 Papers report Recall@1, the Reality Check Precision@1; for a query both are "the nearest
 neighbour has the query's class", so they are compared as one metric (:func:`canonical_metric`).
@@ -63,7 +67,7 @@ LITERATURE_COLUMNS = (
     "uncertain",
     "note",
 )
-METHOD_COLUMNS = ("loss", "name", "paper", "venue", "year", "family", "uncertain")
+METHOD_COLUMNS = ("loss", "name", "paper", "venue", "year", "family", "uncertain", "registered", "studies_2020")
 KINDS = ("claimed", "baseline", "reproduction")
 DATASETS = ("cub200", "cars196", "sop", "inshop")
 DATASET_LABELS = {"cub200": "CUB200", "cars196": "Cars196", "sop": "SOP", "inshop": "In-Shop"}
@@ -74,6 +78,14 @@ GROUP = ["paper", "setting", "dataset", "backbone", "dim", "metric"]
 THESIS = "Psomas, Metric Learning: A Deep Dive"
 REALITY_CHECK = "Musgrave et al., A Metric Learning Reality Check"
 PROXY_ANCHOR = "Kim et al., Proxy Anchor Loss for Deep Metric Learning"
+# The two 2020 studies that re-ran the losses of their time under one protocol (methods.csv
+# ``studies_2020`` names them by these keys): Musgrave, Belongie & Lim, ECCV 2020, and Psomas 2020.
+STUDIES_2020 = {"reality_check": REALITY_CHECK, "thesis": THESIS}
+# Backbone families of the claims table (:func:`backbone_family`): a claim's improvement is computed
+# only against a baseline number of its own family, never a CNN-era number set against a ViT's.
+CNN, VIT = "cnn", "vit"
+FAMILY_LABELS = {CNN: "CNN", VIT: "ViT"}
+VIT_ERA_FROM = 2021  # a row naming no backbone from this year on is of no known family (SEE, PFML)
 
 
 @dataclass(frozen=True)
@@ -148,7 +160,7 @@ Slug = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]+$")]
 class _Row(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
-    @field_validator("uncertain", mode="before", check_fields=False)
+    @field_validator("uncertain", "registered", mode="before", check_fields=False)
     @classmethod
     def _bool(cls, value: str) -> bool:
         if value not in ("true", "false"):
@@ -167,8 +179,10 @@ class MethodRow(_Row):
     paper: str
     venue: str
     year: int | None = Field(None, ge=1990, le=2100)
-    family: Literal["pair", "proxy", "none"]
+    family: Literal["pair", "proxy", "none", "unknown"]
     uncertain: bool
+    registered: bool  # a loss of dmlbench.losses.LOSSES (false: the untrained trunk, or cited for its numbers only)
+    studies_2020: str = Field(pattern=r"^((reality_check|thesis)( (reality_check|thesis))*)?$")
 
 
 class LiteratureRow(_Row):
@@ -248,6 +262,7 @@ def load_methods(path: str | Path = METHODS) -> pd.DataFrame:
     if repeated:
         raise DataError(f"{path}: loss {repeated[0]!r} is listed twice")
     methods["year"] = methods["year"].astype("Int64")
+    methods["studies_2020"] = methods["studies_2020"].map(lambda keys: tuple(sorted(set(keys.split()))))
     return methods.set_index("loss", drop=False)
 
 
@@ -289,6 +304,16 @@ def top1(literature: pd.DataFrame) -> pd.DataFrame:
     return rows[rows["metric"] == "precision_at_1"]
 
 
+def backbone_family(backbone: str, year: int) -> str | None:
+    """``vit`` for a vision transformer (``vit_...``), ``cnn`` for any other named backbone
+    (GoogLeNet, BN-Inception, ResNet50 in ``literature.csv``), and for a row naming none: ``cnn``
+    before :data:`VIT_ERA_FROM` (every backbone ``literature.csv`` names up to 2020 is a CNN,
+    tests/test_literature.py checks) and None (unknown) from then on."""
+    if backbone:
+        return VIT if backbone.startswith("vit") else CNN
+    return CNN if year < VIT_ERA_FROM else None
+
+
 def claimed_improvements(literature: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """Relative improvement each paper claims over ``baseline`` (e.g. contrastive), in percent.
 
@@ -297,17 +322,25 @@ def claimed_improvements(literature: pd.DataFrame, baseline: str) -> pd.DataFram
     re-run, preferring the same backbone and size) when it reports one, else the
     median of the numbers papers published up to that year reported (what authors compared
     against then): a baseline *borrowed* from other papers, which the claiming paper never set its
-    number against. Rows: loss, paper, year, dataset, backbone, dim, value, baseline_value,
-    baseline_from, borrowed, baseline_papers (how many papers the value comes from), improvement,
+    number against. Either comes only from numbers of the claim's backbone family
+    (:func:`backbone_family`): a ViT-era claim is not set against CNN-era baselines. A claim with
+    no such number keeps its row with baseline_value, improvement NaN and ``baseline_from`` saying
+    why. Rows: loss, paper, year, dataset, backbone, dim, value, baseline_value, baseline_from,
+    borrowed, baseline_papers (how many papers the value comes from; 0 without one), improvement,
     uncertain.
     """
     rows = top1(literature)
     claims = rows[rows["kind"] == "claimed"]
     reported = rows[(rows["kind"] != "claimed") & (rows["loss"] == baseline)]
+    families = [backbone_family(b, y) for b, y in zip(reported["backbone"], reported["year"], strict=True)]
+    reported = reported.assign(family=pd.Series(families, index=reported.index, dtype=object))
     baselines = reported[reported["kind"] == "baseline"]
     out = []
     for claim in claims.itertuples(index=False):
-        same = reported[(reported["dataset"] == claim.dataset) & (reported["paper"] == claim.paper)]
+        family = backbone_family(claim.backbone, claim.year)
+        same = reported[
+            (reported["dataset"] == claim.dataset) & (reported["paper"] == claim.paper) & (reported["family"] == family)
+        ]
         same_cell = same[(same["backbone"] == claim.backbone) & (same["dim"] == claim.dim).fillna(False)]
         same = same_cell if len(same_cell) else same
         if len(same):
@@ -316,8 +349,17 @@ def claimed_improvements(literature: pd.DataFrame, baseline: str) -> pd.DataFram
             earlier = baselines[(baselines["dataset"] == claim.dataset) & (baselines["year"] <= claim.year)]
             if earlier.empty:
                 continue
-            base, origin = float(earlier["value"].median()), f"median of papers up to {claim.year}"
-            papers = int(earlier["paper"].nunique())
+            earlier = earlier[earlier["family"] == family]
+            if earlier.empty:
+                base, papers = math.nan, 0
+                origin = (
+                    f"none: no {baseline} number of a {FAMILY_LABELS[family]} backbone published up to {claim.year}"
+                    if family
+                    else f"none: the paper names no backbone, so no {baseline} number is known to be of its family"
+                )
+            else:
+                base, origin = float(earlier["value"].median()), f"median of papers up to {claim.year}"
+                papers = int(earlier["paper"].nunique())
         out.append(
             {
                 "loss": claim.loss,
@@ -329,7 +371,7 @@ def claimed_improvements(literature: pd.DataFrame, baseline: str) -> pd.DataFram
                 "value": claim.value,
                 "baseline_value": base,
                 "baseline_from": origin,
-                "borrowed": origin != "same paper",
+                "borrowed": origin.startswith("median"),
                 "baseline_papers": papers,
                 "improvement": 100 * (claim.value / base - 1),
                 "uncertain": claim.uncertain,
@@ -374,6 +416,12 @@ def reference_rows(literature: pd.DataFrame) -> pd.DataFrame:
 
 def display_name(loss: str, methods: pd.DataFrame) -> str:
     return str(methods.loc[loss, "name"]) if loss in methods.index else loss
+
+
+def studies_2020(loss: str, methods: pd.DataFrame) -> tuple[str, ...]:
+    """The keys of :data:`STUDIES_2020` whose re-run trained ``loss`` (methods.csv ``studies_2020``);
+    empty for a loss neither ran or one ``methods.csv`` does not list."""
+    return tuple(methods.loc[loss, "studies_2020"]) if loss in methods.index else ()
 
 
 def loss_year(loss: str, methods: pd.DataFrame) -> float:

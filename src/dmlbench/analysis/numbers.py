@@ -238,9 +238,7 @@ def rank_intervals(blocks: st.DatasetBlocks, confidence: float) -> dict[str, Any
     """Per loss: the t-interval of its mean rank over the independent blocks (n = datasets; each
     dataset's rank is the mean over its experiments), inside [1, losses ranked]."""
     worst = float(blocks.ranks.shape[1])
-    return {
-        loss: bounded_t_interval(blocks.ranks[loss].to_numpy(), confidence, 1.0, worst) for loss in blocks.ranks
-    }
+    return {loss: bounded_t_interval(blocks.ranks[loss].to_numpy(), confidence, 1.0, worst) for loss in blocks.ranks}
 
 
 @dataclass

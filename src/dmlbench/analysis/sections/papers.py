@@ -23,7 +23,9 @@ def write(analysis: Analysis, doc: Document) -> None:
         "`src/dmlbench/analysis/literature.csv`: every row cites its source, and numbers recalled rather than "
         "read from the paper are marked uncertain (hollow markers). A claim is compared with the baseline "
         "number its own paper reports when it has one, else with the median of what other papers reported up to "
-        f"that year, a borrowed baseline marked {BORROWED} in the claims table and in the figure.",
+        f"that year, a borrowed baseline marked {BORROWED} in the claims table and in the figure; either only with "
+        "numbers of the claim's backbone family (CNN or ViT), so a ViT-era claim gets no improvement over "
+        "CNN-era baselines.",
         "",
     ]
     rows = []
@@ -89,7 +91,7 @@ def _figures(analysis: Analysis, doc: Document) -> None:
     doc.figure(
         "papers_vs_reality",
         lambda p: plots.papers_vs_reality(
-            papers.claimed, papers.reference, {b: dated(f) for b, f in papers.ours.items()}, p, label
+            compared(papers.claimed), papers.reference, {b: dated(f) for b, f in papers.ours.items()}, p, label
         ),
         "Relative R@1 improvement over contrastive (left) and triplet (right) by the year the loss was published: "
         "(a) as claimed by papers, against the baseline number the claiming paper reports, (b) as re-measured "
@@ -187,9 +189,39 @@ def _claimed_cell(row: pd.Series) -> str:
     return f"{row['value']:g}{'?' if row['uncertain'] else ''} ({cell or 'n/s'})"
 
 
+def compared(claimed: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The claims with an improvement (a baseline of their backbone family), as the figure plots them."""
+    return {b: f[f["improvement"].notna()] if len(f) else f for b, f in claimed.items()}
+
+
+def _uncompared_note(rows: pd.DataFrame, baselines: list[str]) -> list[str]:
+    """A sentence naming the claims with no baseline of their own backbone family, and why."""
+    missing = rows[rows[[f"{b}_value" for b in baselines]].isna().all(axis=1)]
+    if missing.empty:
+        return []
+    reasons: dict[str, list[str]] = {}
+    for (display, year, backbone), part in missing.groupby(["display", "year", "backbone"], sort=False):
+        datasets = ", ".join(lit.DATASET_LABELS.get(d, d) for d in part["dataset"])
+        family = lit.backbone_family(backbone, int(year))
+        reason = (
+            f"no {' or '.join(baselines)} number of a {lit.FAMILY_LABELS[family]} backbone was published up to "
+            "their year"
+            if family
+            else "the paper names no backbone"
+        )
+        who = f"{display} {year} ({backbone or 'backbone not given'}: {datasets})"
+        reasons.setdefault(reason, []).append(who)
+    parts = [f"{', '.join(who)}: {reason}" for reason, who in reasons.items()]
+    return [
+        "No improvement (`-`) for claims with no baseline of their own backbone family - " + "; ".join(parts) + ".",
+        "",
+    ]
+
+
 def claims_lines(claimed: dict[str, pd.DataFrame]) -> list[str]:
     """The claims table: per claim, the gain over each baseline and the baseline number it is set
-    against, marked † where the claiming paper reports none (borrowed from other papers)."""
+    against, marked † where the claiming paper reports none (borrowed from other papers), ``-`` where
+    no baseline of the claim's backbone family exists (named in a note below the table)."""
     rows = _claim_rows(claimed)
     if rows.empty:
         return []
@@ -213,8 +245,8 @@ def claims_lines(claimed: dict[str, pd.DataFrame]) -> list[str]:
         "Claimed gains (relative R@1 improvement, as plotted in panel (a) of the figure below) and the baseline "
         f"R@1 each is computed against. {BORROWED} = borrowed baseline: the claiming paper reports no number for "
         "that baseline on that dataset, so the gain is computed against the median of the numbers other papers "
-        "(how many: in brackets) reported for it up to the claim's year, all backbones and sizes pooled - a "
-        f"comparison the claiming paper never made ({counts} claims).",
+        "(how many: in brackets) reported for it up to the claim's year, all backbones of the claim's family "
+        f"(CNN or ViT) and sizes pooled - a comparison the claiming paper never made ({counts} claims).",
         "",
         markdown_table(
             ["loss", "paper", "dataset", "claimed R@1", *[f"over {b}" for b in baselines]],
@@ -222,6 +254,7 @@ def claims_lines(claimed: dict[str, pd.DataFrame]) -> list[str]:
             "llll" + "r" * len(baselines),
         ),
         "",
+        *_uncompared_note(rows, baselines),
     ]
 
 
@@ -230,7 +263,7 @@ def borrowed_caption(claimed: dict[str, pd.DataFrame]) -> str:
     (a) set a claim against ...: over contrastive N-pair, Margin (CUB200, Cars196) (k of n claims);
     over triplet ...``; empty when every claim has its own paper's baseline."""
     parts = []
-    for baseline, frame in claimed.items():
+    for baseline, frame in compared(claimed).items():
         if frame.empty or not frame["borrowed"].any():
             continue
         names = []
@@ -262,7 +295,7 @@ def ours_label(analysis: Analysis) -> str:
 
 def _papers_sentence(analysis: Analysis) -> str:
     papers = analysis.papers
-    claims = papers.claimed["contrastive"]
+    claims = compared(papers.claimed)["contrastive"]
     reference = papers.reference["contrastive"]
     text = ""
     if len(claims):

@@ -17,7 +17,7 @@ from dmlbench.analysis.text import markdown_table, p_value, points, probability
 
 SELECTED_PAIRS = (
     "The pairs are neighbours in the ranking that these same test scores produced: each pair is chosen after "
-    "seeing the data, which favours \"A better\", so read the verdicts as a description of this grid."
+    'seeing the data, which favours "A better", so read the verdicts as a description of this grid.'
 )
 
 
