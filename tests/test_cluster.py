@@ -3,6 +3,7 @@ job wrapper's signal handling (with a stand-in ``scontrol`` on PATH) and the fai
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,8 @@ from conftest import ROOT, dvc_project, run_checked
 from dmlbench.errors import ConfigError
 from dmlbench.params.cluster import STAGE_KINDS, ClusterConfig
 from dmlbench.params.complete import parse_complete as parse_params
+from dmlbench.pipeline.job import spec_path
+from dmlbench.pipeline.record import StageBook
 from dmlbench.pipeline.slurm import Job, failure_report, sbatch_command
 
 
@@ -121,8 +124,8 @@ except KeyboardInterrupt:
 
 
 def test_job_wrapper_stops_the_stage_cleanly_on_slurms_warning_and_requeues(tmp_path, small_raw_params):
-    """USR1 to the wrapper reaches the stage as an interrupt (DVC cleans up, the stage sees
-    KeyboardInterrupt) and the job asks Slurm to requeue it (scontrol, a recording stand-in here)."""
+    """USR1 to the wrapper reaches the stage as an interrupt (the stage sees KeyboardInterrupt) and
+    the job asks Slurm to requeue it (scontrol, a recording stand-in here); nothing is recorded."""
     root = tmp_path / "repo"
     env = dvc_project(root, small_raw_params, mlflow_db=tmp_path / "mlflow.db")
     (root / "slow.py").write_text(STAGE)
@@ -136,6 +139,9 @@ def test_job_wrapper_stops_the_stage_cleanly_on_slurms_warning_and_requeues(tmp_
     (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" > {tmp_path / "scontrol.args"}\n')
     (bin_dir / "scontrol").chmod(0o755)
     env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "SLURM_JOB_ID": "4242"}
+    with StageBook(root) as book:  # what the executor writes at submission
+        spec_path("slow", root).parent.mkdir(parents=True, exist_ok=True)
+        spec_path("slow", root).write_text(json.dumps(book.job_spec("slow")))
     job = subprocess.Popen([sys.executable, "-m", "dmlbench.pipeline.job", "slow"], cwd=root, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     deadline = time.time() + 60
@@ -154,7 +160,8 @@ def test_job_wrapper_stops_the_stage_cleanly_on_slurms_warning_and_requeues(tmp_
     assert (root / "stopped").read_text() == "KeyboardInterrupt"
     assert (tmp_path / "scontrol.args").read_text().split() == ["requeue", "4242"]
     assert "requeueing job 4242" in output
-    # DVC released its stage lock: the stage runs again at once
+    # not recorded (the executor records a job only once Slurm says COMPLETED); it runs again at once
+    assert not (root / "dvc.lock").exists()
     (root / "slow.py").write_text(STAGE.replace("range(3000)", "range(2)"))
     again = run_checked([sys.executable, "-m", "dvc", "--wait-for-lock", "repro", "--single-item", "slow"], root, env)
     assert "Running stage 'slow'" in again.stdout

@@ -17,7 +17,8 @@ is recorded here (:class:`dmlbench.pipeline.record.StageBook`: hashes, cache, lo
 stages one poll found in one ``dvc.lock`` write. Jobs ending out of order or requeued never touch
 the lock; a stage whose job did not complete is never recorded; stopping this command leaves the
 recorded ones recorded (jobs still running then are re-run by the next run: keep it alive, e.g. in
-``tmux``, or submit it as a small CPU job of its own).
+``tmux``, or submit it as a small CPU job of its own). Unlike the local executor, a stage after a
+re-run one runs even when its inputs came out the same (its job was submitted before they existed).
 The submitting command watches the jobs (one ``squeue`` per poll for all of them, then
 ``sacct`` / ``scontrol`` for the ended; polls ``cluster.poll_seconds`` apart, the wait growing
 while nothing ends) to report: which stage failed, its state and its log
