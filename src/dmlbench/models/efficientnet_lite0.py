@@ -166,7 +166,7 @@ def build(params: EfficientNetLite0Params, pretrained: bool) -> Trunk:
     net = timm.create_model(ARCHITECTURE, pretrained=False, num_classes=0, global_pool="")
     if pretrained:
         load_weights(NAME, net, params)
-    return Trunk(TimmTrunk(net), int(net.num_features))
+    return Trunk(TimmTrunk(net), int(net.num_features), interpolation=INTERPOLATION)
 
 
 SPEC = BackboneSpec(
