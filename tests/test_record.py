@@ -16,7 +16,7 @@ import yaml
 
 from dmlbench.pipeline.local import run_parallel, worker_gpus
 from dmlbench.pipeline.plan import make_plan
-from dmlbench.pipeline.record import StageBook, prune_lock, run_job_spec, splice_lock
+from dmlbench.pipeline.record import RecordError, StageBook, prune_lock, run_job_spec, splice_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 DVC = [sys.executable, "-m", "dvc"]
@@ -111,6 +111,19 @@ def test_splice_writes_no_anchor_twice_when_entries_share_values(tmp_path):
     text = splice_lock(splice_lock("", {"train@0": entries["train@0"]}), entries)
     assert "&" not in text
     assert parse_yaml(text, "dvc.lock")["stages"] == entries
+
+
+def test_a_lock_not_in_dvcs_layout_gets_dvcs_full_rewrite():
+    """A key quoted differently from how DVC would write it now, or another section after
+    ``stages``: no duplicate key, nothing dropped; the result is DVC's own rewrite."""
+    from dvc.utils.serialize import parse_yaml
+
+    quoted = "schema: '2.0'\nstages:\n  'a@x':\n    cmd: old\n  b:\n    cmd: keep\n"
+    spliced = parse_yaml(splice_lock(quoted, {"a@x": {"cmd": "new"}}), "dvc.lock")
+    assert spliced["stages"] == {"a@x": {"cmd": "new"}, "b": {"cmd": "keep"}}
+    trailing = "schema: '2.0'\nstages:\n  a:\n    cmd: old\ndatasets:\n- name: d\n  url: x\n"
+    spliced = parse_yaml(splice_lock(trailing, {"a": {"cmd": "new"}}), "dvc.lock")
+    assert spliced == {"schema": "2.0", "stages": {"a": {"cmd": "new"}}, "datasets": [{"name": "d", "url": "x"}]}
 
 
 def test_prune_drops_only_the_stages_not_in_the_pipeline(tmp_path):
@@ -221,6 +234,27 @@ def test_job_spec_runs_without_dvc_and_is_recorded_by_the_book(repo):
         assert book.flush() == 1
     status = dvc_status(repo)
     assert "prep:" not in status and "train@0:" in status  # work.py changed: the trains are stale
+
+
+def test_a_job_spec_runs_each_line_in_its_own_shell_and_stops_at_the_first_failure(tmp_path):
+    spec = {"lines": ["cd sub 2>/dev/null || true  # a comment", "pwd > where", "false", "touch never"],
+            "cwd": str(tmp_path), "env": {}, "remove": []}  # fmt: skip
+    (tmp_path / "sub").mkdir()
+    assert run_job_spec(spec, dict(os.environ)).wait(30) != 0
+    assert (tmp_path / "where").read_text().strip() == str(tmp_path)  # the cd did not carry over
+    assert not (tmp_path / "never").exists()
+
+
+def test_slurm_records_nothing_whose_inputs_changed_before_its_job_completed(repo):
+    run_parallel(make_plan(repo), 1, [], root=repo, progress=False)
+    (repo / "work.py").write_text(WORK + "\n# v2\n")
+    with StageBook(repo) as book:
+        spec = book.job_spec("prep")  # submitted: work.py and params hashed now
+        assert run_job_spec(spec, dict(os.environ)).wait(60) == 0
+        (repo / "params.yaml").write_text("size: 5\nseeds: [0, 1]\n")  # edited while the job ran
+        with pytest.raises(RecordError, match="size.*changed while the stage ran|params.yaml.*changed"):
+            book.finish("prep")
+    assert "prep:" in dvc_status(repo)
 
 
 def test_gpu_slots_put_n_stages_on_each_gpu(repo):

@@ -76,15 +76,15 @@ def main(stage: str) -> int:
     signal.signal(signal.SIGUSR1, forward)
     signal.signal(signal.SIGTERM, forward)
     code = child.wait()
-    if signal.SIGUSR1 in warned and os.environ.get("SLURM_JOB_ID"):
-        print(
-            f"{stage}: Slurm's warning signal: stopped at the last checkpoint; requeueing job "
-            f"{os.environ['SLURM_JOB_ID']}",
-            flush=True,
-        )
-        subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], check=False)
-        return 0
-    return code
+    if code != 0 and signal.SIGUSR1 in warned and os.environ.get("SLURM_JOB_ID"):
+        job_id = os.environ["SLURM_JOB_ID"]
+        print(f"{stage}: Slurm's warning signal: stopped at the last checkpoint; requeueing job {job_id}", flush=True)
+        requeued = subprocess.run(["scontrol", "requeue", job_id], check=False).returncode == 0
+        if requeued:
+            return 0  # Slurm runs it again; it is recorded when it finally completes
+        print(f"{stage}: scontrol requeue {job_id} was refused: the job fails (run the pipeline again)", flush=True)
+        return code or 1
+    return code  # a stage that finished before the signal took effect completed
 
 
 if __name__ == "__main__":

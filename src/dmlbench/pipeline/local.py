@@ -61,7 +61,9 @@ class _Workers:
         with self.guard:
             if self.stopping:
                 return -signal.SIGINT
-            process = subprocess.Popen(argv, **kwargs)  # type: ignore[call-overload]
+            # a session of its own: the interrupt reaches the command's whole process group once
+            # (from :meth:`interrupt`), not twice (also from the terminal) and not the shell alone
+            process = subprocess.Popen(argv, start_new_session=True, **kwargs)  # type: ignore[call-overload]
             self.processes.add(process)
         try:
             return int(process.wait())
@@ -74,17 +76,20 @@ class _Workers:
             self.stopping = True
             for process in self.processes:
                 if process.poll() is None:
-                    process.send_signal(signal.SIGINT)  # the stages stop at their last checkpoint
+                    try:  # the stages stop at their last checkpoint
+                        os.killpg(process.pid, signal.SIGINT)
+                    except ProcessLookupError:
+                        pass
 
 
 def _run_stage(
     book: StageBook, workers: _Workers, stage: str, slots: queue.Queue[int], threads: int, gpus: list[str]
 ) -> tuple[str, int, float, str]:
     slot = slots.get()
+    started = time.perf_counter()
     try:
         extra = {GPU_SHARE_VARIABLE: str(gpus.count(gpus[slot]))} if gpus else {}
         env = worker_environment(threads, gpus[slot] if gpus else None, **extra)
-        started = time.perf_counter()
         command = book.start(stage, env)
         code = 0
         with open(log_path(stage), "w") as log:
@@ -99,6 +104,8 @@ def _run_stage(
             except RecordError as exc:
                 code, problem = 1, str(exc)
         return stage, code, time.perf_counter() - started, problem
+    except Exception as exc:  # DVC's bookkeeping failed (a missing dependency, the cache): this stage failed
+        return stage, 1, time.perf_counter() - started, f"{stage}: {type(exc).__name__}: {exc}"
     finally:
         slots.put(slot)
 
@@ -118,11 +125,15 @@ class _Recorder(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        try:
-            while not self.stop.wait(self.interval):
+        while not self.stop.wait(self.interval):
+            try:
                 self.book.flush()
-        except BaseException as exc:  # reported by the caller
-            self.error = exc
+            except Exception as exc:  # the batch stays queued; tried again, and reported at the end
+                if self.error is None:
+                    from tqdm import tqdm
+
+                    tqdm.write(f"warning: writing dvc.lock failed ({exc}); retrying every {self.interval:.0f} s")
+                self.error = exc
 
 
 def run_parallel(
@@ -141,6 +152,7 @@ def run_parallel(
 
     (root / LOG_DIR).mkdir(parents=True, exist_ok=True)
     threads = threads_per_worker(jobs, os.cpu_count() or 1)
+    gpus = gpus[:jobs]  # the workers' GPUs (a GPU's share counts only the workers that run)
     slots: queue.Queue[int] = queue.Queue()
     for slot in range(jobs):
         slots.put(slot)
@@ -202,9 +214,7 @@ def run_parallel(
                 raise
             finally:
                 recorder.stop.set()
-                recorder.join()
-                if recorder.error is not None:
-                    raise recorder.error
+                recorder.join()  # the last batch: StageBook's exit (raises if the lock still cannot be written)
     finally:
         os.chdir(cwd)
         if threading.current_thread() is threading.main_thread():

@@ -32,7 +32,8 @@ def make_plan(root: Path = Path(".")) -> Plan:
 
     with contextlib.chdir(root), Repo(".") as repo:  # stage names as DVC gives them in the root
         graph = repo.index.graph  # edges: dependent stage -> stage it depends on
-        by_name = {stage.addressing: stage for stage in graph.nodes if isinstance(stage, PipelineStage)}
+        pipeline = [s for s in graph.nodes if isinstance(s, PipelineStage)]
+        by_name = {s.addressing: s for s in pipeline if not s.frozen}  # frozen: never run, as by dvc repro
         stale = [name for name in repo.status() if name in by_name]
         todo: set[str] = set()
         for name in stale:
@@ -42,8 +43,8 @@ def make_plan(root: Path = Path(".")) -> Plan:
             name: {dep.addressing for dep in graph.successors(by_name[name]) if dep.addressing in todo} for name in todo
         }
         order = [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s.addressing in todo]
-        prune_orphans(repo, by_name.values())
-    return Plan(order, waits_for, len(by_name), frozenset(stale))
+        prune_orphans(repo, pipeline)
+    return Plan(order, waits_for, len(pipeline), frozenset(stale))
 
 
 def prune_orphans(repo: Any, stages: Iterable[Any]) -> None:

@@ -30,6 +30,7 @@ a batch is written. Run cache: not written (``dvc repro --no-run-cache``'s behav
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import re
@@ -78,6 +79,7 @@ class StageBook:
         self._write_guard = threading.Lock()  # one lock-file write at a time
         self._queued: dict[str, tuple[Path, dict[str, Any]]] = {}  # stage -> (lock file, entry)
         self._deps_before: dict[str, dict[str, Any]] = {}
+        self._outputs: list[str] | None = None
         self.recorded: list[str] = []
         self.writes = 0
 
@@ -122,14 +124,28 @@ class StageBook:
         completed."""
         with self._guard:
             stage = self.stages[name]
+            # the inputs no stage produces (code, params, data) are hashed now: :meth:`finish`
+            # refuses to record the stage if they changed before its job completed
+            external = [dep for dep in stage.deps if not self._produced(dep.fs_path)]
+            for dep in external:
+                dep.save()
+            self._deps_before[name] = {str(dep): dep.hash_info for dep in external}
             lines = stage.cmd if isinstance(stage.cmd, list) else stage.cmd.splitlines()
             return {
                 "stage": name,
                 "lines": [line for line in lines if line.strip()],
-                "cwd": str(Path(stage.wdir).resolve()),
-                "env": {"DVC_ROOT": str(Path(self.repo.root_dir).resolve()), "DVC_STAGE": name},
-                "remove": [str(Path(out.fs_path).resolve()) for out in stage.outs if not out.persist],
+                "cwd": os.path.abspath(stage.wdir),
+                "env": {"DVC_ROOT": os.path.abspath(self.repo.root_dir), "DVC_STAGE": name},
+                # absolute, links not followed: a symlinked output is removed, not the cache file it points to
+                "remove": [os.path.abspath(out.fs_path) for out in stage.outs if not out.persist],
+                "unprotect": [os.path.abspath(out.fs_path) for out in stage.outs if out.persist and out.use_cache],
             }
+
+    def _produced(self, path: str) -> bool:
+        """Whether ``path`` is (inside) some stage's output."""
+        if self._outputs is None:
+            self._outputs = [out.fs_path for stage in self.stages.values() for out in stage.outs]
+        return any(path == out or path.startswith(out.rstrip(os.sep) + os.sep) for out in self._outputs)
 
     def finish(self, name: str) -> None:
         """Record a successful run of ``name``: hash dependencies and outputs, move the outputs
@@ -175,17 +191,23 @@ class StageBook:
             by_file: dict[Path, dict[str, Any]] = {}
             for _name, (lockfile, entry) in batch.items():
                 by_file.setdefault(lockfile, {}).update(entry)
-            for lockfile, entries in by_file.items():
-                write_lock_entries(lockfile, entries)
-                self.writes += 1
+            try:
+                for lockfile, entries in by_file.items():
+                    write_lock_entries(lockfile, entries)
+                    self.writes += 1
+            except BaseException:
+                with self._guard:  # kept for the next flush (entries queued since then win)
+                    self._queued = {**batch, **self._queued}
+                raise
             self.recorded.extend(batch)
             return len(batch)
 
 
 def run_job_spec(spec: dict[str, Any], env: dict[str, str], **popen: Any) -> Any:
-    """Start the command of a :meth:`StageBook.job_spec` (its outputs removed first, as ``dvc repro``
-    does); returns the ``subprocess.Popen``. Several lines run as one shell command joined by
-    ``&&``, so that the first failure stops it."""
+    """Start the command of a :meth:`StageBook.job_spec` as ``dvc repro`` would: non-persistent
+    outputs removed, cached persistent ones unprotected (links to the cache replaced by copies);
+    returns the ``subprocess.Popen``. Several lines run one after the other, each in a subshell of
+    its own (as DVC starts one shell per line), the first failure stopping them."""
     import shutil
     import subprocess
 
@@ -194,7 +216,15 @@ def run_job_spec(spec: dict[str, Any], env: dict[str, str], **popen: Any) -> Any
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
-    argv = _shell_argv(_executable(), " && ".join(spec["lines"]))
+    for path in map(Path, spec.get("unprotect", [])):
+        files = [path] if not path.is_dir() else [p for p in path.rglob("*") if p.is_file() or p.is_symlink()]
+        for file in files:
+            if file.is_symlink() or file.stat().st_nlink > 1:
+                copy = file.with_name(f".{file.name}.unprotect")
+                shutil.copyfile(file, copy)
+                os.replace(copy, file)
+    script = " && ".join(f"(\n{line}\n)" for line in spec["lines"])
+    argv = _shell_argv(_executable(), script)
     return subprocess.Popen(argv, cwd=spec["cwd"], env={**env, **spec["env"]}, **popen)
 
 
@@ -232,24 +262,50 @@ def splice_lock(text: str, entries: dict[str, Any]) -> str:
     indented = {
         name: dumps_yaml({"stages": {name: _unshared(entry)}}).split("\n", 1)[1] for name, entry in entries.items()
     }
-    marker = text.find("\nstages:\n")
-    if marker < 0:
-        head = text.splitlines(True)[0] if text.startswith("schema:") else "schema: '2.0'\n"
-        return head + "stages:\n" + "".join(indented.values())
-    body = marker + len("\nstages:\n")
-    header_of = {block.split("\n", 1)[0]: name for name, block in indented.items()}
-    starts = [match.start() for match in _BLOCK_START.finditer(text, body)] + [len(text)]
-    out = [text[:body]]
-    replaced: set[str] = set()
-    for begin, end in itertools.pairwise(starts):
-        name = header_of.get(text[begin : text.find("\n", begin)])
-        if name is None:
-            out.append(text[begin:end])
-        else:
+    if not text.strip():
+        return "schema: '2.0'\nstages:\n" + "".join(indented.values())
+    layout = _blocks(text)
+    if layout is None:  # not the layout DVC writes (hand edit, a merge, another section): DVC's full rewrite
+        return _rewrite(text, entries)
+    head, blocks = layout
+    out, replaced = [head], set()
+    for name, block in blocks:
+        if name in indented:
             out.append(indented[name])
             replaced.add(name)
+        else:
+            out.append(block)
     out.extend(block for name, block in indented.items() if name not in replaced)
     return "".join(out)
+
+
+def _blocks(text: str) -> tuple[str, list[tuple[str, str]]] | None:
+    """``text`` as (everything up to ``stages:``, [(stage name, its block)]), or None when it is not
+    exactly DVC's layout: ``schema`` then ``stages:`` last, each stage a block at two spaces'
+    indent, no name twice."""
+    marker = text.find("\nstages:\n")
+    if not text.startswith("schema:") or marker < 0 or _TOP_LEVEL.search(text, marker + 1 + len("stages:\n")):
+        return None
+    body = marker + len("\nstages:\n")
+    starts = [match.start() for match in _BLOCK_START.finditer(text, body)]
+    if (starts[0] if starts else len(text)) != body:
+        return None
+    blocks: list[tuple[str, str]] = []
+    for begin, end in itertools.pairwise([*starts, len(text)]):
+        blocks.append((_block_name(text[begin : text.find("\n", begin)]), text[begin:end]))
+    if len({name for name, _ in blocks}) != len(blocks):
+        return None
+    return text[:body], blocks
+
+
+def _rewrite(text: str, entries: dict[str, Any]) -> str:
+    """DVC's own full rewrite: parse, update, dump (``dvc/dvcfile.py``: ``Lockfile.dump_stages``)."""
+    from dvc.utils.serialize import dumps_yaml, parse_yaml
+
+    data = parse_yaml(text, "dvc.lock") or {}
+    data.setdefault("schema", "2.0")
+    data["stages"] = {**(data.get("stages") or {}), **entries}
+    return dumps_yaml(data)
 
 
 def _unshared(value: Any) -> Any:
@@ -264,46 +320,62 @@ def _unshared(value: Any) -> Any:
 # a stage's first line: a key at two spaces' indent (its body is indented further; ``stages`` is the
 # last key DVC writes, so nothing at no indent follows)
 _BLOCK_START = re.compile(r"^  [^ \n]", re.MULTILINE)
+_TOP_LEVEL = re.compile(r"^[^ \n]", re.MULTILINE)  # a key at no indent
 
 
 def prune_lock(lockfile: Path, keep: Iterable[str]) -> list[str]:
     """Remove the entries of stages no longer in the pipeline (DVC never does: treeverse/dvc#5293),
-    the others kept byte for byte; returns the removed names."""
+    the others kept byte for byte (a lock not in DVC's layout: DVC's full rewrite); returns the
+    removed names."""
     if not lockfile.exists():
         return []
     text = lockfile.read_text(encoding="utf-8")
-    marker = text.find("\nstages:\n")
-    if marker < 0:
-        return []
-    body = marker + len("\nstages:\n")
-    starts = [match.start() for match in _BLOCK_START.finditer(text, body)] + [len(text)]
     wanted = set(keep)
-    out, orphans = [text[:body]], []
-    for begin, end in itertools.pairwise(starts):
-        name = _block_name(text[begin : text.find("\n", begin)])
-        if name in wanted:
-            out.append(text[begin:end])
-        else:
-            orphans.append(name)
+    layout = _blocks(text)
+    if layout is None:
+        from dvc.utils.serialize import dumps_yaml, parse_yaml
+
+        data = parse_yaml(text, str(lockfile)) or {}
+        stages = data.get("stages") or {}
+        orphans = [name for name in stages if name not in wanted]
+        if orphans:
+            data["stages"] = {name: entry for name, entry in stages.items() if name in wanted}
+            _replace(lockfile, dumps_yaml(data))
+        return orphans
+    head, blocks = layout
+    orphans = [name for name, _ in blocks if name not in wanted]
     if orphans:
-        _replace(lockfile, "".join(out))
+        _replace(lockfile, head + "".join(block for name, block in blocks if name in wanted))
     return orphans
 
 
 def _block_name(header: str) -> str:
-    """The stage name of a block's first line (``  train@a-b:``; YAML-quoted when DVC quoted it)."""
-    import yaml
+    """The stage name of a block's first line (``  train@a-b:``, or quoted), read as DVC reads it."""
+    parsed = _safe_yaml().load(header.strip() + " 0")
+    return str(next(iter(parsed))) if isinstance(parsed, dict) and parsed else header.strip().rstrip(":")
 
-    parsed = yaml.safe_load(header.strip() + " 0")
-    return str(next(iter(parsed))) if isinstance(parsed, dict) else header.strip().rstrip(":")
+
+@functools.cache
+def _safe_yaml() -> Any:
+    from ruamel.yaml import YAML
+
+    return YAML(typ="safe")
+
+
+def _current_umask() -> int:
+    """The process's umask, read while importing (setting it to read it back is process-wide)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+_UMASK = _current_umask()
 
 
 def _replace(path: Path, text: str) -> None:
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~umask
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_UMASK
         os.fchmod(handle, mode)  # mkstemp's 0600 would hide the lock from the group of a shared checkout
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)

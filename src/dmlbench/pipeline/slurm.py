@@ -290,8 +290,10 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX) -> tuple[int, Pl
         try:
             final = submission.run()
         except KeyboardInterrupt:
-            print("interrupted: the stages recorded so far stay recorded; the jobs still queued or running go on "
-                  "(scancel them, or run this again: it records nothing they produce)", file=sys.stderr)  # fmt: skip
+            in_flight = [job.job_id for job in submission.in_flight() if job.job_id != "-"]
+            cancel(in_flight)  # nobody would record them, and a new run would race them for their outputs
+            print(f"interrupted: the stages recorded so far stay recorded; {len(in_flight)} job(s) still queued "
+                  "or running cancelled", file=sys.stderr)  # fmt: skip
             raise
     jobs = list(submission.jobs.values())
     if all(state == "COMPLETED" for state in final.values()):
