@@ -34,6 +34,13 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_run_device(monkeypatch):
+    """Each test starts without ``DMLBENCH_DEVICE``: the runner's ``main()``, called in-process by
+    some tests, exports the run's device to its own environment for its stages."""
+    monkeypatch.delenv("DMLBENCH_DEVICE", raising=False)
+
+
 def run_checked(args: list[str], cwd: Path, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
     """Run a command; with ``check``, fail the test with the tail of its output when it fails."""
     result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, check=False)

@@ -34,7 +34,8 @@ def test_named_protocols_are_fully_written_out():
         missing = (
             set(Protocol.model_fields)
             - set(protocol)
-            - ({"backbones", "dims", "overrides"} if name == "demo" else set())
+            # the CPU demos leave their grid open; the published recipes fix everything
+            - ({"backbones", "dims", "overrides"} if name in ("demo", "glyphs_pretrained") else set())
         )
         assert not missing, f"protocols.{name} leaves {sorted(missing)} to defaults"
         Protocol.model_validate(protocol)

@@ -85,6 +85,14 @@ class RowView:
         return rows if dtype is None else rows.astype(dtype)
 
 
+def _rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``array[rows]``: a slice (a view) when they are one contiguous range, else a copy (for the
+    small per-image tables)."""
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+        return array[rows[0] : rows[-1] + 1]
+    return array[rows]
+
+
 def _take(array: np.ndarray | RowView, rows: np.ndarray) -> np.ndarray | RowView:
     """``array``'s ``rows``: a slice (a view) when they are one contiguous range, else a
     :class:`RowView`; never a copy of the images."""
@@ -148,7 +156,7 @@ class PreparedDataset:
                 is_split = is_train & validates
         rows = np.flatnonzero(is_split)
         labels = self.manifest["label"].to_numpy(np.int64)[rows]
-        sizes = None if self.sizes is None else self.sizes[rows]  # small: N x 2
+        sizes = None if self.sizes is None else _rows(self.sizes, rows)
         return SplitData(name, _take(self.images, rows), labels, sizes)
 
     def training_half(self) -> PreparedDataset:

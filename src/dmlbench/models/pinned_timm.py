@@ -14,7 +14,8 @@ resamples DINOv2's 37 x 37 position embeddings (518 px) to the protocol's resolu
 
 Resolution: ViTs are built at 224 px with ``dynamic_img_size=True``, so they take whatever
 ``augment.crop_size`` the protocol sets (position embeddings interpolated per forward when it is
-not 224), never timm's 518 px default for DINOv2.
+not 224), never timm's 518 px default for DINOv2; ``dynamic_img_pad=True`` pads a crop that is not a
+multiple of the patch size (DINOv2's 14 px) up to one instead of refusing it (224 px needs none).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from dmlbench.models.weights_lock import locked, verify_or_record
 HUB = "https://huggingface.co"
 COMMIT_HEADER = "X-Repo-Commit"  # the Hub's answer names the commit a "main" URL resolves to
 HEAD_TIMEOUT = 10.0  # s
-VIT_KWARGS: dict[str, Any] = {"img_size": 224, "dynamic_img_size": True}
+VIT_KWARGS: dict[str, Any] = {"img_size": 224, "dynamic_img_size": True, "dynamic_img_pad": True}
 CNN_KWARGS: dict[str, Any] = {}
 
 

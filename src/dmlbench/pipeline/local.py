@@ -167,8 +167,14 @@ def run_parallel(
     def terminate(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
+    previous_interrupt = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, terminate)
+        # started in a non-interactive shell's background, this process inherits SIGINT ignored, and so
+        # would the commands (Python then installs no KeyboardInterrupt handler): a handled signal
+        # is reset to its default in the children, so they stop on the interrupt and checkpoint
+        if previous_interrupt == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     cwd = Path.cwd()
     os.chdir(root)
     try:
@@ -219,4 +225,5 @@ def run_parallel(
         os.chdir(cwd)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_interrupt)
     return failed

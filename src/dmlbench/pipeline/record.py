@@ -122,14 +122,21 @@ class StageBook:
         non-persistent outputs to remove first (:func:`run_job_spec`). Written by the Slurm
         executor at submission; the stage is recorded here, by :meth:`finish`, once its job
         completed."""
+        from dvc.exceptions import DvcException
+
         with self._guard:
             stage = self.stages[name]
             # the inputs no stage produces (code, params, data) are hashed now: :meth:`finish`
             # refuses to record the stage if they changed before its job completed
             external = [dep for dep in stage.deps if not self._produced(dep.fs_path)]
+            snapshot = {}
             for dep in external:
-                dep.save()
-            self._deps_before[name] = {str(dep): dep.hash_info for dep in external}
+                try:
+                    dep.save()
+                except DvcException:  # not there yet: nothing to compare it with
+                    continue
+                snapshot[str(dep)] = dep.hash_info
+            self._deps_before[name] = snapshot
             lines = stage.cmd if isinstance(stage.cmd, list) else stage.cmd.splitlines()
             return {
                 "stage": name,
@@ -142,10 +149,15 @@ class StageBook:
             }
 
     def _produced(self, path: str) -> bool:
-        """Whether ``path`` is (inside) some stage's output."""
+        """Whether ``path`` is, holds or lies inside some stage's output (a folder of outputs, e.g.
+        the embeddings of every seed, is produced by the stages that write them)."""
         if self._outputs is None:
             self._outputs = [out.fs_path for stage in self.stages.values() for out in stage.outs]
-        return any(path == out or path.startswith(out.rstrip(os.sep) + os.sep) for out in self._outputs)
+        inside = path.rstrip(os.sep) + os.sep
+        return any(
+            path == out or path.startswith(out.rstrip(os.sep) + os.sep) or out.startswith(inside)
+            for out in self._outputs
+        )
 
     def finish(self, name: str) -> None:
         """Record a successful run of ``name``: hash dependencies and outputs, move the outputs
