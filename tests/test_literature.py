@@ -8,6 +8,12 @@ import pytest
 from dmlbench.analysis import literature as lit
 from dmlbench.errors import DataError
 
+# the 14 methods the Reality Check ran (params.yaml, protocols.reality_check)
+RC_METHODS = {
+    "contrastive", "triplet", "ntxent", "proxy_nca", "margin", "margin_per_class", "normalized_softmax",
+    "cosface", "arcface", "fastap", "snr", "multi_similarity_without_miner", "multi_similarity", "soft_triple",
+}  # fmt: skip
+
 
 @pytest.fixture(scope="module")
 def literature() -> pd.DataFrame:
@@ -197,22 +203,7 @@ def test_methods_csv_says_which_2020_study_ran_each_loss_as_their_rows_show(lite
             )
         )
         assert lit.studies_2020(loss, methods) == ran, loss
-    assert {loss for loss in methods["loss"] if "reality_check" in lit.studies_2020(loss, methods)} == {
-        "contrastive",
-        "triplet",
-        "ntxent",
-        "proxy_nca",
-        "margin",
-        "margin_per_class",
-        "normalized_softmax",
-        "cosface",
-        "arcface",
-        "fastap",
-        "snr",
-        "multi_similarity_without_miner",
-        "multi_similarity",
-        "soft_triple",
-    }  # the 14 methods RC ran (params.yaml, protocols.reality_check)
+    assert {loss for loss in methods["loss"] if "reality_check" in lit.studies_2020(loss, methods)} == RC_METHODS
 
 
 def _write(tmp_path, rows: list[list[str]], header=lit.LITERATURE_COLUMNS):
@@ -330,22 +321,7 @@ def test_every_published_method_is_a_registered_loss_and_every_loss_is_named(lit
     assert _registry_mismatches(literature, methods, LOSSES) == []
     # each of the Reality Check's rows (14 methods + the pretrained trunk) meets a registered loss
     rc = literature[(literature["paper"] == lit.REALITY_CHECK) & (literature["setting"] == "rc_concatenated")]
-    assert set(rc["loss"]) - {"pretrained"} == {
-        "contrastive",
-        "triplet",
-        "ntxent",
-        "proxy_nca",
-        "margin",
-        "margin_per_class",
-        "normalized_softmax",
-        "cosface",
-        "arcface",
-        "fastap",
-        "snr",
-        "multi_similarity_without_miner",
-        "multi_similarity",
-        "soft_triple",
-    }
+    assert set(rc["loss"]) - {"pretrained"} == RC_METHODS
     for loss in set(literature["loss"]) - {"pretrained"}:
         assert lit.display_name(loss, methods) != loss and lit.loss_year(loss, methods) > 2000, loss
     # the thesis loss meets its claimed numbers (thesis Tables 17-19)

@@ -85,18 +85,20 @@ class RowView:
         return rows if dtype is None else rows.astype(dtype)
 
 
+def _contiguous(rows: np.ndarray) -> bool:
+    """Whether ascending ``rows`` are one contiguous range (then a slice, a view, selects them)."""
+    return bool(len(rows)) and rows[-1] - rows[0] + 1 == len(rows)
+
+
 def _rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``array[rows]``: a slice (a view) when they are one contiguous range, else a copy (for the
-    small per-image tables)."""
-    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
-        return array[rows[0] : rows[-1] + 1]
-    return array[rows]
+    """``array[rows]``: a view when they are contiguous, else a copy (for the small per-image tables)."""
+    return array[rows[0] : rows[-1] + 1] if _contiguous(rows) else array[rows]
 
 
 def _take(array: np.ndarray | RowView, rows: np.ndarray) -> np.ndarray | RowView:
     """``array``'s ``rows``: a slice (a view) when they are one contiguous range, else a
     :class:`RowView`; never a copy of the images."""
-    if len(rows) and rows[-1] - rows[0] + 1 == len(rows) and not isinstance(array, RowView):
+    if _contiguous(rows) and not isinstance(array, RowView):
         return array[rows[0] : rows[-1] + 1]
     return RowView(array, rows)
 
