@@ -2,7 +2,8 @@
 
 Each grid is this checkout's ``dvc.yaml`` and ``params.yaml`` (protocol ``reality_check``, the
 largest protocol section) with a grid of the given size, in a fresh git + DVC repository, every
-stage's command replaced by placeholder work (one Python start writing the stage's outputs). Per
+stage's command replaced by placeholder work (one Python start writing the stage's outputs; the
+validate stage also writes the real inputs manifests, :mod:`dmlbench.pipeline.manifests`). Per
 grid it prints:
 
 * after: the runner (``make_plan`` + :func:`dmlbench.pipeline.local.run_parallel`, ``--jobs``
@@ -44,6 +45,9 @@ DATASETS = ["cub200", "cars196", "sop", "inshop"]
 BACKBONES = ["resnet50", "bn_inception", "googlenet"]
 LOSSES = ["contrastive", "triplet", "multi_similarity", "proxy_anchor", "proxy_nca", "arcface", "cosface",
           "circle", "margin", "normalized_softmax"]  # fmt: skip
+MANIFESTS = "artifacts/inputs"
+WRITE_MANIFESTS = ("PYTHONPATH=src python -c 'import yaml; from dmlbench.pipeline.manifests import write_manifests; "
+                   "write_manifests(yaml.safe_load(open(\"params.yaml\")))'")  # fmt: skip
 PLACEHOLDER = """import os, sys
 from pathlib import Path
 for out in map(Path, sys.argv[1:]):
@@ -93,11 +97,13 @@ def fabricate(root: Path, datasets: int, backbones: int, losses: int, dims: int,
     params["tuning"]["baselines"] = []
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     pipeline = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-    for stage in pipeline["stages"].values():
+    for name, stage in pipeline["stages"].items():
         body = stage.get("do", stage)
         declared = [o for key in ("outs", "metrics") for o in body.get(key) or []]
         outs = [o if isinstance(o, str) else next(iter(o)) for o in declared]
-        body["cmd"] = "python placeholder.py " + " ".join(outs)
+        body["cmd"] = "python placeholder.py " + " ".join(o for o in outs if o != MANIFESTS)
+        if name == "validate":  # the real manifests: every other stage depends on its own
+            body["cmd"] = WRITE_MANIFESTS + " && " + body["cmd"]
     pipeline.pop("plots", None)
     (root / "dvc.yaml").write_text(yaml.safe_dump(pipeline, sort_keys=False))
     (root / "placeholder.py").write_text(PLACEHOLDER)

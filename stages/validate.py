@@ -1,19 +1,25 @@
 """DVC stage validate: check every key of params.yaml (its tuning and cluster sections too), and
 that every pretrained weights file the grid needs is here or downloadable, before any other stage
-runs.
+runs; then write each stage's inputs manifest (artifacts/inputs/<stage>.json: the md5 of every code
+file and the value of every params.yaml key it reads, from its meta.reads in dvc.yaml).
 
-Its output never changes (so it re-runs on any params change without invalidating
-downstream stages); `download` depends on it, so bad input fails here, in one line.
+Its marker output never changes; a manifest changes only when what its stage reads changed, so an
+edit re-runs exactly the stages that read what was edited. Every other stage depends on its
+manifest, so bad input fails here, in one line.
 """
 
 from dmlbench.cli import main, stage_parser
 from dmlbench.params.complete import load_complete
+from dmlbench.params.files import read_params_file
 from dmlbench.params.load import validated_marker
+from dmlbench.pipeline.manifests import write_manifests
 from dmlbench.pipeline.preflight import require_weights
 
 
 def validate(params, args) -> None:
     require_weights(params)  # missing pretrained weights fail here, before download and prepare
+    written = write_manifests(read_params_file(args.params))
+    print(f"wrote the inputs manifests of {written} stages (artifacts/inputs/)")
     validated_marker(params, args.out)
 
 

@@ -1,7 +1,10 @@
 """Every DVC stage depends on the code it runs and on the params it reads.
 
-A dependency missing from ``dvc.yaml`` lets ``dvc repro`` keep results computed by old code
-or old settings (``evaluate/screen.py`` once was missing from ``train``). These tests derive
+A dependency missing lets ``dvc repro`` keep results computed by old code or old settings
+(``evaluate/screen.py`` once was missing from ``train``). A stage's code and params are listed in
+``stages/reads.yaml`` and hashed by the validate stage into the stage's inputs manifest, its one
+DVC dependency for them (:mod:`dmlbench.stage_inputs`; validate itself depends on ``stages/`` and
+``src/dmlbench`` whole); the lists count here as the stage's deps. These tests derive
 both from the source, for **every** stage DVC generates from ``dvc.yaml``: the stages are
 resolved by DVC's own parser (``dvc.parsing.DataResolver``, as ``dvc stage list`` does)
 against ``params.yaml``, so each ``foreach``/``matrix`` stage is checked with its own item.
@@ -407,6 +410,13 @@ def _params_entries(entries: list[Any] | None) -> tuple[list[str] | None, list[s
     return keys, raw
 
 
+def _reads(stage: dict[str, Any]) -> dict[str, Any]:
+    """What a stage declares it reads (``meta.reads``: its stages/reads.yaml entry, hashed into its
+    inputs manifest by the validate stage, :mod:`dmlbench.stage_inputs`); {} when it lists them as
+    DVC deps (validate)."""
+    return dict((stage.get("meta") or {}).get("reads") or {})
+
+
 def dvc_stages(dvc_yaml: dict[str, Any], root: Path = ROOT) -> list[Stage]:
     """Every stage DVC generates from ``dvc_yaml`` (with ``root``'s params.yaml), resolved."""
     from dvc.parsing import DataResolver, EntryDefinition, ForeachDefinition, MatrixDefinition
@@ -433,18 +443,20 @@ def dvc_stages(dvc_yaml: dict[str, Any], root: Path = ROOT) -> list[Stage]:
                     generated.append((definition.resolve_one(key), items))
             else:  # pragma: no cover - a new kind of dvc.yaml entry
                 raise AssertionError(f"{group}: unknown kind of stage definition {type(definition).__name__}")
-            _, raw_params = _params_entries(template.get("params"))
+            _, raw_params = _params_entries(_reads(template).get("params", template.get("params")))
             for resolved, items in generated:
                 ((name, stage),) = resolved.items()
                 match = re.search(r"\bpython\s+(\S+\.py)\b", stage["cmd"])
                 assert match, f"{name}: cannot tell which script `{stage['cmd']}` runs"
-                params, _ = _params_entries(stage.get("params"))
+                reads = _reads(stage)
+                params, _ = _params_entries(reads.get("params", stage.get("params")))
+                declared = [*reads.get("code", []), *stage.get("deps", [])]
                 stages.append(
                     Stage(
                         name=name,
                         group=group,
                         script=match.group(1),
-                        deps=[str(d).rstrip("/") for d in stage.get("deps", [])],
+                        deps=[str(d).rstrip("/") for d in declared],
                         params=params,
                         params_template=raw_params,
                         items=items,
@@ -754,7 +766,11 @@ def params_problems(stage: Stage, reads: list[Read], data: dict[str, Any]) -> li
 
 
 def _read_dvc_yaml(root: Path = ROOT) -> dict[str, Any]:
-    return yaml.safe_load((root / "dvc.yaml").read_text())
+    """dvc.yaml with each entry's stages/reads.yaml lists as its ``meta.reads`` (what the validate
+    stage hashes into the stage's inputs manifest)."""
+    from dmlbench.pipeline.manifests import pipeline_definition
+
+    return pipeline_definition(root)
 
 
 @pytest.fixture(scope="module")
@@ -804,13 +820,13 @@ def test_every_stage_is_checked(stages):
 
 def test_every_stage_depends_on_the_code_it_runs(stages, source, registries):
     problems = [p for stage in stages for p in code_problems(stage, source, registries)]
-    assert not problems, "dvc.yaml: add these deps (or the directory holding them):\n" + "\n".join(problems)
+    assert not problems, "stages/reads.yaml: add these code files (or the folder holding them):\n" + "\n".join(problems)
 
 
 def test_every_stage_depends_on_the_params_it_reads(stages, source, params_data):
     flow = ParamsFlow(source)
     problems = [p for stage in stages for p in params_problems(stage, flow.stage_reads(stage.script), params_data)]
-    assert not problems, "dvc.yaml: add these params:\n" + "\n".join(problems)
+    assert not problems, "stages/reads.yaml: add these params:\n" + "\n".join(problems)
 
 
 def test_editing_one_member_reruns_only_its_own_items_stages(stages, source, registries):
@@ -849,7 +865,7 @@ def test_member_templates_name_the_member_of_every_registered_entry(source, regi
             template = definition["do"]
         else:
             continue
-        for dep in template.get("deps", []):
+        for dep in [*_reads(template).get("code", []), *template.get("deps", [])]:
             for placeholder, section in placeholders.items():
                 if section is None or placeholder not in dep or not dep.startswith("src/"):
                     continue
@@ -905,7 +921,7 @@ def _train_group(dvc_yaml: dict[str, Any]) -> dict[str, Any]:
 
 def test_a_missing_dep_fails(source, registries, params_data, baseline):
     dvc_yaml = _read_dvc_yaml()
-    _train_group(dvc_yaml)["deps"].remove("src/dmlbench/evaluate/screen.py")
+    _train_group(dvc_yaml)["meta"]["reads"]["code"].remove("src/dmlbench/evaluate/screen.py")
     problems = set(_all_problems(dvc_stages(dvc_yaml), source, registries, params_data)) - baseline
     assert problems and all("src/dmlbench/evaluate/screen.py not in deps" in p for p in problems)
     assert {p.split(":")[0].split("@")[0] for p in problems} == {"train"}
@@ -913,7 +929,7 @@ def test_a_missing_dep_fails(source, registries, params_data, baseline):
 
 def test_a_missing_member_template_fails(source, registries, params_data, baseline):
     dvc_yaml = _read_dvc_yaml()
-    _train_group(dvc_yaml)["deps"].remove("src/dmlbench/losses/${item.loss}.py")
+    _train_group(dvc_yaml)["meta"]["reads"]["code"].remove("src/dmlbench/losses/${item.loss}.py")
     problems = set(_all_problems(dvc_stages(dvc_yaml), source, registries, params_data)) - baseline
     losses = {s.items["losses"] for s in dvc_stages(dvc_yaml) if s.group == "train"}
     assert {re.search(r"(src/dmlbench/losses/\w+\.py) not in deps", p).group(1) for p in problems} == {
@@ -923,7 +939,7 @@ def test_a_missing_member_template_fails(source, registries, params_data, baseli
 
 def test_a_missing_params_key_fails(source, registries, params_data, baseline):
     dvc_yaml = _read_dvc_yaml()
-    _train_group(dvc_yaml)["params"].remove("evaluate")
+    _train_group(dvc_yaml)["meta"]["reads"]["params"].remove("evaluate")
     problems = set(_all_problems(dvc_stages(dvc_yaml), source, registries, params_data)) - baseline
     assert problems
     expected = r"train@\S+: params 'evaluate' not in params \(stages/train.py -> .*: params\.evaluate"

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.grid import Combo, RunSpec
+from dmlbench.stage_inputs import check_manifest
 
 Loaded = TypeVar("Loaded")
 
@@ -56,10 +57,14 @@ def main(
     stage: Callable[[Loaded, argparse.Namespace], Any],
     load: Callable[[argparse.Namespace], Loaded],
 ) -> None:
-    """Parse, ``load(args)`` (validation), run ``stage(loaded, args)``; one-line errors, exit status 2."""
+    """Parse, check the stage's inputs manifest (when DVC or a runner names the stage in ``DVC_STAGE``:
+    :func:`dmlbench.stage_inputs.check_manifest`), ``load(args)`` (validation), run
+    ``stage(loaded, args)``; one-line errors, exit status 2."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     args = parser.parse_args()
     try:
+        if os.environ.get("DVC_STAGE"):
+            check_manifest(os.environ["DVC_STAGE"], params_file=args.params)
         stage(load(args), args)
     except DmlbenchError as exc:
         print("\n".join(f"error: {line}" for line in str(exc).splitlines()), file=sys.stderr)

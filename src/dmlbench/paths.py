@@ -3,7 +3,7 @@
 artifacts/raw/<dataset>/                       download: extracted or generated files
 artifacts/prepared/<dataset>/                  prepare: image cache + manifest.csv
 artifacts/models/<ds>/<bb>/<loss>/<dim>/seed<k>/   train: selected model, history, run record
-artifacts/checkpoints/<...>/seed<k>/           train: resumable per-epoch checkpoint (persist)
+artifacts/checkpoints/<...>/seed<k>/           train: resumable per-epoch checkpoint (scratch, not a DVC output)
 artifacts/runlog/<ds>/<bb>/<loss>/<dim>/seed<k>.json   train: timings, device, host, MLflow run id
     (not a DVC output: what differs between two executions of the same training stays out of
     the outputs, whose hashes are then the same on every clone; missing where outputs were

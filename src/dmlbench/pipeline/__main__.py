@@ -56,8 +56,8 @@ from dmlbench.params.model import Params
 from dmlbench.params.presets import listing, load_preset
 from dmlbench.pipeline.device_check import export_device, preflight
 from dmlbench.pipeline.fetch import fetch_all
-from dmlbench.pipeline.local import LOG_DIR, run_parallel, worker_gpus
-from dmlbench.pipeline.plan import make_plan, record_empty_dropbox
+from dmlbench.pipeline.local import LOG_DIR, plan_after_validate, run_parallel, worker_gpus
+from dmlbench.pipeline.plan import record_empty_dropbox
 from dmlbench.pipeline.presets import run_preset
 from dmlbench.pipeline.slurm import run_on_slurm
 from dmlbench.pipeline.summary import closing_summary
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             return code
     elif jobs > 1:
         ensure_experiment(params.tracking.experiment)  # create the store once, before workers fan out
-        plan = make_plan()
+        plan = plan_after_validate()
         if plan.order:
             print(f"{len(plan.order)} stage(s) to run, {jobs} at a time; logs in {LOG_DIR}/")
             failed = run_parallel(plan, jobs, workers_gpus)

@@ -18,7 +18,9 @@ stages one poll found in one ``dvc.lock`` write. Jobs ending out of order or req
 the lock; a stage whose job did not complete is never recorded; stopping this command leaves the
 recorded ones recorded (jobs still running then are re-run by the next run: keep it alive, e.g. in
 ``tmux``, or submit it as a small CPU job of its own). Unlike the local executor, a stage after a
-re-run one runs even when its inputs came out the same (its job was submitted before they existed).
+re-run one runs even when its inputs came out the same (its job was submitted before they existed);
+a stale ``validate`` (any edit of params.yaml or the code) runs here first, so the plan holds only the
+stages whose inputs manifests changed.
 The submitting command watches the jobs (one ``squeue`` per poll for all of them, then
 ``sacct`` / ``scontrol`` for the ended; polls ``cluster.poll_seconds`` apart, the wait growing
 while nothing ends) to report: which stage failed, its state and its log
@@ -47,8 +49,8 @@ from dmlbench.params.tuning import tuning_settings
 from dmlbench.pipeline.cluster_checks import require_slurm, require_tracking_for_cluster
 from dmlbench.pipeline.fetch import require_fetched
 from dmlbench.pipeline.job import spec_path
-from dmlbench.pipeline.local import GPU_SHARE_VARIABLE, LOG_DIR
-from dmlbench.pipeline.plan import Plan, make_plan
+from dmlbench.pipeline.local import GPU_SHARE_VARIABLE, LOG_DIR, plan_after_validate
+from dmlbench.pipeline.plan import Plan
 from dmlbench.pipeline.record import RecordError, StageBook
 from dmlbench.tracking.store import ensure_experiment, tracking_uri
 
@@ -269,7 +271,7 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX) -> tuple[int, Pl
     completed, else 1 (reported)."""
     require_slurm()
     require_tracking_for_cluster(tracking_uri())
-    plan = make_plan()
+    plan = plan_after_validate()
     if not plan.order:
         return 0, plan
     require_fetched(params, dropbox)  # here, with the internet: the jobs run offline

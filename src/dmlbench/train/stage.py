@@ -2,8 +2,9 @@
 
 Writes ``artifacts/models/<run>/`` (``model.pt`` = weights of the epoch selected on the
 validation split, ``history.json``, ``config.yaml``, ``run.json``) and keeps a resumable
-checkpoint in ``artifacts/checkpoints/<run>/`` (a ``persist: true`` DVC output) until the run is
-complete. These outputs hold no MLflow run id and no wall-clock timing, so the same training
+checkpoint in ``artifacts/checkpoints/<run>/`` until the run is complete (scratch, not a DVC
+output: nothing removes it between runs, and it is resumed only for the same config and code).
+These outputs hold no MLflow run id and no wall-clock timing, so the same training
 gives byte-identical files on every clone; the timings, device, host and MLflow run id go to the
 run log ``artifacts/runlog/`` (:mod:`dmlbench.tracking.runlog`) and to MLflow. On a
 cross-validation split (``rc_cv``, ``kfold``) the run is one model per fold, each trained on the

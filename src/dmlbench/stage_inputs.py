@@ -1,0 +1,150 @@
+"""A stage's inputs manifest: the code files and ``params.yaml`` keys one DVC stage reads, hashed.
+
+``dvc status`` cost grows with what every stage declares: DVC re-reads ``params.yaml`` for each
+stage with a ``params:`` entry (~15 ms a parse of ours, plus a key search) and checks each file
+dependency's hash (~57 code files per training). At 2,074 stages that was 136 s. So a stage's
+dvc.yaml entry keeps the list of what it reads under ``meta: {reads: {code: [...], params: [...]}}``
+(which DVC ignores), and its DVC dependency is one file, ``artifacts/inputs/<stage>.json``, written
+by the ``validate`` stage (:mod:`dmlbench.pipeline.manifests`), which depends on all the code,
+``dvc.yaml`` and the whole of ``params.yaml``. The manifest holds the md5 of every code file (a
+folder: each file in it) and the value of every key, nothing else: editing a loss module or
+``losses.<name>`` changes only that loss's manifests, so only its stages re-run, as before; the
+stage's ``dvc.lock`` entry carries one md5 for all of it, the manifest itself (content-addressed in
+DVC's cache) the values.
+
+:func:`check_manifest` runs first in every stage (:func:`dmlbench.cli.main`, when DVC or the
+runners name the stage in ``DVC_STAGE``): a manifest that no longer matches the code or
+``params.yaml`` (``dvc repro --single-item`` after an edit, which skips ``validate``) refuses the
+stage in one line, so a lock entry never says that results came from inputs they did not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dmlbench.errors import ConfigError
+from dmlbench.io import md5_file
+
+MANIFEST_DIR = Path("artifacts/inputs")
+PARAMS_FILE = "params.yaml"
+WHOLE_FILE = "params.yaml"  # the params key of a stage that reads all of params.yaml
+IGNORED_PARTS = {"__pycache__"}  # as .dvcignore: byte-code never changes a manifest
+IGNORED_SUFFIXES = {".pyc"}
+
+
+def manifest_path(stage: str, root: Path = Path(".")) -> Path:
+    """Where the manifest of DVC stage ``stage`` (e.g. ``train@glyphs-tiny_cnn-triplet-32-0``) lives."""
+    return root / MANIFEST_DIR / f"{stage}.json"
+
+
+def code_files(entries: Iterable[str], root: Path) -> list[str]:
+    """Each code entry (a file, or a folder: every file under it but byte-code), relative to ``root``,
+    sorted; :class:`ConfigError` naming a missing one."""
+    files: set[str] = set()
+    for entry in entries:
+        path = root / entry
+        if path.is_file():
+            files.add(Path(entry).as_posix())
+        elif path.is_dir():
+            for found in path.rglob("*"):
+                parts = found.relative_to(root).parts
+                if found.is_file() and not IGNORED_PARTS.intersection(parts) and found.suffix not in IGNORED_SUFFIXES:
+                    files.add(Path(*parts).as_posix())
+        else:
+            raise ConfigError(f"{entry}: a code input of the pipeline is missing (neither a file nor a folder)")
+    return sorted(files)
+
+
+def params_keys(entries: Iterable[Any]) -> list[str]:
+    """The keys of a ``reads.params`` list, in DVC's own syntax: ``"losses.triplet"``, or
+    ``{params.yaml: null}`` for the whole file (``{params.yaml: [keys]}`` also taken)."""
+    keys: list[str] = []
+    for entry in entries:
+        if isinstance(entry, str):
+            keys.append(entry)
+        elif isinstance(entry, Mapping) and set(entry) == {PARAMS_FILE}:
+            names = entry[PARAMS_FILE]
+            keys.extend(list(names) if names else [WHOLE_FILE])
+        else:
+            allowed = f"a key of {PARAMS_FILE} or {{{PARAMS_FILE}: null}}"
+            raise ConfigError(f"reads.params entry {entry!r}: expected {allowed}")
+    return keys
+
+
+def lookup(params: Mapping[str, Any], key: str) -> Any:
+    """The value at dotted ``key`` (``protocols.demo.augment``); a name holding a dot
+    (``timm_convnext_tiny.fb_in1k``) is matched whole. KeyError when absent."""
+    if key == WHOLE_FILE:
+        return params
+    parts = key.split(".")
+    node: Any = params
+    i = 0
+    while i < len(parts):
+        if not isinstance(node, Mapping):
+            raise KeyError(key)
+        for j in range(len(parts), i, -1):  # the longest name first
+            name = ".".join(parts[i:j])
+            if name in node:
+                node, i = node[name], j
+                break
+        else:
+            raise KeyError(key)
+    return node
+
+
+def normalised(value: Any) -> Any:
+    """``value`` as JSON gives it back (mapping keys as strings), so that manifests compare exactly."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def build_manifest(stage: str, code: Iterable[str], keys: Iterable[str], params: Mapping[str, Any],
+                   root: Path, md5s: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The manifest of ``stage``: ``{"stage", "code": {file: md5}, "params": {key: value}}``
+    (``md5s``: a cache shared between stages)."""
+    md5s = {} if md5s is None else md5s
+    hashes = {}
+    for name in code_files(code, root):
+        if name not in md5s:
+            md5s[name] = md5_file(root / name)
+        hashes[name] = md5s[name]
+    values = {}
+    for key in keys:
+        try:
+            values[key] = normalised(lookup(params, key))
+        except KeyError:
+            raise ConfigError(f"dvc.yaml: stage {stage} reads params key {key!r}, which {PARAMS_FILE} lacks") from None
+    return {"stage": stage, "code": hashes, "params": values}
+
+
+def manifest_text(manifest: Mapping[str, Any]) -> str:
+    """The bytes a manifest is written as: sorted keys, one entry per line (stable md5, readable diff)."""
+    return json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+
+
+def check_manifest(stage: str, root: Path = Path("."), params_file: str | os.PathLike = PARAMS_FILE) -> None:
+    """Refuse (one-line :class:`ConfigError`) when the manifest of ``stage`` no longer matches the code
+    files and ``params.yaml`` keys it lists; a stage without a manifest (``validate``) passes."""
+    path = manifest_path(stage, root)
+    if not path.exists():
+        return
+    manifest = json.loads(path.read_text())
+    fix = "run `dvc repro` (or `make repro`), which runs the validate stage first, not `--single-item`"
+    for name, md5 in manifest["code"].items():
+        if not (root / name).is_file() or md5_file(root / name) != md5:
+            raise ConfigError(f"{path}: {name} changed after the validate stage wrote this stage's inputs; {fix}")
+    if manifest["params"]:
+        current = yaml.safe_load((root / params_file).read_text()) or {}
+        for key, value in manifest["params"].items():
+            try:
+                now = normalised(lookup(current, key))
+            except KeyError:
+                now = None
+            if now != value:
+                raise ConfigError(f"{path}: {params_file} key {key!r} changed after the validate stage wrote "
+                                  f"this stage's inputs; {fix}")  # fmt: skip

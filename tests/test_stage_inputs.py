@@ -1,0 +1,287 @@
+"""Inputs manifests (``artifacts/inputs/<stage>.json``): what stands for a stage's code and params deps.
+
+The validate stage writes them from ``dvc.yaml``'s ``meta.reads`` (:mod:`dmlbench.pipeline.manifests`);
+every other stage depends on its own manifest only (plus its data), and refuses to run when the
+manifest no longer matches the code or params.yaml (:func:`dmlbench.stage_inputs.check_manifest`).
+These tests run the real writer on a copy of this checkout's pipeline and check that an edit changes
+exactly the manifests of the stages that read what was edited (the granularity the per-file DVC
+deps had), that the layout keeps DVC away from params.yaml and the code for every stage but
+validate, and that a stale manifest stops a stage before it starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dmlbench.errors import ConfigError
+from dmlbench.pipeline.manifests import pipeline_definition, resolved_stages, stage_reads, write_manifests
+from dmlbench.stage_inputs import MANIFEST_DIR, check_manifest, lookup, manifest_path, params_keys
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def pipeline_copy(tmp_path_factory) -> Path:
+    """This checkout's dvc.yaml, params.yaml, stages/ and src/ in a DVC repository of their own."""
+    root = tmp_path_factory.mktemp("pipeline")
+    for name in ("src", "stages"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("dvc.yaml", "params.yaml"):  # (stages/reads.yaml comes with stages/)
+        shutil.copy(ROOT / name, root / name)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=root, check=True)
+    return root
+
+
+def _params(root: Path) -> dict:
+    return yaml.safe_load((root / "params.yaml").read_text())
+
+
+def _manifests(root: Path) -> dict[str, str]:
+    return {p.stem: p.read_text() for p in sorted((root / MANIFEST_DIR).iterdir())}
+
+
+def _changed(before: dict[str, str], after: dict[str, str]) -> set[str]:
+    assert set(before) == set(after)
+    return {name for name in before if before[name] != after[name]}
+
+
+def test_every_stage_but_validate_has_one_manifest_and_no_code_or_params_deps():
+    stages = resolved_stages(ROOT)
+    assert "validate" in stages and len(stages) > 20
+    for name, stage in stages.items():
+        deps = [str(d) for d in stage.get("deps") or []]
+        if name == "validate":
+            assert {"stages", "src/dmlbench"} <= set(deps)  # stages/reads.yaml too
+            assert stage["params"] == [{"params.yaml": None}]
+            assert "artifacts/inputs" in [next(iter(o)) if isinstance(o, dict) else o for o in stage["outs"]]
+            continue
+        assert stage_reads(name, stage) is not None, f"{name}: no entry in stages/reads.yaml"
+        assert [d for d in deps if d.startswith("artifacts/inputs/")] == [manifest_path(name).as_posix()], name
+        assert not [d for d in deps if d.startswith(("src/", "stages/"))], f"{name}: code listed as DVC deps"
+        assert "params" not in stage, f"{name}: DVC would parse params.yaml for it on every status"
+
+
+def test_manifest_holds_md5_of_each_code_file_and_value_of_each_key(pipeline_copy):
+    root = pipeline_copy
+    written = write_manifests(_params(root), root)
+    names = {p.stem for p in (root / MANIFEST_DIR).iterdir()}
+    assert written == len(names) == len(resolved_stages(root)) - 1
+    train = next(n for n in names if n.startswith("train@"))
+    manifest = json.loads(manifest_path(train, root).read_text())
+    assert manifest["stage"] == train
+    loss = train.split("@")[1].split("-")[2]
+    assert f"src/dmlbench/losses/{loss}.py" in manifest["code"]
+    other_losses = [f for f in manifest["code"] if f.startswith("src/dmlbench/losses/") and f.count("/") == 3]
+    assert set(other_losses) <= {f"src/dmlbench/losses/{loss}.py", "src/dmlbench/losses/__init__.py",
+                                 "src/dmlbench/losses/base.py", "src/dmlbench/losses/search.py"}  # fmt: skip
+    loop = "src/dmlbench/train/loop.py"
+    assert manifest["code"][loop] == hashlib.md5((root / loop).read_bytes()).hexdigest()
+    models = [f for f in manifest["code"] if f.startswith("src/dmlbench/models/")]  # a folder dep: each file
+    assert "src/dmlbench/models/__init__.py" in models and not any("__pycache__" in f for f in models)
+    params = _params(root)
+    assert manifest["params"]["protocol"] == params["protocol"]
+    assert manifest["params"][f"losses.{loss}"] == params["losses"][loss]
+    assert "report" not in manifest["params"]  # the training reads no report settings
+    report = json.loads(manifest_path("report", root).read_text())
+    assert report["params"]["params.yaml"]["report"] == params["report"]  # the report reads the whole file
+
+
+def test_an_edit_changes_only_the_manifests_of_the_stages_that_read_it(pipeline_copy):
+    root = pipeline_copy
+    params = _params(root)
+    write_manifests(params, root)
+    before = _manifests(root)
+    loss = sorted(params["losses"])[0]
+
+    module = root / "src/dmlbench/losses" / f"{loss}.py"
+    original = module.read_text()
+    module.write_text(original + "\n# an edit\n")
+    try:
+        write_manifests(params, root)
+        changed = _changed(before, _manifests(root))
+    finally:
+        module.write_text(original)
+    groups = {name.split("@")[0] for name in changed}
+    assert groups == {"tune", "train", "evaluate", "baseline", "report"} & {n.split("@")[0] for n in before}
+    assert all(f"-{loss}-" in name or name.endswith(f"-{loss}") or name == "report" for name in changed)
+
+    edited = json.loads(json.dumps(params))
+    key = next(iter(edited["evaluate"]["bootstrap"]))
+    edited["evaluate"]["bootstrap"][key] = "edited"
+    write_manifests(edited, root)
+    changed = _changed(before, _manifests(root))
+    assert {n.split("@")[0] for n in changed} >= {"train", "evaluate"}
+    assert not [n for n in changed if n.startswith(("download@", "prepare@", "embed_pretrained@"))]
+
+    write_manifests(params, root)  # back as it was: byte for byte
+    assert _manifests(root) == before
+
+
+def test_a_stale_manifest_refuses_the_stage_in_one_line(pipeline_copy):
+    root = pipeline_copy
+    params = _params(root)
+    write_manifests(params, root)
+    train = next(p.stem for p in (root / MANIFEST_DIR).iterdir() if p.stem.startswith("train@"))
+    check_manifest(train, root)  # fresh: passes
+    check_manifest("validate", root)  # no manifest of its own: passes
+
+    loop = root / "src/dmlbench/train/loop.py"
+    original = loop.read_text()
+    loop.write_text(original + "\n# edited after validate ran\n")
+    try:
+        with pytest.raises(ConfigError, match=r"src/dmlbench/train/loop.py changed after the validate stage"):
+            check_manifest(train, root)
+    finally:
+        loop.write_text(original)
+    check_manifest(train, root)
+
+    edited = _params(root)
+    edited["protocol_unused_marker"] = 1  # a key no stage reads: nothing refused
+    (root / "params.yaml").write_text(yaml.safe_dump(edited))
+    check_manifest(train, root)
+    edited["tracking"]["experiment"] = "another"
+    (root / "params.yaml").write_text(yaml.safe_dump(edited))
+    try:
+        with pytest.raises(ConfigError, match=r"params.yaml key 'tracking.experiment' changed"):
+            check_manifest(train, root)
+    finally:
+        shutil.copy(ROOT / "params.yaml", root / "params.yaml")
+
+
+def test_the_stage_script_stops_before_any_work_on_a_stale_manifest(pipeline_copy):
+    root = pipeline_copy
+    write_manifests(_params(root), root)
+    prepare = next(p.stem for p in (root / MANIFEST_DIR).iterdir() if p.stem.startswith("prepare@"))
+    dataset = prepare.split("@")[1]
+    splits = root / "src/dmlbench/data/splits.py"
+    original = splits.read_text()
+    splits.write_text(original + "\n# edited\n")
+    env = dict(os.environ, DVC_STAGE=prepare, PYTHONPATH=str(root / "src"))
+    try:
+        result = subprocess.run([sys.executable, "stages/prepare.py", "--dataset", dataset], cwd=root, env=env,
+                                capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
+    finally:
+        splits.write_text(original)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {MANIFEST_DIR}/{prepare}.json: src/dmlbench/data/splits.py changed"), line
+    assert not (root / "artifacts/prepared").exists()
+
+
+def test_reads_and_manifest_dep_go_together():
+    stage = {"cmd": "python stages/train.py", "meta": {"reads": {"code": ["stages/train.py"], "params": ["seeds"]}},
+             "deps": ["artifacts/prepared/glyphs"]}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"stage train@x must depend on artifacts/inputs/train@x.json"):
+        stage_reads("train@x", stage)
+    stage["deps"].append("artifacts/inputs/train@x.json")
+    assert stage_reads("train@x", stage) == (["stages/train.py"], ["seeds"])
+    del stage["meta"]
+    with pytest.raises(ConfigError, match=r"depends on artifacts/inputs/train@x.json, but stages/reads.yaml has no"):
+        stage_reads("train@x", stage)
+
+
+def test_a_reads_entry_must_name_a_stage(tmp_path):
+    (tmp_path / "stages").mkdir()
+    (tmp_path / "dvc.yaml").write_text("stages:\n  train:\n    cmd: python stages/train.py\n")
+    (tmp_path / "stages/reads.yaml").write_text("trian:\n  code: [stages/train.py]\n")
+    with pytest.raises(ConfigError, match=r"stages/reads.yaml: trian is not a stage of dvc.yaml"):
+        pipeline_definition(tmp_path)
+
+
+def test_keys_and_lookup():
+    assert params_keys(["a.b", {"params.yaml": None}, {"params.yaml": ["c"]}]) == ["a.b", "params.yaml", "c"]
+    with pytest.raises(ConfigError, match="expected a key of params.yaml"):
+        params_keys([{"other.yaml": None}])
+    data = {"backbones": {"timm_convnext_tiny.fb_in1k": {"lr": 1}}, "a": {"b": {"c": 2}}}
+    assert lookup(data, "backbones.timm_convnext_tiny.fb_in1k") == {"lr": 1}  # a dotted name, whole
+    assert lookup(data, "a.b.c") == 2 and lookup(data, "params.yaml") is data
+    with pytest.raises(KeyError):
+        lookup(data, "a.b.d")
+
+
+PLACEHOLDER = """import os, sys
+from pathlib import Path
+for out in map(Path, sys.argv[1:]):
+    if out.suffix:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(os.environ.get("DVC_STAGE", "") + "\\n")
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "part").write_text(os.environ.get("DVC_STAGE", "") + "\\n")
+"""
+
+
+@pytest.fixture
+def small_grid(tmp_path: Path) -> Path:
+    """This checkout's pipeline over 1 dataset x 1 backbone x 2 losses x 1 dim x 1 seed, in a git + DVC
+    repository; every command a placeholder writing its outputs, but validate writes the real manifests."""
+    root = tmp_path / "grid"
+    root.mkdir()
+    for name in ("src", "stages"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    params = _params(ROOT)
+    params["losses"] = {name: params["losses"][name] for name in sorted(params["losses"])[:2]}
+    params["dims"], params["seeds"] = params["dims"][:1], params["seeds"][:1]
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    pipeline = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    for name, stage in pipeline["stages"].items():
+        body = stage.get("do", stage)
+        outs = [o if isinstance(o, str) else next(iter(o)) for k in ("outs", "metrics") for o in body.get(k) or []]
+        body["cmd"] = "python placeholder.py " + " ".join(o for o in outs if o != MANIFEST_DIR.as_posix())
+        if name == "validate":
+            write = (
+                "import yaml; from dmlbench.pipeline.manifests import write_manifests as w; "
+                "w(yaml.safe_load(open('params.yaml')))"
+            )
+            body["cmd"] = f'PYTHONPATH=src python -c "{write}" && ' + body["cmd"]
+    pipeline.pop("plots", None)
+    (root / "dvc.yaml").write_text(yaml.safe_dump(pipeline, sort_keys=False))
+    (root / "placeholder.py").write_text(PLACEHOLDER)
+    (root / ".gitignore").write_text("/artifacts\n/reports\n")
+    env = dict(os.environ, DVC_NO_ANALYTICS="1")
+    for command in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"]):
+        subprocess.run(command, cwd=root, check=True, env=env)
+    return root
+
+
+def test_after_an_edit_dvc_lists_validate_and_the_runner_runs_only_what_reads_the_edit(small_grid, monkeypatch):
+    from dmlbench.pipeline.local import plan_after_validate, run_parallel
+
+    root = small_grid
+    monkeypatch.chdir(root)
+    first = plan_after_validate(root)  # validate ran first (recorded), then the plan: everything else
+    assert "validate" not in first.order and len(first.order) == first.total - 1
+    assert len(list((root / MANIFEST_DIR).iterdir())) == first.total - 1
+    assert run_parallel(first, 2, [], root=root, progress=False) == []
+    status = subprocess.run(
+        [sys.executable, "-m", "dvc", "status"], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert "Data and pipelines are up to date." in status.stdout, status.stdout
+    lock = yaml.safe_load((root / "dvc.lock").read_text())["stages"]
+    train = next(name for name in lock if name.startswith("train@"))
+    assert "params" not in lock[train]  # the keys' values are in the manifest, its md5 in the lock
+    assert [d["path"] for d in lock[train]["deps"]][0] == f"artifacts/inputs/{train}.json"
+
+    params = _params(root)
+    edited_loss, other_loss = sorted(params["losses"])
+    params["losses"][edited_loss] = {"an_edit": 1}
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    status = subprocess.run(
+        [sys.executable, "-m", "dvc", "status", "--json"], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert set(json.loads(status.stdout)) == {"validate"}  # DVC sees the edit at validate ...
+    plan = plan_after_validate(root)  # ... which runs, rewriting the manifests: only the edited loss's changed
+    assert plan.order, "the edited loss's stages must re-run"
+    assert all(f"-{edited_loss}" in name or name == "report" for name in plan.order), plan.order
+    assert not [name for name in plan.order if f"-{other_loss}" in name or name.startswith(("prepare@", "download@"))]
+    assert run_parallel(plan, 2, [], root=root, progress=False) == []
+    assert plan_after_validate(root).order == []
