@@ -46,8 +46,7 @@ BACKBONES = ["resnet50", "bn_inception", "googlenet"]
 LOSSES = ["contrastive", "triplet", "multi_similarity", "proxy_anchor", "proxy_nca", "arcface", "cosface",
           "circle", "margin", "normalized_softmax"]  # fmt: skip
 MANIFESTS = "artifacts/inputs"
-WRITE_MANIFESTS = ("PYTHONPATH=src python -c 'import yaml; from dmlbench.pipeline.manifests import write_manifests; "
-                   "write_manifests(yaml.safe_load(open(\"params.yaml\")))'")  # fmt: skip
+WRITE_MANIFESTS = "PYTHONPATH=src python -c 'from dmlbench.pipeline.manifests import write_manifests as w; w()'"
 PLACEHOLDER = """import os, sys
 from pathlib import Path
 for out in map(Path, sys.argv[1:]):

@@ -1,7 +1,8 @@
 """DVC stage validate: check every key of params.yaml (its tuning and cluster sections too), and
 that every pretrained weights file the grid needs is here or downloadable, before any other stage
 runs; then write each stage's inputs manifest (artifacts/inputs/<stage>.json: the md5 of every code
-file and the value of every params.yaml key it reads, from its meta.reads in dvc.yaml).
+file and the value of every params.yaml key it reads, as stages/reads.yaml lists them; always from
+params.yaml, the file DVC resolves the stages from, whatever --params checked).
 
 Its marker output never changes; a manifest changes only when what its stage reads changed, so an
 edit re-runs exactly the stages that read what was edited. Every other stage depends on its
@@ -10,7 +11,6 @@ manifest, so bad input fails here, in one line.
 
 from dmlbench.cli import main, stage_parser
 from dmlbench.params.complete import load_complete
-from dmlbench.params.files import read_params_file
 from dmlbench.params.load import validated_marker
 from dmlbench.pipeline.manifests import write_manifests
 from dmlbench.pipeline.preflight import require_weights
@@ -18,7 +18,7 @@ from dmlbench.pipeline.preflight import require_weights
 
 def validate(params, args) -> None:
     require_weights(params)  # missing pretrained weights fail here, before download and prepare
-    written = write_manifests(read_params_file(args.params))
+    written = write_manifests()
     print(f"wrote the inputs manifests of {written} stages (artifacts/inputs/)")
     validated_marker(params, args.out)
 

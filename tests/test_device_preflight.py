@@ -132,7 +132,7 @@ def test_the_runner_refuses_in_one_line_before_any_stage(gpu_grid_file, monkeypa
     def no_dvc(*args, **kwargs):
         raise AssertionError("a DVC stage or plan started before the device pre-flight failed")
 
-    monkeypatch.setattr(pipeline, "make_plan", no_dvc)
+    monkeypatch.setattr(pipeline, "plan_after_validate", no_dvc)
     monkeypatch.setattr(pipeline.subprocess, "run", no_dvc)
     monkeypatch.setattr(devices, "cuda_facts", lambda: facts)
     assert pipeline.main(["--params", str(gpu_grid_file)]) == 2

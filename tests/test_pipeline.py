@@ -151,8 +151,13 @@ def test_one_loss_hyperparameter_reruns_only_that_loss(project):
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     try:
         status = json.loads(run_checked([sys.executable, "-m", "dvc", "status", "--json"], root, env).stdout)
+        assert set(status) == {"validate"}  # DVC sees the edit where it is read: params.yaml, by validate
+        run_checked([sys.executable, "-m", "dvc", "repro", "validate"], root, env)  # rewrites the manifests
+        status = json.loads(run_checked([sys.executable, "-m", "dvc", "status", "--json"], root, env).stdout)
     finally:
         (root / "params.yaml").write_text(original)
+        run_checked([sys.executable, "-m", "dvc", "repro", "validate"], root, env)  # the manifests as they were
+    assert "validate" not in status
     stale = {name for name in status if name.startswith(("train@", "embed@", "evaluate@", "baseline@"))}
     assert stale == {
         "train@glyphs-tiny_cnn-contrastive-32-0",

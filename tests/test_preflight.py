@@ -151,7 +151,7 @@ def test_pipeline_stops_before_dvc_runs_anything(
     def no_dvc(*args, **kwargs):
         raise AssertionError("a DVC stage or plan started before the pre-flight check failed")
 
-    monkeypatch.setattr(pipeline, "make_plan", no_dvc)
+    monkeypatch.setattr(pipeline, "plan_after_validate", no_dvc)
     monkeypatch.setattr(pipeline.subprocess, "run", no_dvc)
     assert pipeline.main(["--params", str(tmp_path / "params.yaml"), "--jobs", jobs]) == 2
     err = capsys.readouterr().err.splitlines()

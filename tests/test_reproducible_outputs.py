@@ -1,4 +1,4 @@
-"""Two clones that run the same training, embedding and evaluation write byte-identical DVC
+"""Two clones that run the same training, embedding and evaluation write byte-identical
 outputs (no MLflow run id, no wall-clock timing in them): the timings, device, host and run id
 go to the run log outside DVC's outputs and to MLflow, where runs are found by their identity."""
 

@@ -1,6 +1,6 @@
 """Inputs manifests (``artifacts/inputs/<stage>.json``): what stands for a stage's code and params deps.
 
-The validate stage writes them from ``dvc.yaml``'s ``meta.reads`` (:mod:`dmlbench.pipeline.manifests`);
+The validate stage writes them from ``stages/reads.yaml`` (:mod:`dmlbench.pipeline.manifests`);
 every other stage depends on its own manifest only (plus its data), and refuses to run when the
 manifest no longer matches the code or params.yaml (:func:`dmlbench.stage_inputs.check_manifest`).
 These tests run the real writer on a copy of this checkout's pipeline and check that an edit changes
@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from dmlbench.errors import ConfigError
-from dmlbench.pipeline.manifests import pipeline_definition, resolved_stages, stage_reads, write_manifests
+from dmlbench.pipeline.manifests import resolved_stages, stage_reads, write_manifests
 from dmlbench.stage_inputs import MANIFEST_DIR, check_manifest, lookup, manifest_path, params_keys
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def test_every_stage_but_validate_has_one_manifest_and_no_code_or_params_deps():
 
 def test_manifest_holds_md5_of_each_code_file_and_value_of_each_key(pipeline_copy):
     root = pipeline_copy
-    written = write_manifests(_params(root), root)
+    written = write_manifests(root)
     names = {p.stem for p in (root / MANIFEST_DIR).iterdir()}
     assert written == len(names) == len(resolved_stages(root)) - 1
     train = next(n for n in names if n.startswith("train@"))
@@ -98,7 +98,7 @@ def test_manifest_holds_md5_of_each_code_file_and_value_of_each_key(pipeline_cop
 def test_an_edit_changes_only_the_manifests_of_the_stages_that_read_it(pipeline_copy):
     root = pipeline_copy
     params = _params(root)
-    write_manifests(params, root)
+    write_manifests(root, params)
     before = _manifests(root)
     loss = sorted(params["losses"])[0]
 
@@ -106,7 +106,7 @@ def test_an_edit_changes_only_the_manifests_of_the_stages_that_read_it(pipeline_
     original = module.read_text()
     module.write_text(original + "\n# an edit\n")
     try:
-        write_manifests(params, root)
+        write_manifests(root, params)
         changed = _changed(before, _manifests(root))
     finally:
         module.write_text(original)
@@ -117,19 +117,19 @@ def test_an_edit_changes_only_the_manifests_of_the_stages_that_read_it(pipeline_
     edited = json.loads(json.dumps(params))
     key = next(iter(edited["evaluate"]["bootstrap"]))
     edited["evaluate"]["bootstrap"][key] = "edited"
-    write_manifests(edited, root)
+    write_manifests(root, edited)
     changed = _changed(before, _manifests(root))
     assert {n.split("@")[0] for n in changed} >= {"train", "evaluate"}
     assert not [n for n in changed if n.startswith(("download@", "prepare@", "embed_pretrained@"))]
 
-    write_manifests(params, root)  # back as it was: byte for byte
+    write_manifests(root, params)  # back as it was: byte for byte
     assert _manifests(root) == before
 
 
 def test_a_stale_manifest_refuses_the_stage_in_one_line(pipeline_copy):
     root = pipeline_copy
     params = _params(root)
-    write_manifests(params, root)
+    write_manifests(root, params)
     train = next(p.stem for p in (root / MANIFEST_DIR).iterdir() if p.stem.startswith("train@"))
     check_manifest(train, root)  # fresh: passes
     check_manifest("validate", root)  # no manifest of its own: passes
@@ -159,7 +159,7 @@ def test_a_stale_manifest_refuses_the_stage_in_one_line(pipeline_copy):
 
 def test_the_stage_script_stops_before_any_work_on_a_stale_manifest(pipeline_copy):
     root = pipeline_copy
-    write_manifests(_params(root), root)
+    write_manifests(root)
     prepare = next(p.stem for p in (root / MANIFEST_DIR).iterdir() if p.stem.startswith("prepare@"))
     dataset = prepare.split("@")[1]
     splits = root / "src/dmlbench/data/splits.py"
@@ -189,12 +189,25 @@ def test_reads_and_manifest_dep_go_together():
         stage_reads("train@x", stage)
 
 
-def test_a_reads_entry_must_name_a_stage(tmp_path):
-    (tmp_path / "stages").mkdir()
-    (tmp_path / "dvc.yaml").write_text("stages:\n  train:\n    cmd: python stages/train.py\n")
-    (tmp_path / "stages/reads.yaml").write_text("trian:\n  code: [stages/train.py]\n")
-    with pytest.raises(ConfigError, match=r"stages/reads.yaml: trian is not a stage of dvc.yaml"):
-        pipeline_definition(tmp_path)
+def test_the_check_refuses_a_missing_manifest_and_compares_values_as_their_json(tmp_path):
+    (tmp_path / "params.yaml").write_text("a: 1\nb: {c: true}\n")
+    check_manifest("train@x", tmp_path)  # no artifacts/inputs/: a pipeline without manifests
+    (tmp_path / MANIFEST_DIR).mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"train@x.json: missing: the validate stage writes"):
+        check_manifest("train@x", tmp_path)
+    check_manifest("validate", tmp_path)  # it writes them, has none
+
+    def write(params: dict) -> None:
+        manifest_path("train@x", tmp_path).write_text(json.dumps({"stage": "train@x", "code": {}, "params": params}))
+
+    write({"a": 1, "b.c": True})
+    check_manifest("train@x", tmp_path)
+    write({"a": True, "b.c": True})  # 1 and true are one value to Python, two to the manifest
+    with pytest.raises(ConfigError, match=r"params.yaml key 'a' changed after the validate stage"):
+        check_manifest("train@x", tmp_path)
+    write({"a": 1, "b.c": True, "gone": None})  # a key removed from params.yaml is not a stored null
+    with pytest.raises(ConfigError, match=r"key 'gone' changed while the stage ran \(its outputs are not recorded\)"):
+        check_manifest("train@x", tmp_path, after_run=True)
 
 
 def test_keys_and_lookup():
@@ -238,10 +251,7 @@ def small_grid(tmp_path: Path) -> Path:
         outs = [o if isinstance(o, str) else next(iter(o)) for k in ("outs", "metrics") for o in body.get(k) or []]
         body["cmd"] = "python placeholder.py " + " ".join(o for o in outs if o != MANIFEST_DIR.as_posix())
         if name == "validate":
-            write = (
-                "import yaml; from dmlbench.pipeline.manifests import write_manifests as w; "
-                "w(yaml.safe_load(open('params.yaml')))"
-            )
+            write = "from dmlbench.pipeline.manifests import write_manifests; write_manifests()"
             body["cmd"] = f'PYTHONPATH=src python -c "{write}" && ' + body["cmd"]
     pipeline.pop("plots", None)
     (root / "dvc.yaml").write_text(yaml.safe_dump(pipeline, sort_keys=False))

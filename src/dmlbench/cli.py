@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from dmlbench.errors import DmlbenchError
@@ -59,13 +60,17 @@ def main(
 ) -> None:
     """Parse, check the stage's inputs manifest (when DVC or a runner names the stage in ``DVC_STAGE``:
     :func:`dmlbench.stage_inputs.check_manifest`), ``load(args)`` (validation), run
-    ``stage(loaded, args)``; one-line errors, exit status 2."""
+    ``stage(loaded, args)``, check the manifest again (an edit while the stage ran fails it, so that
+    nothing records its outputs); one-line errors, exit status 2."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     args = parser.parse_args()
+    name, root = os.environ.get("DVC_STAGE"), Path(os.environ.get("DVC_ROOT") or ".")
     try:
-        if os.environ.get("DVC_STAGE"):
-            check_manifest(os.environ["DVC_STAGE"], params_file=args.params)
+        if name:
+            check_manifest(name, root)
         stage(load(args), args)
+        if name:
+            check_manifest(name, root, after_run=True)
     except DmlbenchError as exc:
         print("\n".join(f"error: {line}" for line in str(exc).splitlines()), file=sys.stderr)
         sys.exit(2)

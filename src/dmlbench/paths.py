@@ -69,7 +69,7 @@ def checkpoint_dir(run: RunSpec, fold: int | None = None) -> Path:
 
 
 def staged_dir(run: RunSpec, fold: int | None = None) -> Path:
-    """Where a finished member's outputs wait (inside the persistent checkpoint directory) until
+    """Where a finished member's outputs wait (inside the checkpoint directory, kept across runs) until
     the run is assembled: a killed cross-validation stage keeps its finished folds."""
     return checkpoint_dir(run, fold) / "final"
 

@@ -2,26 +2,26 @@
 
 ``dvc status`` cost grows with what every stage declares: DVC re-reads ``params.yaml`` for each
 stage with a ``params:`` entry (~15 ms a parse of ours, plus a key search) and checks each file
-dependency's hash (~57 code files per training). At 2,074 stages that was 136 s. So a stage's
-dvc.yaml entry keeps the list of what it reads under ``meta: {reads: {code: [...], params: [...]}}``
-(which DVC ignores), and its DVC dependency is one file, ``artifacts/inputs/<stage>.json``, written
-by the ``validate`` stage (:mod:`dmlbench.pipeline.manifests`), which depends on all the code,
-``dvc.yaml`` and the whole of ``params.yaml``. The manifest holds the md5 of every code file (a
+dependency's hash (~57 code files per training). At 2,074 stages that was 136 s. So what a stage
+reads is listed in ``stages/reads.yaml`` (per ``dvc.yaml`` entry, DVC's template syntax), and its
+DVC dependency for all of it is one file, ``artifacts/inputs/<stage>.json``, written by the
+``validate`` stage (:mod:`dmlbench.pipeline.manifests`), which depends on ``stages/``,
+``src/dmlbench`` and the whole of ``params.yaml``. The manifest holds the md5 of every code file (a
 folder: each file in it) and the value of every key, nothing else: editing a loss module or
 ``losses.<name>`` changes only that loss's manifests, so only its stages re-run, as before; the
 stage's ``dvc.lock`` entry carries one md5 for all of it, the manifest itself (content-addressed in
 DVC's cache) the values.
 
-:func:`check_manifest` runs first in every stage (:func:`dmlbench.cli.main`, when DVC or the
-runners name the stage in ``DVC_STAGE``): a manifest that no longer matches the code or
-``params.yaml`` (``dvc repro --single-item`` after an edit, which skips ``validate``) refuses the
-stage in one line, so a lock entry never says that results came from inputs they did not.
+:func:`check_manifest` runs in every stage before and after its work (:func:`dmlbench.cli.main`,
+when DVC or the runners name the stage in ``DVC_STAGE``): a manifest that no longer matches the
+code or ``params.yaml`` (an edit that validate has not seen yet, e.g. ``dvc repro --force
+--single-item``, or an edit while the stage ran) fails the stage in one line, so a lock entry
+never says that results came from inputs they did not.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from dmlbench.io import md5_file
 
 MANIFEST_DIR = Path("artifacts/inputs")
 PARAMS_FILE = "params.yaml"
+MANIFEST_WRITERS = frozenset({"validate"})  # the stage that writes the manifests has none of its own
 WHOLE_FILE = "params.yaml"  # the params key of a stage that reads all of params.yaml
 IGNORED_PARTS = {"__pycache__"}  # as .dvcignore: byte-code never changes a manifest
 IGNORED_SUFFIXES = {".pyc"}
@@ -118,7 +119,8 @@ def build_manifest(stage: str, code: Iterable[str], keys: Iterable[str], params:
         try:
             values[key] = normalised(lookup(params, key))
         except KeyError:
-            raise ConfigError(f"dvc.yaml: stage {stage} reads params key {key!r}, which {PARAMS_FILE} lacks") from None
+            missing = f"stages/reads.yaml: stage {stage} reads params key {key!r}, which {PARAMS_FILE} lacks"
+            raise ConfigError(missing) from None
     return {"stage": stage, "code": hashes, "params": values}
 
 
@@ -127,24 +129,33 @@ def manifest_text(manifest: Mapping[str, Any]) -> str:
     return json.dumps(manifest, indent=1, sort_keys=True) + "\n"
 
 
-def check_manifest(stage: str, root: Path = Path("."), params_file: str | os.PathLike = PARAMS_FILE) -> None:
-    """Refuse (one-line :class:`ConfigError`) when the manifest of ``stage`` no longer matches the code
-    files and ``params.yaml`` keys it lists; a stage without a manifest (``validate``) passes."""
+def check_manifest(stage: str, root: Path = Path("."), after_run: bool = False) -> None:
+    """Refuse (one-line :class:`ConfigError`) when the manifest of ``stage`` is missing or no longer
+    matches the code files and ``params.yaml`` keys it lists (compared as the manifest's JSON text);
+    ``validate``, which writes the manifests, has none, nor has any stage of a pipeline without
+    manifests (no ``artifacts/inputs/``). ``after_run``: the check after the stage ran."""
     path = manifest_path(stage, root)
+    fix = "run `dvc repro` (or `make repro`), which runs the validate stage first"
     if not path.exists():
-        return
+        if stage in MANIFEST_WRITERS or not (root / MANIFEST_DIR).is_dir():  # a pipeline without manifests
+            return
+        raise ConfigError(f"{path}: missing: the validate stage writes every stage's inputs manifest; {fix}")
     manifest = json.loads(path.read_text())
-    fix = "run `dvc repro` (or `make repro`), which runs the validate stage first, not `--single-item`"
+    when = "while the stage ran (its outputs are not recorded)" if after_run else "after the validate stage wrote it"
     for name, md5 in manifest["code"].items():
         if not (root / name).is_file() or md5_file(root / name) != md5:
-            raise ConfigError(f"{path}: {name} changed after the validate stage wrote this stage's inputs; {fix}")
+            raise ConfigError(f"{path}: {name} changed {when}; {fix}")
     if manifest["params"]:
-        current = yaml.safe_load((root / params_file).read_text()) or {}
+        current = yaml.safe_load((root / PARAMS_FILE).read_text()) or {}
         for key, value in manifest["params"].items():
             try:
-                now = normalised(lookup(current, key))
+                now = _canonical(normalised(lookup(current, key)))
             except KeyError:
-                now = None
-            if now != value:
-                raise ConfigError(f"{path}: {params_file} key {key!r} changed after the validate stage wrote "
-                                  f"this stage's inputs; {fix}")  # fmt: skip
+                now = None  # absent: differs from every stored value, null included
+            if now != _canonical(value):
+                raise ConfigError(f"{path}: {PARAMS_FILE} key {key!r} changed {when}; {fix}")
+
+
+def _canonical(value: Any) -> str:
+    """The JSON text of a value (``1``, ``1.0`` and ``true`` differ, as they do in the manifest)."""
+    return json.dumps(value, sort_keys=True)

@@ -25,7 +25,8 @@ on the CPU knowingly; every stage gets the run's device as ``DMLBENCH_DEVICE``
 (:func:`dmlbench.devices.default_device`).
 
 ``--executor slurm`` hands the same plan to Slurm instead of the local pool: one job per stale
-stage, ordered by ``afterok`` dependencies, resources from ``params.yaml``'s ``cluster:`` section
+stage (but ``validate``, which runs here first: it writes the inputs manifests that say which stages
+are stale), ordered by ``afterok`` dependencies, resources from ``params.yaml``'s ``cluster:`` section
 (:mod:`dmlbench.pipeline.slurm`); the command watches the jobs and reports a failed stage with its
 log, then runs the same closing check.
 
@@ -136,7 +137,11 @@ def main(argv: list[str] | None = None) -> int:
             return code
     elif jobs > 1:
         ensure_experiment(params.tracking.experiment)  # create the store once, before workers fan out
-        plan = plan_after_validate()
+        try:
+            plan = plan_after_validate()
+        except DmlbenchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         if plan.order:
             print(f"{len(plan.order)} stage(s) to run, {jobs} at a time; logs in {LOG_DIR}/")
             failed = run_parallel(plan, jobs, workers_gpus)

@@ -28,18 +28,17 @@ import subprocess
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.launch import threads_per_worker, worker_environment
-from dmlbench.pipeline.plan import Plan, make_plan
+from dmlbench.pipeline.plan import VALIDATE, Plan, make_plan
 from dmlbench.pipeline.record import RecordError, StageBook
-from dmlbench.stage_inputs import manifest_path
 
 LOG_DIR = Path("artifacts/logs")
 GPU_SHARE_VARIABLE = "DMLBENCH_GPU_SHARE"  # how many stages share this worker's GPU
-VALIDATE = "validate"  # the stage that writes every other stage's inputs manifest
 
 
 def log_path(stage: str) -> Path:
@@ -233,14 +232,14 @@ def run_parallel(
 
 
 def plan_after_validate(root: Path = Path(".")) -> Plan:
-    """The plan, once a stale ``validate`` stage has run (here, recorded): it rewrites the stages'
-    inputs manifests (:mod:`dmlbench.pipeline.manifests`) and only those that changed make their
-    stages stale, so the plan (and on Slurm, what is submitted) holds the stages an edit touches."""
+    """The plan, once a stale ``validate`` stage has run (here, recorded: ``Plan.ran_first``): it
+    rewrites the stages' inputs manifests (:mod:`dmlbench.pipeline.manifests`) and only those that
+    changed make their stages stale, so the plan (and on Slurm, what is submitted) holds the stages an
+    edit touches. Also when a stale stage's manifest is missing (its name changed in ``dvc.yaml``
+    while validate stayed up to date). A pipeline without ``validate`` is planned as it is."""
     plan = make_plan(root)
-    stale = plan.stale or frozenset()
-    # a stage whose manifest is missing (a new stage in dvc.yaml, validate not stale): validate again
-    if VALIDATE in stale or any(not manifest_path(name, root).exists() for name in stale - {VALIDATE}):
-        if run_parallel(Plan([VALIDATE], {VALIDATE: set()}, plan.total, frozenset({VALIDATE})), 1, [], root=root):
-            raise DmlbenchError(f"the {VALIDATE} stage failed (its log: {log_path(VALIDATE)})")
-        plan = make_plan(root)
-    return plan
+    if not plan.refresh_inputs:
+        return plan
+    if run_parallel(Plan([VALIDATE], {VALIDATE: set()}, plan.total, frozenset({VALIDATE})), 1, [], root=root):
+        raise DmlbenchError(f"the {VALIDATE} stage failed (its log: {log_path(VALIDATE)})")
+    return replace(make_plan(root), ran_first=(VALIDATE,))

@@ -21,22 +21,23 @@ import yaml
 
 from dmlbench.errors import ConfigError
 from dmlbench.io import atomic_dir
-from dmlbench.stage_inputs import MANIFEST_DIR, build_manifest, manifest_path, manifest_text, params_keys
+from dmlbench.params.files import read_params_file
+from dmlbench.stage_inputs import MANIFEST_DIR, PARAMS_FILE, build_manifest, manifest_path, manifest_text, params_keys
 
 PIPELINE_FILE = "dvc.yaml"
 READS_FILE = Path("stages/reads.yaml")
 
 
 def pipeline_definition(root: Path = Path(".")) -> dict[str, Any]:
-    """``dvc.yaml`` as a mapping, each entry's ``stages/reads.yaml`` lists set as its ``meta.reads``;
-    :class:`ConfigError` for a reads entry that names no stage."""
+    """``dvc.yaml`` as a mapping, each entry's ``stages/reads.yaml`` lists set as its ``meta.reads``
+    (entries of stages not in this ``dvc.yaml`` are left out: a pipeline cut down to some stages; a
+    stage that depends on its manifest without an entry is refused by :func:`stage_reads`)."""
     definition = yaml.safe_load((root / PIPELINE_FILE).read_text())
     reads = yaml.safe_load((root / READS_FILE).read_text()) or {}
     entries = definition.get("stages") or {}
-    unknown = sorted(set(reads) - set(entries))
-    if unknown:
-        raise ConfigError(f"{READS_FILE}: {unknown[0]} is not a stage of {PIPELINE_FILE}")
     for group, lists in reads.items():
+        if group not in entries:
+            continue
         body = entries[group].get("do", entries[group])
         body["meta"] = {**(body.get("meta") or {}), "reads": lists}
     return definition
@@ -72,9 +73,12 @@ def stage_reads(name: str, stage: Mapping[str, Any]) -> tuple[list[str], list[st
     return list(reads.get("code") or []), params_keys(reads.get("params") or [])
 
 
-def write_manifests(params: Mapping[str, Any], root: Path = Path(".")) -> int:
+def write_manifests(root: Path = Path("."), params: Mapping[str, Any] | None = None) -> int:
     """Write every stage's manifest under ``root/artifacts/inputs`` (the folder replaced whole);
-    the number written. ``params``: ``params.yaml`` as read."""
+    the number written. ``params``: the values (default: ``root/params.yaml``, the file DVC resolves
+    the stages from and the stages check their manifests against)."""
+    if params is None:
+        params = read_params_file(root / PARAMS_FILE)
     md5s: dict[str, str] = {}
     manifests = {}
     for name, stage in resolved_stages(root).items():

@@ -12,6 +12,9 @@ from typing import Any
 
 from dmlbench import paths
 from dmlbench.pipeline.record import prune_lock
+from dmlbench.stage_inputs import manifest_path
+
+VALIDATE = "validate"  # the stage that writes every other stage's inputs manifest (dmlbench.pipeline.manifests)
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,9 @@ class Plan:
     waits_for: dict[str, set[str]]
     total: int = 0  # pipeline stages in dvc.yaml (order: the stale ones and what follows them)
     stale: frozenset[str] | None = None  # stale now (the others run only if still changed when reached)
+    # validate must run before the rest can be planned: it is stale, or a stale stage's manifest is missing
+    refresh_inputs: bool = False
+    ran_first: tuple[str, ...] = ()  # run (and recorded) while planning, before ``order``
 
 
 def make_plan(root: Path = Path(".")) -> Plan:
@@ -43,8 +49,16 @@ def make_plan(root: Path = Path(".")) -> Plan:
             name: {dep.addressing for dep in graph.successors(by_name[name]) if dep.addressing in todo} for name in todo
         }
         order = [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s.addressing in todo]
+        missing = [name for name in stale if _reads_manifest(by_name[name]) and not manifest_path(name).exists()]
+        refresh = VALIDATE in by_name and (VALIDATE in stale or bool(missing))
         prune_orphans(repo, pipeline)
-    return Plan(order, waits_for, len(pipeline), frozenset(stale))
+    return Plan(order, waits_for, len(pipeline), frozenset(stale), refresh)
+
+
+def _reads_manifest(stage: Any) -> bool:
+    """Whether a DVC stage depends on its own inputs manifest (every stage of dvc.yaml but validate)."""
+    own = manifest_path(stage.addressing).as_posix()
+    return any(dep.def_path == own for dep in stage.deps)
 
 
 def prune_orphans(repo: Any, stages: Iterable[Any]) -> None:

@@ -13,8 +13,9 @@ command does what ``Stage.run`` does (``dvc/stage/__init__.py``):
 - after: hash dependencies and outputs again and move the outputs into DVC's cache
   (``Stage.save`` + ``Stage.commit``, :meth:`StageBook.finish`); a dependency that changed while
   the command ran makes the run unrecordable (the stage stays stale: nothing claims an output
-  came from inputs it did not see). The stage's lock entry (``dvc.stage.serialize.to_lockfile``)
-  is queued;
+  came from inputs it did not see; code and params, which a stage's inputs manifest stands for, are
+  checked by the stage itself before and after its work, :func:`dmlbench.stage_inputs.check_manifest`).
+  The stage's lock entry (``dvc.stage.serialize.to_lockfile``) is queued;
 - :meth:`StageBook.flush` writes every queued entry in one rewrite of the lock file (as
   ``dvc commit`` of many stages does, ``dvc/repo/commit.py``), to a temporary file renamed over
   ``dvc.lock``: a run killed at any moment leaves the old or the new lock, never half of one.
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.stage_inputs import manifest_path
 
 
 class RecordError(DmlbenchError):
@@ -126,9 +128,11 @@ class StageBook:
 
         with self._guard:
             stage = self.stages[name]
-            # the inputs no stage produces (code, params, data) are hashed now: :meth:`finish`
-            # refuses to record the stage if they changed before its job completed
-            external = [dep for dep in stage.deps if not self._produced(dep.fs_path)]
+            # the inputs no stage produces (data, and validate's code and params) and the stage's own
+            # inputs manifest (validate ran before submission) are hashed now: :meth:`finish` refuses
+            # to record the stage if they changed before its job completed
+            own = manifest_path(name).as_posix()
+            external = [dep for dep in stage.deps if dep.def_path == own or not self._produced(dep.fs_path)]
             snapshot = {}
             for dep in external:
                 try:

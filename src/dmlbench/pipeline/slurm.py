@@ -1,7 +1,8 @@
 """Stale DVC stages as Slurm jobs: Slurm schedules them, its ``afterok`` dependencies order them.
 
-Every stage the plan holds (:func:`dmlbench.pipeline.plan.make_plan`: the stale stages and what follows
-them) becomes one ``sbatch`` job on the shared checkout, submitted in topological order with
+Every stage the plan holds (:func:`dmlbench.pipeline.local.plan_after_validate`: the stale stages and
+what follows them, once a stale ``validate`` has run here) becomes one ``sbatch`` job on the shared
+checkout, submitted in topological order with
 ``--dependency=afterok:<the jobs of its upstream stages still queued or running>`` and
 ``--kill-on-invalid-dep=yes``, so a failed job's dependents are cancelled by Slurm itself. With
 ``cluster.max_jobs: N`` at most N jobs are queued or running at once: the rest are submitted as

@@ -19,9 +19,10 @@ def closing_summary(plan: Plan | None, seconds: float, report: Path) -> str:
     if plan is None:
         lines = [f"dvc repro finished in {_duration(seconds)}."]
     else:
+        ran = len(plan.order) + len(plan.ran_first)
         lines = [
-            f"{len(plan.order)} of {plan.total} stages run, {plan.total - len(plan.order)} up to date, "
-            f"in {_duration(seconds)}" + (f"; logs in {LOG_DIR}/" if plan.order else "") + "."
+            f"{ran} of {plan.total} stages run, {plan.total - ran} up to date, "
+            f"in {_duration(seconds)}" + (f"; logs in {LOG_DIR}/" if ran else "") + "."
         ]
     if report.exists():
         text = report.read_text()
