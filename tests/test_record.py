@@ -245,6 +245,22 @@ def test_a_job_spec_runs_each_line_in_its_own_shell_and_stops_at_the_first_failu
     assert not (tmp_path / "never").exists()
 
 
+def test_a_job_spec_unprotects_persistent_outputs_and_skips_those_not_made_yet(tmp_path):
+    """A persistent cached output (a training's model folder) is a link into DVC's cache once
+    recorded: the job replaces each link by a copy before the command runs, as ``dvc repro`` does;
+    on a first run there is nothing to unprotect."""
+    cache, model = tmp_path / "cache", tmp_path / "model"
+    cache.mkdir()
+    model.mkdir()
+    (cache / "object").write_text("weights")
+    os.link(cache / "object", model / "model.pt")
+    spec = {"lines": ["true"], "cwd": str(tmp_path), "env": {}, "remove": [],
+            "unprotect": [str(model), str(tmp_path / "not-yet")]}  # fmt: skip
+    assert run_job_spec(spec, dict(os.environ)).wait(30) == 0
+    assert (model / "model.pt").stat().st_nlink == 1 and (model / "model.pt").read_text() == "weights"
+    assert (cache / "object").stat().st_nlink == 1  # the cache's file untouched, no longer shared
+
+
 def test_slurm_records_nothing_whose_inputs_changed_before_its_job_completed(repo):
     run_parallel(make_plan(repo), 1, [], root=repo, progress=False)
     (repo / "work.py").write_text(WORK + "\n# v2\n")

@@ -233,6 +233,8 @@ def run_job_spec(spec: dict[str, Any], env: dict[str, str], **popen: Any) -> Any
         else:
             path.unlink(missing_ok=True)
     for path in map(Path, spec.get("unprotect", [])):
+        if not path.exists() and not path.is_symlink():  # not produced yet (a first run)
+            continue
         files = [path] if not path.is_dir() else [p for p in path.rglob("*") if p.is_file() or p.is_symlink()]
         for file in files:
             if file.is_symlink() or file.stat().st_nlink > 1:
