@@ -34,7 +34,7 @@ from dmlbench.io import md5_file
 MANIFEST_DIR = Path("artifacts/inputs")
 PARAMS_FILE = "params.yaml"
 MANIFEST_WRITERS = frozenset({"validate"})  # the stage that writes the manifests has none of its own
-WHOLE_FILE = "params.yaml"  # the params key of a stage that reads all of params.yaml
+WHOLE_FILE = PARAMS_FILE  # the params key of a stage that reads all of params.yaml
 IGNORED_PARTS = {"__pycache__"}  # as .dvcignore: byte-code never changes a manifest
 IGNORED_SUFFIXES = {".pyc"}
 
@@ -101,7 +101,7 @@ def lookup(params: Mapping[str, Any], key: str) -> Any:
 
 def normalised(value: Any) -> Any:
     """``value`` as JSON gives it back (mapping keys as strings), so that manifests compare exactly."""
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
+    return json.loads(_canonical(value))
 
 
 def build_manifest(stage: str, code: Iterable[str], keys: Iterable[str], params: Mapping[str, Any],
@@ -149,7 +149,7 @@ def check_manifest(stage: str, root: Path = Path("."), after_run: bool = False) 
         current = yaml.safe_load((root / PARAMS_FILE).read_text()) or {}
         for key, value in manifest["params"].items():
             try:
-                now = _canonical(normalised(lookup(current, key)))
+                now = _canonical(lookup(current, key))
             except KeyError:
                 now = None  # absent: differs from every stored value, null included
             if now != _canonical(value):
@@ -157,5 +157,5 @@ def check_manifest(stage: str, root: Path = Path("."), after_run: bool = False) 
 
 
 def _canonical(value: Any) -> str:
-    """The JSON text of a value (``1``, ``1.0`` and ``true`` differ, as they do in the manifest)."""
-    return json.dumps(value, sort_keys=True)
+    """The JSON text of a value as a manifest stores it (``1``, ``1.0`` and ``true`` differ)."""
+    return json.dumps(value, sort_keys=True, default=str)
