@@ -8,7 +8,7 @@
 #                (GPU_PYTHON=python3 by default); table + reports/gpu_check.json
 # make repro runs independent stages in parallel (JOBS=n, default: CPU cores; JOBS=1 is a
 # plain sequential `dvc repro`). On a GPU box: make repro EXTRAS=gpu,test GPUS=0,1,2,3 (GPU_SLOTS=4: four
-# small trainings per GPU)
+# small trainings per GPU; MPS=1: side by side under CUDA MPS)
 # torch's CUDA build per GPU generation and driver (docs/gpu.md): TORCH_BACKEND=cu126 (V100/P100,
 # or a driver 525-579), cpu; default: the locked CUDA 13.0 build. The venv remembers it.
 # A protocol with device: cuda refuses to start without a usable GPU; DEVICE=cpu runs it on the CPU.
@@ -56,7 +56,7 @@ $(STAMP): pyproject.toml requirements.lock
 	@touch $@
 
 repro: $(STAMP)
-	python -m dmlbench.pipeline $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(PRESET),--preset $(PRESET)) $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS)) $(if $(GPU_SLOTS),--gpu-slots $(GPU_SLOTS)) $(if $(DEVICE),--device $(DEVICE))
+	python -m dmlbench.pipeline $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(PRESET),--preset $(PRESET)) $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS)) $(if $(GPU_SLOTS),--gpu-slots $(GPU_SLOTS)) $(if $(MPS),--mps) $(if $(DEVICE),--device $(DEVICE))
 
 fetch: $(STAMP)
 	python -m dmlbench.pipeline --fetch-only $(if $(PRESET),--preset $(PRESET))

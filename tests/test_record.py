@@ -45,7 +45,8 @@ WORK = textwrap.dedent(
             time.sleep(0.05)
     if name == "prep" and Path("touch_dep").exists():
         Path("input.txt").write_text("changed while running\\n")
-    text = f"{name} {os.environ.get('CUDA_VISIBLE_DEVICES', '-')} {os.environ.get('DMLBENCH_GPU_SHARE', '-')}\\n"
+    text = f"{name} {os.environ.get('CUDA_VISIBLE_DEVICES', '-')} {os.environ.get('DMLBENCH_GPU_SHARE', '-')}"
+    text += f" {os.environ['CUDA_MPS_PIPE_DIRECTORY']}\\n" if "CUDA_MPS_PIPE_DIRECTORY" in os.environ else "\\n"
     if out.suffix:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
@@ -286,6 +287,17 @@ def test_gpu_slots_put_n_stages_on_each_gpu(repo):
         del os.environ["WORK_SECONDS"]
     seen = [(repo / f"out/train-{seed}/part").read_text().split() for seed in range(6)]
     assert {gpu for _, gpu, _ in seen} == {"0", "1"} and {share for *_, share in seen} == {"2"}
+
+
+def test_every_stage_gets_the_run_environment_next_to_its_gpu(repo):
+    """``environment`` (e.g. an MPS daemon's pipe directory) reaches every stage; the GPU and its
+    share stay per worker."""
+    pipe = "/tmp/dmlbench-mps-test"
+    assert run_parallel(make_plan(repo), 2, ["0", "0"], root=repo, progress=False,
+                        environment={"CUDA_MPS_PIPE_DIRECTORY": pipe}) == []  # fmt: skip
+    seen = [(repo / f"out/train-{seed}/part").read_text().split() for seed in range(2)]
+    assert [fields[1:] for fields in seen] == [["0", "2", pipe]] * 2
+    assert (repo / "out/prep.txt").read_text().split()[1:] == ["0", "2", pipe]
 
 
 def test_slurm_asks_for_a_share_of_a_gpu_with_gpu_slots():

@@ -12,7 +12,8 @@ everything up to date.
 CPU: each worker gets ``cpu_count // jobs`` threads (``OMP_NUM_THREADS``), since small
 models gain nothing from more threads and oversubscription slows everything. GPU box:
 ``--gpus 0,1,2,3`` runs one worker per GPU with ``CUDA_VISIBLE_DEVICES`` set per worker;
-``--gpu-slots N`` runs N per GPU (small trainings sharing a big GPU).
+``--gpu-slots N`` runs N per GPU (small trainings sharing a big GPU), side by side under CUDA MPS
+with ``--mps`` (:mod:`dmlbench.pipeline.mps`).
 Each stage's output goes to ``artifacts/logs/<stage>.log``; a failing stage's tail is
 printed and no new stage is started.
 
@@ -47,6 +48,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from dmlbench import paths
@@ -58,6 +60,7 @@ from dmlbench.params.presets import listing, load_preset
 from dmlbench.pipeline.device_check import export_device, preflight
 from dmlbench.pipeline.fetch import fetch_all
 from dmlbench.pipeline.local import LOG_DIR, plan_after_validate, run_parallel, worker_gpus
+from dmlbench.pipeline.mps import mps_control, mps_daemon
 from dmlbench.pipeline.plan import record_empty_dropbox
 from dmlbench.pipeline.presets import run_preset
 from dmlbench.pipeline.slurm import run_on_slurm
@@ -73,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", default="", help="comma-separated GPU ids, one worker per GPU (e.g. 0,1,2,3)")
     parser.add_argument("--gpu-slots", type=int, default=1,
                         help="workers per GPU given with --gpus (several small trainings share one GPU)")  # fmt: skip
+    parser.add_argument("--mps", action="store_true",
+                        help="run each GPU's --gpu-slots trainings side by side under CUDA MPS")  # fmt: skip
     parser.add_argument("--device", choices=["cuda", "cpu", "auto"], default=None,
                         help="override the protocol's device (cpu: a GPU protocol on the CPU, knowingly)")  # fmt: skip
     parser.add_argument("--params", default="params.yaml")
@@ -81,6 +86,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fetch-only", action="store_true",
                         help="download and verify every archive and weights file of the grid, then stop")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.mps and (args.executor != "local" or args.gpu_slots < 2):
+        print(f"error: --mps shares each GPU among its --gpu-slots trainings with the local executor: give --gpus "
+              f"and --gpu-slots N > 1 (got --executor {args.executor}, --gpu-slots {args.gpu_slots}; on Slurm, MPS is "
+              "the site's: cluster.shared_gres: mps)", file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        if args.mps:
+            mps_control()
+    except DmlbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     started = time.perf_counter()
     params_file = Path(args.params)
     preset = None
@@ -117,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         forwarded = [
             "--executor", args.executor, *(["--jobs", str(args.jobs)] if args.jobs else []),
             *(["--gpus", args.gpus] if gpus else []), *(["--fetch-only"] if args.fetch_only else []),
-            *(["--gpu-slots", str(args.gpu_slots)] if args.gpu_slots != 1 else []),
+            *(["--gpu-slots", str(args.gpu_slots)] if args.gpu_slots != 1 else []), *(["--mps"] if args.mps else []),
             *(["--device", args.device] if args.device else []),
         ]  # fmt: skip
         try:
@@ -144,7 +160,16 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if plan.order:
             print(f"{len(plan.order)} stage(s) to run, {jobs} at a time; logs in {LOG_DIR}/")
-            failed = run_parallel(plan, jobs, workers_gpus)
+            no_daemon: dict[str, str] = {}
+            daemon: AbstractContextManager[dict[str, str]] = (
+                mps_daemon(LOG_DIR / "mps") if args.mps else nullcontext(no_daemon)
+            )
+            try:
+                with daemon as environment:
+                    failed = run_parallel(plan, jobs, workers_gpus, environment=environment)
+            except DmlbenchError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
             if failed:
                 print(f"error: {len(failed)} stage(s) failed: {', '.join(failed)}", file=sys.stderr)
                 return 1

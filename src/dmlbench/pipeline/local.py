@@ -27,6 +27,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
@@ -85,13 +86,19 @@ class _Workers:
 
 
 def _run_stage(
-    book: StageBook, workers: _Workers, stage: str, slots: queue.Queue[int], threads: int, gpus: list[str]
+    book: StageBook,
+    workers: _Workers,
+    stage: str,
+    slots: queue.Queue[int],
+    threads: int,
+    gpus: list[str],
+    environment: Mapping[str, str],
 ) -> tuple[str, int, float, str]:
     slot = slots.get()
     started = time.perf_counter()
     try:
         extra = {GPU_SHARE_VARIABLE: str(gpus.count(gpus[slot]))} if gpus else {}
-        env = worker_environment(threads, gpus[slot] if gpus else None, **extra)
+        env = worker_environment(threads, gpus[slot] if gpus else None, **environment, **extra)
         command = book.start(stage, env)
         code = 0
         with open(log_path(stage), "w") as log:
@@ -146,8 +153,10 @@ def run_parallel(
     root: Path = Path("."),
     record_every: float = 10.0,
     progress: bool = True,
+    environment: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Run the plan with ``jobs`` workers (``gpus``: one id per worker, see :func:`worker_gpus`);
+    """Run the plan with ``jobs`` workers (``gpus``: one id per worker, see :func:`worker_gpus`;
+    ``environment``: variables every stage gets, e.g. an MPS daemon's, :mod:`dmlbench.pipeline.mps`);
     return the stages that failed (empty on success). Finished stages are in ``dvc.lock`` when it
     returns, also after Ctrl-C or SIGTERM (then re-raised as KeyboardInterrupt)."""
     from tqdm import tqdm
@@ -164,6 +173,7 @@ def run_parallel(
     stale = set(plan.stale) if plan.stale is not None else set(plan.order)
     running: dict[Future[tuple[str, int, float, str]], str] = {}
     workers = _Workers()
+    env = dict(environment or {})
     previous = signal.getsignal(signal.SIGTERM)
 
     def terminate(_signum: int, _frame: FrameType | None) -> None:
@@ -199,7 +209,7 @@ def run_parallel(
                                 done.add(stage)  # its upstream re-ran to the same outputs
                                 bar.update(1)
                                 continue
-                            running[pool.submit(_run_stage, book, workers, stage, slots, threads, gpus)] = stage
+                            running[pool.submit(_run_stage, book, workers, stage, slots, threads, gpus, env)] = stage
                         if any(plan.waits_for[s] <= done for s in pending) and len(running) < jobs:
                             continue
                     if not running:

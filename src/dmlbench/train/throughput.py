@@ -128,18 +128,28 @@ def _timed(step: Callable[[], torch.Tensor], steps: int, warmup: int, device: to
     return time.perf_counter() - start
 
 
-def measure_throughput(
+@dataclass(frozen=True)
+class BenchmarkSteps:
+    """One training's steps for a benchmark: ``full`` (cache -> augmentation -> training step)
+    and ``model_only`` (the same step on a synthetic on-device batch); each call returns the loss."""
+
+    full: Callable[[], torch.Tensor]
+    model_only: Callable[[], torch.Tensor]
+    placement: str
+    train_flops_per_image: float
+
+
+def benchmark_steps(
     setting: ThroughputSetting,
     device: torch.device,
-    steps: int = 30,
-    warmup: int = 5,
+    iterations: int,
     images: int = 2000,
     classes: int = 100,
     fast_path: bool | None = None,
-    peak_flops: float | None = None,
-) -> Throughput:
-    """Images/s of the full step and of the model alone for ``setting`` (random-init weights,
-    random uint8 images of ``setting.image_size`` px; ``images`` x ``classes`` cache)."""
+) -> BenchmarkSteps:
+    """The steps :func:`measure_throughput` times for ``setting`` (random-init weights, random
+    uint8 images of ``setting.image_size`` px; ``images`` x ``classes`` cache; ``iterations``
+    distinct batches, then they repeat)."""
     if setting.batch % setting.per_class:
         raise ValueError(f"batch {setting.batch} is not a multiple of {setting.per_class} images per class")
     fast = FastPath.for_device(device, fast_path)
@@ -162,11 +172,11 @@ def measure_throughput(
     cache = rng.integers(0, 256, (images, side, side, 3), dtype=np.uint8)
     labels = np.arange(images) % classes
     np.random.seed(0)
-    batches = epoch_batches(labels, setting.batch, setting.per_class, iterations=steps + warmup)
+    batches = epoch_batches(labels, setting.batch, setting.per_class, iterations=iterations)
     source = ImageSource(cache, device)
     targets = torch.from_numpy(labels).to(device)
     generator = torch.Generator().manual_seed(0)
-    counter = iter(range(10**9))
+    counter = iter(range(10**12))
 
     def full_step() -> torch.Tensor:
         batch = batches[next(counter) % len(batches)]
@@ -179,6 +189,22 @@ def measure_throughput(
     def model_step() -> torch.Tensor:
         return step(synthetic, synthetic_labels)
 
+    return BenchmarkSteps(full_step, model_step, source.placement, flops)
+
+
+def measure_throughput(
+    setting: ThroughputSetting,
+    device: torch.device,
+    steps: int = 30,
+    warmup: int = 5,
+    images: int = 2000,
+    classes: int = 100,
+    fast_path: bool | None = None,
+    peak_flops: float | None = None,
+) -> Throughput:
+    """Images/s of the full step and of the model alone for ``setting`` (see :func:`benchmark_steps`)."""
+    steps_of = benchmark_steps(setting, device, steps + warmup, images, classes, fast_path)
+    full_step, model_step = steps_of.full, steps_of.model_only
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     full = _timed(full_step, steps, warmup, device)
@@ -187,10 +213,10 @@ def measure_throughput(
     return Throughput(
         setting=setting,
         device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        placement=source.placement,
+        placement=steps_of.placement,
         full_images_per_s=steps * setting.batch / full,
         model_only_images_per_s=steps * setting.batch / model_only,
-        train_flops_per_image=flops,
+        train_flops_per_image=steps_of.train_flops_per_image,
         peak_flops=peak_flops,
         peak_memory_mib=peak_memory,
     )

@@ -1,0 +1,165 @@
+"""GPU packing: aggregate training throughput of 1, 2, 4, 8 concurrent trainings on one GPU.
+
+What ``make repro GPUS=0 GPU_SLOTS=N`` does to one GPU: N training processes at once, each told
+its share (``DMLBENCH_GPU_SHARE=N``, so its GPU-resident image cache is sized to 1/N of the free
+memory) and ``cpu_count // N`` CPU threads, as the local executor gives its workers. Each process
+builds the full training step of one setting (:func:`dmlbench.train.throughput.benchmark_steps`:
+uint8 cache -> augmentation on the device -> bf16 forward/backward -> optimiser), warms up, waits
+for the others at a barrier, then trains for ``--seconds`` of wall time. Per N it prints the
+images/s of each training, their sum over the common window (all images / (last end - first
+start)), the speed-up over one training alone, and the peak GPU memory (each process's
+``max_memory_reserved`` and their sum).
+
+    python benchmarks/gpu_packing.py --device cpu --backbone tiny_cnn --image-size 36 --crop 32 \\
+        --concurrency 1,2 --seconds 3                              # a smoke run on the CPU
+    python benchmarks/gpu_packing.py                               # the Reality Check's setting on GPU 0
+    python benchmarks/gpu_packing.py --backbone resnet50 --crop 224 --batch 100 --grad-clip 10  # thesis
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")  # run from a checkout without installing
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backbone", default="bn_inception")
+    parser.add_argument("--loss", default="multi_similarity")
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--image-size", type=int, default=256, help="side of the cached uint8 images")
+    parser.add_argument("--crop", type=int, default=227, help="training crop size")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--per-class", type=int, default=4)
+    parser.add_argument("--grad-clip", type=float, default=None)
+    parser.add_argument("--images", type=int, default=2000, help="size of each training's synthetic image cache")
+    parser.add_argument("--classes", type=int, default=100)
+    parser.add_argument("--concurrency", default="1,2,4,8", help="comma-separated numbers of trainings at once")
+    parser.add_argument("--seconds", type=float, default=15.0, help="timed wall time of each training")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps before the barrier")
+    parser.add_argument("--device", default="cuda", help="cuda (the first visible GPU) or cpu")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    try:
+        args.concurrency = [int(n) for n in args.concurrency.split(",")]
+    except ValueError:
+        parser.error(f"--concurrency must be comma-separated positive integers, got {args.concurrency!r}")
+    if not args.concurrency or min(args.concurrency) < 1:
+        parser.error(f"--concurrency must be comma-separated positive integers, got {args.concurrency!r}")
+    if args.device not in ("cuda", "cpu"):
+        parser.error(f"--device must be cuda or cpu, got {args.device!r}")
+    return args
+
+
+def train_for(args: argparse.Namespace, share: int, threads: int, barrier: Any, results: Any) -> None:
+    """One training process: build, warm up, wait at the barrier, train ``args.seconds``."""
+    os.environ["DMLBENCH_GPU_SHARE"] = str(share)
+    sys.path.insert(0, SRC)
+    import torch
+
+    torch.set_num_threads(threads)
+    from dmlbench.train.throughput import ThroughputSetting, benchmark_steps
+
+    device = torch.device(args.device)
+    setting = ThroughputSetting(
+        "packing", args.backbone, args.crop, args.batch, args.per_class, args.dim, args.image_size,
+        loss=args.loss, grad_clip=args.grad_clip,
+    )  # fmt: skip
+    steps = benchmark_steps(setting, device, iterations=1000, images=args.images, classes=args.classes)
+    for _ in range(args.warmup):
+        loss = steps.full()
+    float(loss)  # the device drained before the window opens
+    barrier.wait()
+    start = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
+    done = 0
+    while time.monotonic() - start < args.seconds:
+        loss = steps.full()
+        done += 1
+    float(loss)
+    end = time.monotonic()
+    reserved = torch.cuda.max_memory_reserved(device) / 2**20 if device.type == "cuda" else None
+    results.put(
+        {
+            "images": done * args.batch,
+            "start": start,
+            "end": end,
+            "placement": steps.placement,
+            "reserved_mib": reserved,
+        }
+    )
+
+
+def run_packed(args: argparse.Namespace, trainings: int) -> dict[str, Any]:
+    """``trainings`` concurrent processes; their rates and the aggregate over the common window."""
+    context = multiprocessing.get_context("spawn")  # CUDA cannot be forked
+    barrier = context.Barrier(trainings)
+    results = context.Queue()
+    threads = max(1, (os.cpu_count() or 1) // trainings)
+    processes = [
+        context.Process(target=train_for, args=(args, trainings, threads, barrier, results)) for _ in range(trainings)
+    ]
+    for process in processes:
+        process.start()
+    rows = [results.get() for _ in processes]
+    for process in processes:
+        process.join()
+        if process.exitcode:
+            raise SystemExit(f"a training process exited with {process.exitcode} at {trainings} trainings at once")
+    window = max(row["end"] for row in rows) - min(row["start"] for row in rows)
+    reserved = [row["reserved_mib"] for row in rows if row["reserved_mib"] is not None]
+    return {
+        "trainings": trainings,
+        "threads_each": threads,
+        "each_images_per_s": sorted(row["images"] / (row["end"] - row["start"]) for row in rows),
+        "aggregate_images_per_s": sum(row["images"] for row in rows) / window,
+        "window_s": window,
+        "placement": sorted({row["placement"] for row in rows}),
+        "reserved_mib_each": sorted(reserved),
+        "reserved_mib_total": sum(reserved) if reserved else None,
+    }
+
+
+def main() -> None:
+    args = parse_args()
+    sys.path.insert(0, SRC)
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda but torch sees no CUDA GPU; use --device cpu for a smoke run")
+    device_name = torch.cuda.get_device_name(0) if args.device == "cuda" else f"cpu ({os.cpu_count()} cores)"
+    print(
+        f"{device_name}; torch {torch.__version__}; {args.backbone} + {args.loss}, dim {args.dim}, batch {args.batch} "
+        f"({args.per_class}/class), cache {args.images} x {args.image_size} px each, crop {args.crop} px, "
+        f"{args.seconds:g} s per training",
+        flush=True,
+    )
+    rows: list[dict[str, Any]] = []
+    print("| trainings | each (img/s) | aggregate (img/s) | vs one | GPU memory reserved, total (MiB) | cache on |")
+    print("| ---: | --- | ---: | ---: | ---: | --- |", flush=True)
+    for trainings in args.concurrency:
+        row = run_packed(args, trainings)
+        rows.append(row)
+        alone = rows[0]["aggregate_images_per_s"] / rows[0]["trainings"]
+        each = ", ".join(f"{rate:,.0f}" for rate in row["each_images_per_s"])
+        memory = f"{row['reserved_mib_total']:,.0f}" if row["reserved_mib_total"] is not None else "-"
+        print(
+            f"| {trainings} | {each} | {row['aggregate_images_per_s']:,.0f} | "
+            f"{row['aggregate_images_per_s'] / alone:.2f}x | {memory} | {', '.join(row['placement'])} |",
+            flush=True,
+        )
+    if args.json:
+        setting = {k: v for k, v in vars(args).items() if k != "json"}
+        payload = {"device": device_name, "torch": torch.__version__, "setting": setting, "rows": rows}
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""CUDA MPS for the local executor's GPU slots (``--mps``, ``make repro GPUS=0 GPU_SLOTS=8 MPS=1``).
+
+Several processes on one GPU without MPS take turns on it (time-slicing: one context at a time);
+under NVIDIA's Multi-Process Service their kernels run side by side. Measured on one H100
+(``benchmarks/gpu_packing.py``, docs/gpu.md): eight Reality-Check trainings (BN-Inception,
+batch 32) gave 1,913 img/s together time-sliced and 3,441 img/s under MPS, one alone 621.
+
+:func:`mps_daemon` starts a control daemon of this user for the run (``nvidia-cuda-mps-control
+-d``, shipped with the driver; no root needed in the GPU's default compute mode) with a pipe
+directory of its own, so that only this run's stages connect to it, and shuts it down when the
+run ends (``quit``), also after a failure or an interrupt. The daemon sees the GPUs the runner
+sees; each worker keeps its ``CUDA_VISIBLE_DEVICES``. Its logs go to ``artifacts/logs/mps/``.
+A site that runs MPS itself needs none of this (``cluster.shared_gres: mps`` on Slurm).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from dmlbench.errors import DmlbenchError
+
+MPS_CONTROL = "nvidia-cuda-mps-control"
+PIPE_VARIABLE = "CUDA_MPS_PIPE_DIRECTORY"  # where clients find the daemon (a UNIX socket: keep it short)
+LOG_VARIABLE = "CUDA_MPS_LOG_DIRECTORY"
+QUIT_SECONDS = 60.0  # the daemon's shutdown waits for its server, which waits for its clients
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def mps_control(environ: Mapping[str, str] | None = None) -> str:
+    """The path of ``nvidia-cuda-mps-control`` on ``PATH``; else :class:`DmlbenchError` in one line
+    (checked before any stage runs)."""
+    binary = shutil.which(MPS_CONTROL, path=(os.environ if environ is None else environ).get("PATH"))
+    if binary is None:
+        raise DmlbenchError(
+            f"--mps: {MPS_CONTROL} is not on PATH (it comes with the NVIDIA driver's utilities); "
+            "run without --mps (the GPU's trainings then take turns on it)"
+        )
+    return binary
+
+
+@contextmanager
+def mps_daemon(log_dir: Path, environ: Mapping[str, str] | None = None) -> Iterator[dict[str, str]]:
+    """An MPS control daemon for the duration of the block; yields the variables a worker needs
+    to use it (``CUDA_MPS_PIPE_DIRECTORY``, ``CUDA_MPS_LOG_DIRECTORY``). :class:`DmlbenchError` in
+    one line when the daemon cannot start (nothing has run then)."""
+    base = dict(os.environ if environ is None else environ)
+    binary = mps_control(base)
+    pipe = Path(tempfile.mkdtemp(prefix="dmlbench-mps-"))
+    log_dir = log_dir.resolve()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    variables = {PIPE_VARIABLE: str(pipe), LOG_VARIABLE: str(log_dir)}
+    env = {**base, **variables}
+    started = subprocess.run([binary, "-d"], env=env, capture_output=True, text=True, check=False)
+    if started.returncode != 0:
+        shutil.rmtree(pipe, ignore_errors=True)
+        raise DmlbenchError(
+            f"--mps: '{MPS_CONTROL} -d' failed (exit {started.returncode}: "
+            f"{_last_line(started.stderr + started.stdout)}); its log: {log_dir}/control.log"
+        )
+    try:
+        yield variables
+    finally:
+        try:
+            stopped = subprocess.run(
+                [binary], input="quit\n", env=env, capture_output=True, text=True, timeout=QUIT_SECONDS, check=False
+            )
+            if stopped.returncode != 0:
+                print(f"warning: MPS daemon did not quit (exit {stopped.returncode}); see {log_dir}/control.log")
+        except subprocess.TimeoutExpired:
+            print(f"warning: MPS daemon did not quit within {QUIT_SECONDS:.0f} s; see {log_dir}/control.log")
+        shutil.rmtree(pipe, ignore_errors=True)
