@@ -62,9 +62,10 @@ def test_each_demo_loss_beats_its_untrained_model_on_training_classes(small_raw_
     assert outcome.selected_epoch == best["epoch"]
 
 
-def test_resume_after_interruption_gives_identical_results(small_raw_params, prepared_glyphs, tmp_path):
+@pytest.mark.parametrize("amp", ["auto", "fp16"])  # fp16: its loss scaler (GradScaler) resumes where it was
+def test_resume_after_interruption_gives_identical_results(small_raw_params, prepared_glyphs, tmp_path, amp):
     _, data = prepared_glyphs
-    params = _params(small_raw_params, epochs=3)
+    params = _params(small_raw_params, epochs=3, amp=amp)
     run = RunSpec("glyphs", "tiny_cnn", "proxy_anchor", 32, 1)  # has a second optimiser and a sampler
     uninterrupted = train(run_config(params, run), data, device=torch.device("cpu"))
 
@@ -86,6 +87,7 @@ def test_resume_after_interruption_gives_identical_results(small_raw_params, pre
         )
     state = load_checkpoint(tmp_path, config_hash(run_config(params, run).resolved))
     assert state is not None and state.epoch == 2 and state.extra == {"mlflow_run_id": "abc"}
+    assert bool(state.scaler) == (amp == "fp16")
     resumed = train(run_config(params, run), data, checkpoint_dir=tmp_path, resume=state, device=torch.device("cpu"))
     assert resumed.resumed_from_epoch == 2
     assert [h["epoch"] for h in resumed.history] == [1, 2, 3]

@@ -48,7 +48,8 @@ class TrainState:
     """Everything a resumed run needs, saved after every epoch (``last.pt`` holds
     :meth:`to_checkpoint`'s plain dict, one key per field).
 
-    ``model``/``loss``/``optimizers``/``schedulers``: state dicts; ``rng``: every RNG state
+    ``model``/``loss``/``optimizers``/``schedulers``/``scaler``: state dicts (``scaler``: float16's
+    loss scaler, ``{}`` without one); ``rng``: every RNG state
     (:func:`dmlbench.train.rng.rng_state`, tensors and plain values); ``sampler``: the next epoch's sampler seed;
     ``history``: one metrics dict per finished epoch; ``best``: the selected epoch so far
     (``epoch``, ``value`` of the selection metric, validations ``since`` it); ``best_state``:
@@ -65,6 +66,7 @@ class TrainState:
     loss: dict[str, Any] = field(default_factory=dict)
     optimizers: list[dict[str, Any]] = field(default_factory=list)
     schedulers: list[dict[str, Any]] = field(default_factory=list)
+    scaler: dict[str, Any] = field(default_factory=dict)
     rng: dict[str, Any] = field(default_factory=dict)
     sampler: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)

@@ -137,11 +137,14 @@ class _Parts:
             opt.load_state_dict(saved)
         for sched, saved in zip(self.schedulers, state.schedulers, strict=True):
             sched.load_state_dict(saved)
+        if self.step.scaler is not None and state.scaler:  # float16: the loss scale reached, not the initial one
+            self.step.scaler.load_state_dict(state.scaler)
 
     def save_into(self, state: TrainState) -> TrainState:
         state.model, state.loss = self.model.state_dict(), self.loss_fn.state_dict()
         state.optimizers = [opt.state_dict() for opt in self.optimizers]
         state.schedulers = [sched.state_dict() for sched in self.schedulers]
+        state.scaler = self.step.scaler.state_dict() if self.step.scaler is not None else {}
         return state
 
 
