@@ -56,7 +56,7 @@ $(STAMP): pyproject.toml requirements.lock
 	@touch $@
 
 repro: $(STAMP)
-	python -m dmlbench.pipeline $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(PRESET),--preset $(PRESET)) $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS)) $(if $(GPU_SLOTS),--gpu-slots $(GPU_SLOTS)) $(if $(MPS),--mps) $(if $(DEVICE),--device $(DEVICE))
+	python -m dmlbench.pipeline $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(PRESET),--preset $(PRESET)) $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS)) $(if $(GPU_SLOTS),--gpu-slots $(GPU_SLOTS)) $(if $(filter 1 yes true,$(MPS)),--mps) $(if $(DEVICE),--device $(DEVICE))
 
 fetch: $(STAMP)
 	python -m dmlbench.pipeline --fetch-only $(if $(PRESET),--preset $(PRESET))

@@ -1,14 +1,15 @@
 """GPU packing: aggregate training throughput of 1, 2, 4, 8 concurrent trainings on one GPU.
 
 What ``make repro GPUS=0 GPU_SLOTS=N`` does to one GPU: N training processes at once, each told
-its share (``DMLBENCH_GPU_SHARE=N``, so its GPU-resident image cache is sized to 1/N of the free
-memory) and ``cpu_count // N`` CPU threads, as the local executor gives its workers. Each process
+its share (``DMLBENCH_GPU_SHARE=N``: its image cache stays on the GPU only if it fits in 1/N of
+half the free memory) and ``cpu_count // N`` CPU threads, as the local executor gives its workers. Each process
 builds the full training step of one setting (:func:`dmlbench.train.throughput.benchmark_steps`:
 uint8 cache -> augmentation on the device -> bf16 forward/backward -> optimiser), warms up, waits
 for the others at a barrier, then trains for ``--seconds`` of wall time. Per N it prints the
 images/s of each training, their sum over the common window (all images / (last end - first
-start)), the speed-up over one training alone, and the peak GPU memory (each process's
-``max_memory_reserved`` and their sum).
+start)), the speed-up over one training alone (when ``--concurrency`` has 1), and the peak GPU
+memory torch reserved (each process's ``max_memory_reserved`` and their sum; CUDA contexts not
+counted). Under MPS (``CUDA_MPS_PIPE_DIRECTORY`` set, a daemon running) the JSON says so.
 
     python benchmarks/gpu_packing.py --device cpu --backbone tiny_cnn --image-size 36 --crop 32 \\
         --concurrency 1,2 --seconds 3                              # a smoke run on the CPU
@@ -22,6 +23,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import queue
 import sys
 import time
 from pathlib import Path
@@ -44,7 +46,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--classes", type=int, default=100)
     parser.add_argument("--concurrency", default="1,2,4,8", help="comma-separated numbers of trainings at once")
     parser.add_argument("--seconds", type=float, default=15.0, help="timed wall time of each training")
-    parser.add_argument("--warmup", type=int, default=10, help="untimed steps before the barrier")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps before the barrier (>= 1)")
+    parser.add_argument("--wait", type=float, default=600.0, help="seconds to wait for every process to be ready")
     parser.add_argument("--device", default="cuda", help="cuda (the first visible GPU) or cpu")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
@@ -54,6 +57,8 @@ def parse_args() -> argparse.Namespace:
         parser.error(f"--concurrency must be comma-separated positive integers, got {args.concurrency!r}")
     if not args.concurrency or min(args.concurrency) < 1:
         parser.error(f"--concurrency must be comma-separated positive integers, got {args.concurrency!r}")
+    if args.warmup < 1 or args.seconds <= 0:
+        parser.error(f"--warmup must be >= 1 and --seconds > 0, got {args.warmup} and {args.seconds}")
     if args.device not in ("cuda", "cpu"):
         parser.error(f"--device must be cuda or cpu, got {args.device!r}")
     return args
@@ -77,7 +82,7 @@ def train_for(args: argparse.Namespace, share: int, threads: int, barrier: Any, 
     for _ in range(args.warmup):
         loss = steps.full()
     float(loss)  # the device drained before the window opens
-    barrier.wait()
+    barrier.wait(timeout=args.wait)  # broken (an exception here) if another process died first
     start = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
     done = 0
     while time.monotonic() - start < args.seconds:
@@ -108,11 +113,21 @@ def run_packed(args: argparse.Namespace, trainings: int) -> dict[str, Any]:
     ]
     for process in processes:
         process.start()
-    rows = [results.get() for _ in processes]
+    rows: list[dict[str, Any]] = []
+    while len(rows) < trainings:  # a process that died never reports: stop all instead of waiting forever
+        try:
+            rows.append(results.get(timeout=1.0))
+        except queue.Empty:
+            dead = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+            if dead:
+                barrier.abort()
+                for process in processes:
+                    process.terminate()
+                raise SystemExit(
+                    f"error: a training process exited with {dead[0]} at {trainings} trainings at once"
+                ) from None
     for process in processes:
         process.join()
-        if process.exitcode:
-            raise SystemExit(f"a training process exited with {process.exitcode} at {trainings} trainings at once")
     window = max(row["end"] for row in rows) - min(row["start"] for row in rows)
     reserved = [row["reserved_mib"] for row in rows if row["reserved_mib"] is not None]
     return {
@@ -147,17 +162,19 @@ def main() -> None:
     for trainings in args.concurrency:
         row = run_packed(args, trainings)
         rows.append(row)
-        alone = rows[0]["aggregate_images_per_s"] / rows[0]["trainings"]
+        alone = next((r["aggregate_images_per_s"] for r in rows if r["trainings"] == 1), None)
+        speedup = f"{row['aggregate_images_per_s'] / alone:.2f}x" if alone else "-"
         each = ", ".join(f"{rate:,.0f}" for rate in row["each_images_per_s"])
         memory = f"{row['reserved_mib_total']:,.0f}" if row["reserved_mib_total"] is not None else "-"
         print(
             f"| {trainings} | {each} | {row['aggregate_images_per_s']:,.0f} | "
-            f"{row['aggregate_images_per_s'] / alone:.2f}x | {memory} | {', '.join(row['placement'])} |",
+            f"{speedup} | {memory} | {', '.join(row['placement'])} |",
             flush=True,
         )
     if args.json:
         setting = {k: v for k, v in vars(args).items() if k != "json"}
-        payload = {"device": device_name, "torch": torch.__version__, "setting": setting, "rows": rows}
+        mps = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")  # the trainings ran under this MPS daemon, if any
+        payload = {"device": device_name, "torch": torch.__version__, "mps_pipe": mps, "setting": setting, "rows": rows}
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
 
 

@@ -5,6 +5,7 @@ H100: docs/gpu.md), and the one-line refusals."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import textwrap
 from pathlib import Path
@@ -30,11 +31,12 @@ FAKE = textwrap.dedent(
             sys.exit(1)
         Path(pipe, "control").write_text("")
         with calls.open("a") as out:
-            out.write(f"start {pipe} {log}\\n")
+            out.write(f"start {pipe} {log} gpus={os.environ.get('CUDA_VISIBLE_DEVICES', 'all')}\\n")
     else:
         command = sys.stdin.read().strip()
         with calls.open("a") as out:
             out.write(f"{command} {pipe} alive={Path(pipe, 'control').exists()}\\n")
+        sys.exit(int(os.environ.get("FAKE_MPS_QUIT_EXIT", "0")))
     """
 )
 
@@ -52,13 +54,14 @@ def fake_control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return calls
 
 
-def test_the_daemon_runs_for_the_block_with_a_pipe_of_its_own_and_quits(fake_control, tmp_path):
+def test_the_daemon_runs_for_the_block_with_a_pipe_of_its_own_and_quits(fake_control, tmp_path, monkeypatch):
     log_dir = tmp_path / "artifacts/logs/mps"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")  # the daemon must not renumber the workers' GPUs
     with mps_daemon(log_dir) as variables:
         pipe = Path(variables[PIPE_VARIABLE])
         assert (pipe / "control").exists() and variables[LOG_VARIABLE] == str(log_dir.resolve())
         assert pipe != Path("/tmp/nvidia-mps")  # not the default one other users' processes find
-        assert fake_control.read_text().splitlines() == [f"start {pipe} {log_dir.resolve()}"]
+        assert fake_control.read_text().splitlines() == [f"start {pipe} {log_dir.resolve()} gpus=all"]
     assert fake_control.read_text().splitlines()[1] == f"quit {pipe} alive=True"
     assert not pipe.exists() and log_dir.is_dir()
 
@@ -69,6 +72,21 @@ def test_the_daemon_quits_when_the_run_fails_or_is_interrupted(fake_control, tmp
             raise failure
         assert fake_control.read_text().splitlines()[-1] == f"quit {variables[PIPE_VARIABLE]} alive=True"
     assert [line.split()[0] for line in fake_control.read_text().splitlines()] == ["start", "quit"] * 2
+
+
+def test_a_daemon_that_does_not_quit_keeps_its_pipe_and_says_how_to_stop_it(
+    fake_control, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("FAKE_MPS_QUIT_EXIT", "1")
+    with mps_daemon(tmp_path / "logs") as variables:
+        pipe = Path(variables[PIPE_VARIABLE])
+    assert (pipe / "control").exists()  # still reachable: nothing removed under a live daemon
+    warning = capsys.readouterr().err.strip()
+    assert warning == (
+        f"warning: the MPS daemon did not quit (exit 1); stop it with: echo quit | {PIPE_VARIABLE}={pipe} "
+        f"{MPS_CONTROL} (its logs: {(tmp_path / 'logs').resolve()}/)"
+    )
+    shutil.rmtree(pipe)
 
 
 def test_a_daemon_that_cannot_start_is_one_line_and_leaves_nothing(fake_control, tmp_path, monkeypatch):
@@ -89,13 +107,22 @@ def test_no_control_program_is_one_line(tmp_path):
 
 @pytest.mark.parametrize(
     "argv",
-    [["--mps"], ["--mps", "--gpus", "0"], ["--mps", "--gpus", "0", "--gpu-slots", "4", "--executor", "slurm"]],
+    [
+        ["--mps"],
+        ["--mps", "--gpus", "0"],
+        ["--mps", "--gpu-slots", "4"],
+        ["--mps", "--gpus", "0", "--gpu-slots", "4", "--jobs", "1"],
+        ["--mps", "--gpus", "0", "--gpu-slots", "4", "--executor", "slurm"],
+    ],
 )
 def test_mps_without_shared_gpus_is_refused_before_anything_runs(argv, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no params.yaml here: the refusal comes before it is read
     assert main(argv) == 2
     error = capsys.readouterr().err.strip()
-    assert error.startswith("error: --mps shares each GPU among its --gpu-slots trainings") and "\n" not in error
+    assert (
+        error.startswith("error: --mps runs the trainings --gpu-slots puts on each GPU side by side")
+        and "\n" not in error
+    )
 
 
 def test_mps_without_the_control_program_is_refused_before_anything_runs(capsys, tmp_path, monkeypatch):

@@ -8,9 +8,12 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -328,3 +331,39 @@ def test_make_repro_passes_the_preset(tmp_path):
     assert make.returncode == 0, make.stderr
     (line,) = [line for line in make.stdout.splitlines() if "dmlbench.pipeline" in line]
     assert line.split() == ["python", "-m", "dmlbench.pipeline", "--preset", "thesis-cub", "--gpus", "0,1"]
+
+
+CHILD = """
+import signal, sys, time
+from pathlib import Path
+def stop(signum, frame):
+    time.sleep(0.5)  # a runner stopping its stages and recording them
+    Path("stopped").write_text(f"signal {signum}")
+    sys.exit(130)
+signal.signal(signal.SIGINT, stop)
+Path("ready").write_text("")
+time.sleep(60)
+Path("stopped").write_text("never interrupted")
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_preset_run_lets_its_runner_stop_cleanly(tmp_path, signum):
+    """Ctrl-C or SIGTERM of `make repro PRESET=...` reaches the workspace's runner once, as SIGINT,
+    and waits for it to finish stopping (subprocess.run would kill it 0.25 s after the interrupt)."""
+    def interrupt_when_ready() -> None:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signum)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored
+    term_handler = signal.getsignal(signal.SIGTERM)
+    try:
+        threading.Thread(target=interrupt_when_ready, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            preset_runner.run_to_the_end([sys.executable, "-c", CHILD], tmp_path, dict(os.environ))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert (tmp_path / "stopped").read_text() == f"signal {int(signal.SIGINT)}"
+    assert signal.getsignal(signal.SIGTERM) == term_handler  # put back

@@ -86,10 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fetch-only", action="store_true",
                         help="download and verify every archive and weights file of the grid, then stop")  # fmt: skip
     args = parser.parse_args(argv)
-    if args.mps and (args.executor != "local" or args.gpu_slots < 2):
-        print(f"error: --mps shares each GPU among its --gpu-slots trainings with the local executor: give --gpus "
-              f"and --gpu-slots N > 1 (got --executor {args.executor}, --gpu-slots {args.gpu_slots}; on Slurm, MPS is "
-              "the site's: cluster.shared_gres: mps)", file=sys.stderr)  # fmt: skip
+    if args.mps and (args.executor != "local" or args.gpu_slots < 2 or not args.gpus.strip() or args.jobs == 1):
+        print(f"error: --mps runs the trainings --gpu-slots puts on each GPU side by side, with the local executor: "
+              f"give --gpus and --gpu-slots N > 1, without --jobs 1 (got --executor {args.executor}, --gpus "
+              f"{args.gpus or 'none'}, --gpu-slots {args.gpu_slots}, --jobs {args.jobs or 'default'}; on Slurm, MPS "
+              "is the site's: cluster.shared_gres: mps)", file=sys.stderr)  # fmt: skip
         return 2
     try:
         if args.mps:

@@ -8,9 +8,12 @@ batch 32) gave 1,913 img/s together time-sliced and 3,441 img/s under MPS, one a
 :func:`mps_daemon` starts a control daemon of this user for the run (``nvidia-cuda-mps-control
 -d``, shipped with the driver; no root needed in the GPU's default compute mode) with a pipe
 directory of its own, so that only this run's stages connect to it, and shuts it down when the
-run ends (``quit``), also after a failure or an interrupt. The daemon sees the GPUs the runner
-sees; each worker keeps its ``CUDA_VISIBLE_DEVICES``. Its logs go to ``artifacts/logs/mps/``.
-A site that runs MPS itself needs none of this (``cluster.shared_gres: mps`` on Slurm).
+run ends (``quit``), also after a failed stage or an interrupt. The daemon is started without
+``CUDA_VISIBLE_DEVICES``, so it sees every GPU in the machine's numbering, which is the numbering
+each worker's ``CUDA_VISIBLE_DEVICES`` (``--gpus``) uses without MPS too (a server started with
+a subset renumbers the devices its clients see: NVIDIA's MPS documentation, section 4.2.1
+``CUDA_VISIBLE_DEVICES``). Its logs go to ``artifacts/logs/mps/``. A site that runs MPS itself needs none of
+this (``cluster.shared_gres: mps`` on Slurm).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -28,6 +32,7 @@ from dmlbench.errors import DmlbenchError
 MPS_CONTROL = "nvidia-cuda-mps-control"
 PIPE_VARIABLE = "CUDA_MPS_PIPE_DIRECTORY"  # where clients find the daemon (a UNIX socket: keep it short)
 LOG_VARIABLE = "CUDA_MPS_LOG_DIRECTORY"
+START_SECONDS = 60.0  # `-d` forks the daemon and returns
 QUIT_SECONDS = 60.0  # the daemon's shutdown waits for its server, which waits for its clients
 
 
@@ -55,27 +60,45 @@ def mps_daemon(log_dir: Path, environ: Mapping[str, str] | None = None) -> Itera
     one line when the daemon cannot start (nothing has run then)."""
     base = dict(os.environ if environ is None else environ)
     binary = mps_control(base)
-    pipe = Path(tempfile.mkdtemp(prefix="dmlbench-mps-"))
+    pipe = Path(tempfile.mkdtemp(prefix="dmlbench-mps-", dir="/tmp"))  # a UNIX socket's path: short
     log_dir = log_dir.resolve()
     log_dir.mkdir(parents=True, exist_ok=True)
     variables = {PIPE_VARIABLE: str(pipe), LOG_VARIABLE: str(log_dir)}
-    env = {**base, **variables}
-    started = subprocess.run([binary, "-d"], env=env, capture_output=True, text=True, check=False)
-    if started.returncode != 0:
+    env = {key: value for key, value in base.items() if key != "CUDA_VISIBLE_DEVICES"} | variables
+    try:
+        with open(log_dir / "start.log", "w") as output:  # not a pipe: the forked daemon could hold it open
+            started = subprocess.run(
+                [binary, "-d"], env=env, stdout=output, stderr=subprocess.STDOUT, timeout=START_SECONDS, check=False
+            )
+        code = started.returncode
+    except subprocess.TimeoutExpired:
+        code = None
+    if code != 0:
         shutil.rmtree(pipe, ignore_errors=True)
-        raise DmlbenchError(
-            f"--mps: '{MPS_CONTROL} -d' failed (exit {started.returncode}: "
-            f"{_last_line(started.stderr + started.stdout)}); its log: {log_dir}/control.log"
-        )
+        said = _last_line((log_dir / "start.log").read_text(errors="replace"))
+        why = f"exit {code}: {said}" if code is not None else f"no answer in {START_SECONDS:.0f} s"
+        raise DmlbenchError(f"--mps: '{MPS_CONTROL} -d' failed ({why}); its logs: {log_dir}/")
     try:
         yield variables
     finally:
-        try:
-            stopped = subprocess.run(
-                [binary], input="quit\n", env=env, capture_output=True, text=True, timeout=QUIT_SECONDS, check=False
-            )
-            if stopped.returncode != 0:
-                print(f"warning: MPS daemon did not quit (exit {stopped.returncode}); see {log_dir}/control.log")
-        except subprocess.TimeoutExpired:
-            print(f"warning: MPS daemon did not quit within {QUIT_SECONDS:.0f} s; see {log_dir}/control.log")
-        shutil.rmtree(pipe, ignore_errors=True)
+        _quit(binary, env, pipe, log_dir)
+
+
+def _quit(binary: str, env: dict[str, str], pipe: Path, log_dir: Path) -> None:
+    """``quit`` to the daemon; its pipe directory is removed only once it has quit, else kept and
+    the command that stops it printed (a daemon nobody can reach would hold the GPU)."""
+    try:
+        stopped = subprocess.run(
+            [binary], input="quit\n", env=env, capture_output=True, text=True, timeout=QUIT_SECONDS, check=False
+        )
+        problem = f"exit {stopped.returncode}" if stopped.returncode != 0 else ""
+    except subprocess.TimeoutExpired:
+        problem = f"no answer in {QUIT_SECONDS:.0f} s"
+    if problem:
+        print(
+            f"warning: the MPS daemon did not quit ({problem}); stop it with: echo quit | "
+            f"{PIPE_VARIABLE}={pipe} {MPS_CONTROL} (its logs: {log_dir}/)",
+            file=sys.stderr,
+        )
+        return
+    shutil.rmtree(pipe, ignore_errors=True)
