@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.pipeline import mps
 from dmlbench.pipeline.__main__ import main
 from dmlbench.pipeline.mps import LOG_VARIABLE, MPS_CONTROL, PIPE_VARIABLE, mps_daemon
 
@@ -21,7 +22,7 @@ from dmlbench.pipeline.mps import LOG_VARIABLE, MPS_CONTROL, PIPE_VARIABLE, mps_
 FAKE = textwrap.dedent(
     """\
     #!/usr/bin/env python3
-    import os, sys
+    import os, sys, time
     from pathlib import Path
     calls = Path(os.environ["FAKE_MPS_CALLS"])
     pipe, log = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "-"), os.environ.get("CUDA_MPS_LOG_DIRECTORY", "-")
@@ -32,6 +33,8 @@ FAKE = textwrap.dedent(
         Path(pipe, "control").write_text("")
         with calls.open("a") as out:
             out.write(f"start {pipe} {log} gpus={os.environ.get('CUDA_VISIBLE_DEVICES', 'all')}\\n")
+        if os.environ.get("FAKE_MPS_HANG"):
+            time.sleep(30)
     else:
         command = sys.stdin.read().strip()
         with calls.open("a") as out:
@@ -133,3 +136,16 @@ def test_mps_without_the_control_program_is_refused_before_anything_runs(capsys,
         f"error: --mps: {MPS_CONTROL} is not on PATH (it comes with the NVIDIA driver's utilities); "
         "run without --mps (the GPU's trainings then take turns on it)"
     )
+
+
+def test_a_start_that_does_not_answer_is_one_line_and_the_daemon_it_left_is_stopped(
+    fake_control, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("FAKE_MPS_HANG", "1")  # `-d` got as far as its pipe, then hung
+    monkeypatch.setattr(mps, "START_SECONDS", 0.5)
+    with pytest.raises(DmlbenchError, match=r"^--mps: 'nvidia-cuda-mps-control -d' failed \(no answer in 0.5 s\)"):
+        with mps_daemon(tmp_path / "logs"):
+            pytest.fail("the block must not run")
+    start, stop = fake_control.read_text().splitlines()
+    pipe = start.split()[1]
+    assert stop == f"quit {pipe} alive=True" and not Path(pipe).exists()

@@ -334,36 +334,57 @@ def test_make_repro_passes_the_preset(tmp_path):
 
 
 CHILD = """
-import signal, sys, time
+import signal, subprocess, sys, time
 from pathlib import Path
+Path("inherited").write_text("ignored" if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else "handled")
+GRANDCHILD = (  # in the runner's process group, as `dvc repro` and its stage are under --jobs 1
+    "import signal, sys, time; from pathlib import Path\\n"
+    "def stop(s, f): Path('grandchild').write_text('stopped'); sys.exit(0)\\n"
+    "signal.signal(signal.SIGINT, stop); Path('grandchild').write_text('ready'); time.sleep(60)"
+)
+grandchild = subprocess.Popen([sys.executable, "-c", GRANDCHILD])
 def stop(signum, frame):
+    grandchild.wait()
     time.sleep(0.5)  # a runner stopping its stages and recording them
     Path("stopped").write_text(f"signal {signum}")
     sys.exit(130)
 signal.signal(signal.SIGINT, stop)
+while Path("grandchild").read_text() != "ready" if Path("grandchild").exists() else True:
+    time.sleep(0.02)
 Path("ready").write_text("")
 time.sleep(60)
 Path("stopped").write_text("never interrupted")
 """
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_an_interrupted_preset_run_lets_its_runner_stop_cleanly(tmp_path, signum):
-    """Ctrl-C or SIGTERM of `make repro PRESET=...` reaches the workspace's runner once, as SIGINT,
-    and waits for it to finish stopping (subprocess.run would kill it 0.25 s after the interrupt)."""
+    """Ctrl-C, SIGTERM or SIGHUP of `make repro PRESET=...` reaches the workspace's runner and its
+    process group once, as SIGINT, also when this process ignored SIGINT (a script's background
+    job), and waits for the runner to finish stopping (subprocess.run would kill it 0.25 s after
+    the interrupt)."""
+    done = threading.Event()
+
     def interrupt_when_ready() -> None:
         deadline = time.monotonic() + 30
-        while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline and not done.is_set():
             time.sleep(0.02)
-        os.kill(os.getpid(), signum)
+        if not done.is_set():
+            os.kill(os.getpid(), signum)
 
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored
-    term_handler = signal.getsignal(signal.SIGTERM)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sender = threading.Thread(target=interrupt_when_ready, daemon=True)
     try:
-        threading.Thread(target=interrupt_when_ready, daemon=True).start()
+        sender.start()
         with pytest.raises(KeyboardInterrupt):
             preset_runner.run_to_the_end([sys.executable, "-c", CHILD], tmp_path, dict(os.environ))
     finally:
+        done.set()
+        sender.join()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # put back
         signal.signal(signal.SIGINT, previous)
+    assert (tmp_path / "inherited").read_text() == "handled"
+    assert (tmp_path / "grandchild").read_text() == "stopped"
     assert (tmp_path / "stopped").read_text() == f"signal {int(signal.SIGINT)}"
-    assert signal.getsignal(signal.SIGTERM) == term_handler  # put back
+    assert {s: signal.getsignal(s) for s in handlers} == handlers  # put back

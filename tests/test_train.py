@@ -88,6 +88,8 @@ def test_resume_after_interruption_gives_identical_results(small_raw_params, pre
     state = load_checkpoint(tmp_path, config_hash(run_config(params, run).resolved))
     assert state is not None and state.epoch == 2 and state.extra == {"mlflow_run_id": "abc"}
     assert bool(state.scaler) == (amp == "fp16")
+    if amp == "fp16":  # the scale moved off its start, so a resume that forgot it would differ
+        assert state.scaler["scale"] != torch.amp.GradScaler("cpu").get_scale(), state.scaler
     resumed = train(run_config(params, run), data, checkpoint_dir=tmp_path, resume=state, device=torch.device("cpu"))
     assert resumed.resumed_from_epoch == 2
     assert [h["epoch"] for h in resumed.history] == [1, 2, 3]

@@ -68,20 +68,34 @@ def mps_daemon(log_dir: Path, environ: Mapping[str, str] | None = None) -> Itera
     try:
         with open(log_dir / "start.log", "w") as output:  # not a pipe: the forked daemon could hold it open
             started = subprocess.run(
-                [binary, "-d"], env=env, stdout=output, stderr=subprocess.STDOUT, timeout=START_SECONDS, check=False
-            )
+                [binary, "-d"], env=env, stdout=output, stderr=subprocess.STDOUT, timeout=START_SECONDS,
+                start_new_session=True, check=False,  # no terminal's Ctrl-C or group signal reaches it
+            )  # fmt: skip
         code = started.returncode
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, KeyboardInterrupt) as exc:
+        _stop_if_started(binary, env, pipe, log_dir)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         code = None
     if code != 0:
-        shutil.rmtree(pipe, ignore_errors=True)
+        if code is not None:
+            shutil.rmtree(pipe, ignore_errors=True)  # nothing started (else `-d` would have said 0)
         said = _last_line((log_dir / "start.log").read_text(errors="replace"))
-        why = f"exit {code}: {said}" if code is not None else f"no answer in {START_SECONDS:.0f} s"
+        why = f"exit {code}: {said}" if code is not None else f"no answer in {START_SECONDS:g} s"
         raise DmlbenchError(f"--mps: '{MPS_CONTROL} -d' failed ({why}); its logs: {log_dir}/")
     try:
         yield variables
     finally:
         _quit(binary, env, pipe, log_dir)
+
+
+def _stop_if_started(binary: str, env: dict[str, str], pipe: Path, log_dir: Path) -> None:
+    """After a start that did not answer: a daemon that got as far as its pipe directory is told to
+    quit (:func:`_quit`), else the empty directory goes."""
+    if any(pipe.iterdir()):
+        _quit(binary, env, pipe, log_dir)
+    else:
+        shutil.rmtree(pipe, ignore_errors=True)
 
 
 def _quit(binary: str, env: dict[str, str], pipe: Path, log_dir: Path) -> None:
@@ -93,12 +107,19 @@ def _quit(binary: str, env: dict[str, str], pipe: Path, log_dir: Path) -> None:
         )
         problem = f"exit {stopped.returncode}" if stopped.returncode != 0 else ""
     except subprocess.TimeoutExpired:
-        problem = f"no answer in {QUIT_SECONDS:.0f} s"
+        problem = f"no answer in {QUIT_SECONDS:g} s"
+    except KeyboardInterrupt:
+        _not_stopped("interrupted while it was stopping", pipe, log_dir)
+        raise
     if problem:
-        print(
-            f"warning: the MPS daemon did not quit ({problem}); stop it with: echo quit | "
-            f"{PIPE_VARIABLE}={pipe} {MPS_CONTROL} (its logs: {log_dir}/)",
-            file=sys.stderr,
-        )
+        _not_stopped(problem, pipe, log_dir)
         return
     shutil.rmtree(pipe, ignore_errors=True)
+
+
+def _not_stopped(problem: str, pipe: Path, log_dir: Path) -> None:
+    print(
+        f"warning: the MPS daemon did not quit ({problem}); stop it with: echo quit | "
+        f"{PIPE_VARIABLE}={pipe} {MPS_CONTROL} (its logs: {log_dir}/)",
+        file=sys.stderr,
+    )
