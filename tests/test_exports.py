@@ -111,7 +111,10 @@ def test_two_code_versions_are_named_with_their_run_counts():
 
 def test_write_exports_writes_the_files_dvc_yaml_declares(tmp_path):
     analysis = _analysis()
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics/.gitignore").write_text("/map_at_r.json\n")  # DVC's, committed to git
     write_exports(analysis, _codes(analysis.results.runs), "abc", tmp_path)
+    assert (tmp_path / "metrics/.gitignore").read_text() == "/map_at_r.json\n"
     report = yaml.safe_load((paths.project_root() / "dvc.yaml").read_text())["stages"]["report"]
     declared = [m if isinstance(m, str) else next(iter(m)) for m in report["metrics"]]
     assert sorted(declared) == sorted(f"reports/metrics/{name}.json" for name in HEADLINE_FILES)

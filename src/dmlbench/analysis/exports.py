@@ -24,7 +24,7 @@ from dmlbench import __version__, paths
 from dmlbench.analysis.numbers import TOP1, Analysis
 from dmlbench.evaluate.intervals import interval_method
 from dmlbench.evaluate.metrics import metric_range
-from dmlbench.io import atomic_dir, atomic_path, read_json, write_json
+from dmlbench.io import atomic_path, read_json, write_json
 from dmlbench.params.model import Params
 
 RESULTS = "results.csv"
@@ -99,9 +99,11 @@ def headline(analysis: Analysis) -> dict[str, dict[str, float]]:
 
 
 def write_exports(analysis: Analysis, codes: pd.DataFrame, commit: str, report_dir: Path) -> None:
-    """Write ``results.csv`` and ``metrics/<name>.json`` under ``report_dir`` (each replaced atomically)."""
+    """Write ``results.csv`` and ``metrics/<name>.json`` under ``report_dir``, each file replaced
+    atomically; nothing else in ``metrics/`` is touched (DVC's ``.gitignore`` of those files lives there,
+    committed to git: replacing the folder whole deleted it)."""
     with atomic_path(report_dir / RESULTS, suffix=".csv") as tmp:
         results_frame(analysis, codes, commit).to_csv(tmp, index=False)
-    with atomic_dir(report_dir / HEADLINE) as tmp:
-        for name, entry in headline(analysis).items():
-            write_json(tmp / f"{name}.json", entry)
+    (report_dir / HEADLINE).mkdir(parents=True, exist_ok=True)
+    for name, entry in headline(analysis).items():
+        write_json(report_dir / HEADLINE / f"{name}.json", entry)
