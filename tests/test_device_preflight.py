@@ -134,6 +134,7 @@ def test_the_runner_refuses_in_one_line_before_any_stage(gpu_grid_file, monkeypa
 
     monkeypatch.setattr(pipeline, "plan_after_validate", no_dvc)
     monkeypatch.setattr(pipeline.subprocess, "run", no_dvc)
+    monkeypatch.setattr(pipeline, "run_to_the_end", no_dvc)
     monkeypatch.setattr(devices, "cuda_facts", lambda: facts)
     assert pipeline.main(["--params", str(gpu_grid_file)]) == 2
     (line,) = capsys.readouterr().err.splitlines()
@@ -146,11 +147,11 @@ def test_the_stages_get_the_runs_device(gpu_grid_file, monkeypatch, argv, facts,
     """--device cpu (make repro DEVICE=cpu) runs past the check; every stage sees DMLBENCH_DEVICE."""
     seen = []
 
-    def dvc_repro(command, **kwargs):
-        seen.append(kwargs["env"].get(DEVICE_ENV))
-        return subprocess.CompletedProcess(command, 1)  # stop: no closing summary
+    def dvc_repro(command, cwd, env):
+        seen.append(env.get(DEVICE_ENV))
+        return 1  # stop: no closing summary
 
-    monkeypatch.setattr(pipeline.subprocess, "run", dvc_repro)
+    monkeypatch.setattr(pipeline, "run_to_the_end", dvc_repro)
     monkeypatch.setattr(devices, "cuda_facts", lambda: facts)
     assert pipeline.main(["--params", str(gpu_grid_file), "--jobs", "1", *argv]) == 1
     assert seen == [device]

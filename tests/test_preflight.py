@@ -153,6 +153,7 @@ def test_pipeline_stops_before_dvc_runs_anything(
 
     monkeypatch.setattr(pipeline, "plan_after_validate", no_dvc)
     monkeypatch.setattr(pipeline.subprocess, "run", no_dvc)
+    monkeypatch.setattr(pipeline, "run_to_the_end", no_dvc)
     assert pipeline.main(["--params", str(tmp_path / "params.yaml"), "--jobs", jobs]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("error: protocol 'demo' (pretrained: true) needs 1 pretrained weights file(s)")
@@ -184,11 +185,11 @@ def test_gpus_reach_the_sequential_stages(default_raw_params, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)  # no data.dvc here: the drop-box is left alone
     seen = []
 
-    def dvc_repro(command, **kwargs):
-        seen.append((command[-2:], kwargs["env"].get("CUDA_VISIBLE_DEVICES")))
-        return subprocess.CompletedProcess(command, 1)  # stop: no closing summary
+    def dvc_repro(command, cwd, env):
+        seen.append((command[-2:], env.get("CUDA_VISIBLE_DEVICES")))
+        return 1  # stop: no closing summary
 
-    monkeypatch.setattr(pipeline.subprocess, "run", dvc_repro)
+    monkeypatch.setattr(pipeline, "run_to_the_end", dvc_repro)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv(devices.DEVICE_ENV, raising=False)  # the runner sets it; removed again afterwards
     gpu = devices.CudaFacts("2.14.1+cu130", "13.0", True, ("sm_90",), (devices.Gpu("H100", (9, 0)),), "580.95.05")

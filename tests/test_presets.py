@@ -20,6 +20,7 @@ import pytest
 import yaml
 from conftest import ROOT, dvc_project, run_checked, small_params_dict
 
+from dmlbench.launch import run_to_the_end
 from dmlbench.params.load import parse_params
 from dmlbench.params.presets import GRID_SECTIONS, available, load_preset
 from dmlbench.pipeline import __main__ as pipeline
@@ -153,6 +154,7 @@ def _no_workspace(monkeypatch):
 
     monkeypatch.setattr(preset_runner, "prepare_workspace", refuse)
     monkeypatch.setattr(pipeline.subprocess, "run", refuse)
+    monkeypatch.setattr(pipeline, "run_to_the_end", refuse)
 
 
 def test_an_unknown_preset_is_refused_in_one_line_listing_the_presets(project_copy, monkeypatch, capsys):
@@ -378,7 +380,7 @@ def test_an_interrupted_preset_run_lets_its_runner_stop_cleanly(tmp_path, signum
     try:
         sender.start()
         with pytest.raises(KeyboardInterrupt):
-            preset_runner.run_to_the_end([sys.executable, "-c", CHILD], tmp_path, dict(os.environ))
+            run_to_the_end([sys.executable, "-c", CHILD], tmp_path, dict(os.environ))
     finally:
         done.set()
         sender.join()

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from dmlbench import paths
 from dmlbench.errors import DmlbenchError
-from dmlbench.launch import worker_environment
+from dmlbench.launch import run_to_the_end, worker_environment
 from dmlbench.params.complete import load_complete
 from dmlbench.params.model import Params
 from dmlbench.params.presets import listing, load_preset
@@ -180,7 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     env = worker_environment(gpu=",".join(gpus) if gpus else None)
     command = [sys.executable, "-m", "dvc", "repro"]
     if plan is None:
-        code = subprocess.run(command, env=env, check=False).returncode
+        try:  # the stage dvc runs stops at its checkpoint on Ctrl-C (subprocess.run would kill dvc)
+            code = run_to_the_end(command, Path.cwd(), env)
+        except KeyboardInterrupt:
+            print("error: interrupted", file=sys.stderr)
+            return 130
     else:
         check = subprocess.run(
             command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
