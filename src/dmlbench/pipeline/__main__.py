@@ -53,12 +53,13 @@ from pathlib import Path
 
 from dmlbench import paths
 from dmlbench.errors import DmlbenchError
-from dmlbench.launch import run_to_the_end, worker_environment
+from dmlbench.launch import worker_environment
 from dmlbench.params.complete import load_complete
 from dmlbench.params.model import Params
 from dmlbench.params.presets import listing, load_preset
 from dmlbench.pipeline.device_check import export_device, preflight
 from dmlbench.pipeline.fetch import fetch_all
+from dmlbench.pipeline.interrupts import run_to_the_end
 from dmlbench.pipeline.local import LOG_DIR, plan_after_validate, run_parallel, worker_gpus
 from dmlbench.pipeline.mps import mps_control, mps_daemon
 from dmlbench.pipeline.plan import record_empty_dropbox

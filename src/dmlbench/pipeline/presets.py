@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dmlbench.launch import run_to_the_end
 from dmlbench.params.presets import Preset, params_text
+from dmlbench.pipeline.interrupts import run_to_the_end
 from dmlbench.pipeline.workspace import environment, prepare_workspace, uncommitted_code
 
 
