@@ -30,20 +30,14 @@ from pathlib import Path
 from typing import Any
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")  # run from a checkout without installing
+sys.path.insert(0, SRC)
+
+from dmlbench.train.throughput import add_setting_arguments, benchmark_steps, setting_from_arguments  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backbone", default="bn_inception")
-    parser.add_argument("--loss", default="multi_similarity")
-    parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--image-size", type=int, default=256, help="side of the cached uint8 images")
-    parser.add_argument("--crop", type=int, default=227, help="training crop size")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--per-class", type=int, default=4)
-    parser.add_argument("--grad-clip", type=float, default=None)
-    parser.add_argument("--images", type=int, default=2000, help="size of each training's synthetic image cache")
-    parser.add_argument("--classes", type=int, default=100)
+    add_setting_arguments(parser, backbone="bn_inception", dim=128, image_size=256, crop=227)
     parser.add_argument("--concurrency", default="1,2,4,8", help="comma-separated numbers of trainings at once")
     parser.add_argument("--seconds", type=float, default=15.0, help="timed wall time of each training")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps before the barrier (>= 1)")
@@ -67,17 +61,11 @@ def parse_args() -> argparse.Namespace:
 def train_for(args: argparse.Namespace, share: int, threads: int, barrier: Any, results: Any) -> None:
     """One training process: build, warm up, wait at the barrier, train ``args.seconds``."""
     os.environ["DMLBENCH_GPU_SHARE"] = str(share)
-    sys.path.insert(0, SRC)
     import torch
 
     torch.set_num_threads(threads)
-    from dmlbench.train.throughput import ThroughputSetting, benchmark_steps
-
     device = torch.device(args.device)
-    setting = ThroughputSetting(
-        "packing", args.backbone, args.crop, args.batch, args.per_class, args.dim, args.image_size,
-        loss=args.loss, grad_clip=args.grad_clip,
-    )  # fmt: skip
+    setting = setting_from_arguments(args, "packing")
     steps = benchmark_steps(setting, device, iterations=1000, images=args.images, classes=args.classes)
     for _ in range(args.warmup):
         loss = steps.full()
@@ -144,7 +132,6 @@ def run_packed(args: argparse.Namespace, trainings: int) -> dict[str, Any]:
 
 def main() -> None:
     args = parse_args()
-    sys.path.insert(0, SRC)
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -21,20 +21,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # run from
 
 import torch  # noqa: E402
 
-from dmlbench.train.throughput import ThroughputSetting, matmul_peak_flops, measure_throughput  # noqa: E402
+from dmlbench.train.throughput import (  # noqa: E402
+    add_setting_arguments,
+    matmul_peak_flops,
+    measure_throughput,
+    setting_from_arguments,
+)
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backbone", default="tiny_cnn")
-    parser.add_argument("--loss", default="multi_similarity")
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--image-size", type=int, default=36, help="side of the cached uint8 images")
-    parser.add_argument("--crop", type=int, default=32, help="training crop size")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--per-class", type=int, default=4)
-    parser.add_argument("--images", type=int, default=2000, help="size of the synthetic image cache")
-    parser.add_argument("--classes", type=int, default=100)
+    add_setting_arguments(parser, backbone="tiny_cnn", dim=64, image_size=36, crop=32)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -46,9 +43,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     device = torch.device(args.device)
-    setting = ThroughputSetting(
-        "cli", args.backbone, args.crop, args.batch, args.per_class, args.dim, args.image_size, loss=args.loss
-    )
+    setting = setting_from_arguments(args)
     peak = matmul_peak_flops(device) if args.mfu else None
     result = measure_throughput(
         setting, device, args.steps, args.warmup, args.images, args.classes, not args.no_fast_path or None, peak

@@ -18,6 +18,7 @@ reaches in practice, not to its datasheet.
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -47,6 +48,28 @@ class ThroughputSetting:
     loss: str = "multi_similarity"
     frozen_bn: bool = True
     grad_clip: float | None = None
+
+
+def add_setting_arguments(parser: argparse.ArgumentParser, backbone: str, dim: int, image_size: int, crop: int) -> None:
+    """The options of one measured setting (``benchmarks/train_throughput.py``, ``gpu_packing.py``)."""
+    parser.add_argument("--backbone", default=backbone)
+    parser.add_argument("--loss", default="multi_similarity")
+    parser.add_argument("--dim", type=int, default=dim)
+    parser.add_argument("--image-size", type=int, default=image_size, help="side of the cached uint8 images")
+    parser.add_argument("--crop", type=int, default=crop, help="training crop size")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--per-class", type=int, default=4)
+    parser.add_argument("--grad-clip", type=float, default=None, help="gradient value clipping (thesis: 10)")
+    parser.add_argument("--images", type=int, default=2000, help="size of a training's synthetic image cache")
+    parser.add_argument("--classes", type=int, default=100)
+
+
+def setting_from_arguments(args: argparse.Namespace, name: str = "cli") -> ThroughputSetting:
+    """The setting :func:`add_setting_arguments`' options describe."""
+    return ThroughputSetting(
+        name, args.backbone, args.crop, args.batch, args.per_class, args.dim, args.image_size,
+        loss=args.loss, grad_clip=args.grad_clip,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
