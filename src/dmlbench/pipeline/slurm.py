@@ -43,7 +43,14 @@ from pathlib import Path
 
 from dmlbench import paths
 from dmlbench.errors import DmlbenchError
-from dmlbench.launch import JOB_ENV_VARIABLE, job_script, resource_args, tunes_as_array, write_job_environment
+from dmlbench.launch import (
+    JOB_ENV_VARIABLE,
+    job_script,
+    resource_args,
+    tunes_as_array,
+    worker_environment,
+    write_job_environment,
+)
 from dmlbench.params.cluster import ClusterConfig, StageResources, cluster_settings
 from dmlbench.params.model import Params
 from dmlbench.params.tuning import tuning_settings
@@ -53,6 +60,7 @@ from dmlbench.pipeline.job import spec_path
 from dmlbench.pipeline.local import GPU_SHARE_VARIABLE, LOG_DIR, plan_after_validate
 from dmlbench.pipeline.plan import Plan
 from dmlbench.pipeline.record import RecordError, StageBook
+from dmlbench.pipeline.record_only import HereStages, record_only_stages
 from dmlbench.tracking.store import ensure_experiment, tracking_uri
 
 JOB_ENV_FILE = "slurm-job.env"  # in LOG_DIR: the variables every job exports (job_environment)
@@ -60,6 +68,7 @@ JOB_ENV_FILE = "slurm-job.env"  # in LOG_DIR: the variables every job exports (j
 FORWARDED_PREFIXES = ("DMLBENCH_", "MLFLOW_", "DVC_", "OPTUNA_")
 FORWARDED = ("PGPASSFILE", "PGSERVICEFILE", "PYTHONPATH", "TORCH_HOME", "HF_HOME", "XDG_CACHE_HOME",
              "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", "NO_PROXY", "no_proxy")  # fmt: skip
+HERE = "here"  # the job id of a stage this process runs itself (record_only: no job)
 DONE = {"COMPLETED"}
 FAILED = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 
@@ -114,23 +123,43 @@ class Submission:
 
     def __init__(self, order: list[str], waits_for: dict[str, set[str]], config: ClusterConfig, root: Path,
                  log_dir: Path, python: str = sys.executable, array_waiters: frozenset[str] = frozenset(),
-                 env_file: Path | None = None, quiet: bool = False, book: StageBook | None = None) -> None:  # fmt: skip
+                 env_file: Path | None = None, quiet: bool = False, book: StageBook | None = None,
+                 here: frozenset[str] = frozenset(), here_env: dict[str, str] | None = None) -> None:  # fmt: skip
         self.pending, self.waits_for, self.config = list(order), waits_for, config
         self.root, self.log_dir, self.python = root.resolve(), log_dir, python
         self.array_waiters, self.env_file, self.quiet = array_waiters, env_file, quiet
         self.limit = config.max_jobs or max(1, len(order))
-        self.jobs: dict[str, Job] = {}
+        self.jobs: dict[str, Job] = {}  # every stage started (a job, or run here) or not submitted
         self.final: dict[str, str] = {}
         self.book = book  # writes each job's spec, records completed stages (None: the specs exist)
+        # stages that only write a record (:mod:`dmlbench.pipeline.record_only`): run by this process, no job
+        self.here, self.runner = here, HereStages(here_env if here_env is not None else dict(os.environ))
 
     def in_flight(self) -> list[Job]:
-        return [job for job in self.jobs.values() if job.stage not in self.final]
+        """The jobs queued or running (not the stages running here)."""
+        return [job for job in self.jobs.values() if job.stage not in self.final and job.job_id != HERE]
+
+    def _ready(self, stage: str) -> bool:
+        """Whether ``stage`` can start now: no stage it waits for is still to start; a stage run here
+        waits for all of them to end, a job for those run here (a job's ``afterok`` covers the jobs)."""
+        upstream = self.waits_for.get(stage, set())
+        if any(u in self.pending for u in upstream):
+            return False
+        started = [u for u in upstream if u in self.jobs]  # (the others are not in the plan)
+        if stage in self.here:
+            return self.runner.has_room() and all(u in self.final for u in started)
+        if len(self.in_flight()) >= self.limit:
+            return False
+        return all(u in self.final for u in started if self.jobs[u].job_id == HERE)
 
     def submit_more(self) -> int:
-        """Submit pending stages while fewer than the limit are in flight; how many were submitted."""
+        """Start the pending stages that are ready (:meth:`_ready`), in order: a job while fewer than
+        the limit are in flight, a record-only stage here; how many started."""
         count = 0
-        while self.pending and len(self.in_flight()) < self.limit:
-            stage = self.pending.pop(0)
+        for stage in list(self.pending):
+            if not self._ready(stage):
+                continue
+            self.pending.remove(stage)
             upstream = sorted(u for u in self.waits_for.get(stage, ()) if u in self.jobs)
             log = (self.log_dir / (stage.replace("/", "_") + ".log")).resolve()
             failed = [u for u in upstream if self.final.get(u, "COMPLETED") not in DONE]
@@ -139,10 +168,19 @@ class Submission:
                 self.jobs[stage], self.final[stage] = Job(stage, "-", log), "CANCELLED"
                 continue
             log.write_text("")  # a fresh log per submission (a requeued job appends to it)
+            spec: dict | None = None
             if self.book is not None:
-                spec = spec_path(stage, self.root)
-                spec.parent.mkdir(parents=True, exist_ok=True)
-                spec.write_text(json.dumps(self.book.job_spec(stage), indent=1))
+                spec = self.book.job_spec(stage)
+                spec_file = spec_path(stage, self.root)
+                spec_file.parent.mkdir(parents=True, exist_ok=True)
+                spec_file.write_text(json.dumps(spec, indent=1))
+            if stage in self.here:
+                if spec is None:
+                    spec = json.loads(spec_path(stage, self.root).read_text())
+                self.runner.start(stage, spec, log)
+                self.jobs[stage] = Job(stage, HERE, log)
+                count += 1
+                continue
             after = [self.jobs[u].job_id for u in upstream if u not in self.final]
             result = subprocess.run(
                 sbatch_command(stage, self.config, after, log, self.root, self.python, stage in self.array_waiters,
@@ -158,6 +196,17 @@ class Submission:
             count += 1
         return count
 
+    def _ended(self, stage: str, state: str, where: str) -> None:
+        if state == "COMPLETED" and self.book is not None:
+            try:  # hashes, cache, lock entry (written in the next batch)
+                self.book.finish(stage)
+            except RecordError as exc:
+                print(f"error: {exc}", file=sys.stderr, flush=True)
+                state = "FAILED"
+        self.final[stage] = state
+        if not self.quiet:
+            print(f"{'done  ' if state in DONE else state:<9} {stage} ({where})", flush=True)
+
     def record(self, current: dict[str, str]) -> int:
         """Record the jobs that ended (reported, one line each); how many did."""
         by_id = {job.job_id: job for job in self.in_flight()}
@@ -165,38 +214,52 @@ class Submission:
         for job_id, state in current.items():
             job = by_id.get(job_id)
             if job is not None and (state in DONE or state in FAILED):
-                if state == "COMPLETED" and self.book is not None:
-                    try:  # hashes, cache, lock entry (written in the next batch)
-                        self.book.finish(job.stage)
-                    except RecordError as exc:
-                        print(f"error: {exc}", file=sys.stderr, flush=True)
-                        state = "FAILED"
-                self.final[job.stage] = state
+                self._ended(job.stage, state, f"job {job_id}")
                 ended += 1
-                if not self.quiet:
-                    print(f"{'done  ' if state in DONE else state:<9} {job.stage} (job {job_id})", flush=True)
         return ended
 
+    def record_here(self) -> int:
+        """Record the stages run here that ended; how many did."""
+        ended = self.runner.ended()
+        for stage, code in ended:
+            self._ended(stage, "COMPLETED" if code == 0 else "FAILED", "run here: no job")
+        return len(ended)
+
     def run(self) -> dict[str, str]:
-        """Submit and watch until every stage has ended; each stage's final state."""
+        """Submit and watch until every stage has ended; each stage's final state. Slurm is asked
+        every poll; a stage run here is recorded (and what waits for it started) as soon as it ends."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         total = len(self.pending)
         self.submit_more()
-        submitted = [job.job_id for job in self.jobs.values() if job.job_id != "-"]
+        submitted = [job.job_id for job in self.jobs.values() if job.job_id not in ("-", HERE)]
         if not self.quiet and submitted:
             rest = f"; {len(self.pending)} more as jobs end (cluster.max_jobs: {self.limit})" if self.pending else ""
             print(f"{len(submitted)} stage(s) submitted to Slurm as jobs {submitted[0]}..{submitted[-1]}{rest} "
                   f"(squeue --me to watch; logs in {self.log_dir}/)", flush=True)  # fmt: skip
+        if not self.quiet and self.here:
+            print(f"{len(self.here)} stage(s) only record published values (tune@ of a protocol that searches "
+                  "nothing): run here, no job", flush=True)  # fmt: skip
         first, longest = self.config.poll_seconds
-        delay = first
+        delay, asked = first, time.monotonic()
         while len(self.final) < total:
-            time.sleep(delay)
-            ended = self.record(states([job.job_id for job in self.in_flight()]))
+            self.runner.wait(max(0.0, asked + delay - time.monotonic()))
+            ended = self.record_here()
+            ask = time.monotonic() >= asked + delay
+            if ask:
+                ended += self.record(states([job.job_id for job in self.in_flight()]))
+                asked = time.monotonic()
             if self.book is not None:
                 self.book.flush()  # one dvc.lock write for the stages recorded by this poll
             ended += self.submit_more()
-            delay = first if ended else min(longest, delay * 1.5)
+            if ended:
+                delay = first
+            elif ask:
+                delay = min(longest, delay * 1.5)
         return self.final
+
+    def stop_here(self) -> list[str]:
+        """Interrupt the stages running here (they are not recorded); which were running."""
+        return self.runner.interrupt()
 
 
 def submit(order: list[str], waits_for: dict[str, set[str]], config: ClusterConfig, root: Path, log_dir: Path,
@@ -277,10 +340,11 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX) -> tuple[int, Pl
         return 0, plan
     require_fetched(params, dropbox)  # here, with the internet: the jobs run offline
     ensure_experiment(params.tracking.experiment)  # once, before the jobs fan out
+    here = record_only_stages(params, plan.order)  # tune@ of published values: run here, no job
     # a tune@ job that runs its workers as an array only waits for them
     tuning = tuning_settings(params)
     arrays = tunes_as_array(tuning.workers, tuning.storage)
-    waiters = frozenset(stage for stage in plan.order if arrays and stage.startswith("tune@"))
+    waiters = frozenset(stage for stage in plan.order if arrays and stage.startswith("tune@") and stage not in here)
     env_file = (LOG_DIR / JOB_ENV_FILE).resolve()
     cluster = cluster_settings(params)
     environment = job_environment(dict(os.environ), env_file)
@@ -288,15 +352,18 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX) -> tuple[int, Pl
         environment[GPU_SHARE_VARIABLE] = str(cluster.gpu_slots)
     write_job_environment(env_file, environment)
     with StageBook(".") as book:  # this process records every stage (DVC's lock held meanwhile)
-        submission = Submission(plan.order, plan.waits_for, cluster, Path("."), LOG_DIR,
-                                array_waiters=waiters, env_file=env_file, book=book)  # fmt: skip
+        submission = Submission(plan.order, plan.waits_for, cluster, Path("."), LOG_DIR, array_waiters=waiters,
+                                env_file=env_file, book=book, here=here,
+                                here_env=worker_environment(1, **environment))  # fmt: skip
         try:
             final = submission.run()
         except KeyboardInterrupt:
             in_flight = [job.job_id for job in submission.in_flight() if job.job_id != "-"]
             cancel(in_flight)  # nobody would record them, and a new run would race them for their outputs
+            stopped = submission.stop_here()
             print(f"interrupted: the stages recorded so far stay recorded; {len(in_flight)} job(s) still queued "
-                  "or running cancelled", file=sys.stderr)  # fmt: skip
+                  f"or running cancelled" + (f", {len(stopped)} stage(s) running here stopped" if stopped else ""),
+                  file=sys.stderr)  # fmt: skip
             raise
     jobs = list(submission.jobs.values())
     if all(state == "COMPLETED" for state in final.values()):

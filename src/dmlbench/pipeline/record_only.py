@@ -1,0 +1,111 @@
+"""Stages that only write a record: the ``tune@`` cells of a protocol that trains published values.
+
+Such a stage searches nothing: it writes ``best.yaml`` saying ``hyperparameters: published`` (and
+empty trial files) in one Python start (``dmlbench.tune.stage.tune_stage`` returns before loading
+any data). dvc.yaml still has it: a DVC matrix is the full product of its lists, and whether the
+grid searches is ``protocols.<protocol>.hyperparameters``, which dvc.yaml cannot read (an
+interpolation inside an interpolation is refused) and which ``train@``'s dependency on
+``best.yaml`` could not follow either (a list cannot be interpolated into ``deps``). Leaving them
+out would take two more keys in params.yaml that must agree with the protocol.
+
+On Slurm each would otherwise be a job with the tune kind's resources (typically a GPU for days),
+queued for hours in front of the trainings that wait for it. The Slurm executor runs them here
+instead (:class:`HereStages`), from the same job spec a job would run, and records them like a
+completed job: the lock says the same, no job is queued.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from dmlbench.params.model import Params
+from dmlbench.pipeline.record import run_job_spec
+
+AT_ONCE = 2  # stages run here at the same time (each a Python start importing torch: ~3 s, ~0.4 GB)
+
+
+def record_only_stages(params: Params, stages: Iterable[str]) -> frozenset[str]:
+    """The ``tune@<dataset>-<backbone>-<loss>`` stages among ``stages`` that search nothing: those
+    whose cell's protocol trains published values (the test ``tune_stage`` makes)."""
+    wanted = set(stages)
+    found: set[str] = set()
+    for dataset in params.datasets:
+        for backbone in params.backbones:
+            if params.protocol.for_run(dataset, backbone).hyperparameters == "tuned":
+                continue
+            found.update(name for loss in params.losses if (name := f"tune@{dataset}-{backbone}-{loss}") in wanted)
+    return frozenset(found)
+
+
+class HereStages:
+    """Stages this process runs itself, at most ``at_once`` at a time: each from its job spec
+    (:func:`dmlbench.pipeline.record.run_job_spec`), in a session of its own, output to its log."""
+
+    def __init__(self, env: Mapping[str, str], at_once: int = AT_ONCE) -> None:
+        self.env, self.at_once = dict(env), at_once
+        self.running: dict[str, tuple[subprocess.Popen[Any], IO[Any]]] = {}
+
+    def has_room(self) -> bool:
+        return len(self.running) < self.at_once
+
+    def start(self, stage: str, spec: dict[str, Any], log: Path) -> None:
+        handle = open(log, "w")  # noqa: SIM115 (closed when the stage ends)
+        try:
+            process = run_job_spec(
+                spec, self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+                # started from a shell's background, SIGINT would be inherited ignored: the interrupt must reach it
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            )  # fmt: skip
+        except BaseException:
+            handle.close()
+            raise
+        self.running[stage] = (process, handle)
+
+    def ended(self) -> list[tuple[str, int]]:
+        """The stages that ended since the last call, with their exit codes."""
+        done = []
+        for stage, (process, handle) in list(self.running.items()):
+            code = process.poll()
+            if code is not None:
+                handle.close()
+                del self.running[stage]
+                done.append((stage, code))
+        return done
+
+    def wait(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less: until a stage running here ends."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if any(process.poll() is not None for process, _ in self.running.values()):
+                return
+            time.sleep(min(0.05, left) if self.running else left)
+
+    def interrupt(self, grace: float = 30.0) -> list[str]:
+        """Tell every running stage to stop (SIGINT to its process group), wait ``grace`` seconds,
+        then kill what is left; the stages that were running."""
+        stages = list(self.running)
+        for process, _ in self.running.values():
+            _signal_group(process, signal.SIGINT)
+        deadline = time.monotonic() + grace
+        for process, handle in self.running.values():
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(process, signal.SIGKILL)
+                process.wait()
+            handle.close()
+        self.running.clear()
+        return stages
+
+
+def _signal_group(process: subprocess.Popen[Any], signum: int) -> None:
+    try:
+        os.killpg(process.pid, signum)
+    except ProcessLookupError:
+        pass

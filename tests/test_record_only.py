@@ -1,0 +1,168 @@
+"""tune@ stages of a protocol that trains published values: which they are, that they only write a
+record, and that the Slurm executor runs them itself (no job) and records them, with the trainings
+waiting for them submitted only after they completed (a stand-in Slurm, :mod:`fake_slurm`)."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import run_checked
+from fake_slurm import install, submitted
+
+from dmlbench.launch import write_job_environment
+from dmlbench.params.cluster import ClusterConfig
+from dmlbench.params.complete import parse_complete as parse_params
+from dmlbench.pipeline.record import StageBook
+from dmlbench.pipeline.record_only import record_only_stages
+from dmlbench.pipeline.slurm import Submission, failure_report, job_environment
+
+
+def _with(raw: dict, hyperparameters: str) -> dict:
+    raw = copy.deepcopy(raw)
+    raw["protocols"][raw["protocol"]]["hyperparameters"] = hyperparameters
+    if hyperparameters == "published":
+        raw["tuning"]["baselines"] = []
+    return raw
+
+
+def test_the_record_only_stages_are_the_tune_cells_of_a_published_protocol(default_raw_params, tmp_path, monkeypatch):
+    from dmlbench.tune.stage import tune_stage
+
+    raw = _with(default_raw_params, "published")
+    raw["backbones"]["tiny_vit"] = {}
+    params = parse_params(raw)
+    tunes = [f"tune@glyphs-{b}-{loss}" for b in ("tiny_cnn", "tiny_vit") for loss in raw["losses"]]
+    planned = [*tunes, "train@glyphs-tiny_cnn-contrastive-32-0", "tune@other-tiny_cnn-contrastive"]
+    assert record_only_stages(params, planned) == frozenset(tunes)  # only stages of the grid and the plan
+    assert record_only_stages(params, tunes[:3]) == frozenset(tunes[:3])
+    assert record_only_stages(parse_params(_with(default_raw_params, "tuned")), tunes) == frozenset()
+    # each is what the stage itself does: a record, no search, no data read (none prepared here)
+    monkeypatch.chdir(tmp_path)
+    record = tune_stage(params, "glyphs", "tiny_vit", "triplet")
+    assert record["hyperparameters"] == "published" and record["values"] == {}
+    best = yaml.safe_load(Path("artifacts/tuning/glyphs/tiny_vit/triplet/best.yaml").read_text())
+    assert best["hyperparameters"] == "published"
+
+
+def _project(tmp_path: Path, tune: str) -> tuple[Path, dict[str, str]]:
+    """A DVC project: ``prep`` (a job), ``tune@a`` running ``tune`` after it, ``train@a`` reading
+    what tune@a wrote (a job)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    env = dict(os.environ, DVC_NO_ANALYTICS="1", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com",
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.com")  # fmt: skip
+    env.pop("DVC_ROOT", None)
+    run_checked(["git", "init", "-q"], root, env)
+    run_checked([sys.executable, "-m", "dvc", "init", "-q"], root, env)
+    pipeline = {
+        "stages": {
+            "prep": {"cmd": "python -c \"open('prepared', 'w').write('prepared')\"", "outs": ["prepared"]},
+            "tune": {"foreach": ["a"], "do": {"cmd": tune, "deps": ["prepared"], "outs": ["best.yaml"]}},
+            "train": {
+                "foreach": ["a"],
+                "do": {"cmd": "python -c \"open('model', 'w').write(open('best.yaml').read())\"",
+                       "deps": ["best.yaml"], "outs": ["model"]},
+            },
+        }
+    }  # fmt: skip
+    (root / "dvc.yaml").write_text(yaml.safe_dump(pipeline))
+    run_checked(["git", "add", "-A"], root, env)
+    run_checked(["git", "commit", "-q", "-m", "project"], root, env)
+    env.update(install(tmp_path / "bin", tmp_path / "slurm"))
+    return root, env
+
+
+ORDER = ["prep", "tune@a", "train@a"]
+WAITS = {"prep": set(), "tune@a": {"prep"}, "train@a": {"tune@a"}}
+CONFIG = ClusterConfig.model_validate({"poll_seconds": [0.2, 0.5], "default": {"cpus": 1, "mem": "1G", "time": "10"}})
+
+
+def _submit(root: Path, env: dict[str, str], monkeypatch) -> tuple[dict[str, str], Submission, str]:
+    monkeypatch.chdir(root)
+    for key in ("PATH", "FAKE_SLURM_DIR"):
+        monkeypatch.setenv(key, env[key])
+    env_file = (root / "artifacts" / "logs" / "slurm-job.env").resolve()
+    env_file.parent.mkdir(parents=True)
+    write_job_environment(env_file, job_environment(dict(os.environ), env_file))
+    with StageBook(".") as book:
+        submission = Submission(ORDER, WAITS, CONFIG, Path("."), Path("artifacts/logs"), env_file=env_file,
+                                book=book, here=frozenset({"tune@a"}), here_env=dict(os.environ))  # fmt: skip
+        final = submission.run()
+    lock = yaml.safe_load((root / "dvc.lock").read_text()) if (root / "dvc.lock").exists() else {"stages": {}}
+    return final, submission, " ".join(sorted(lock["stages"]))
+
+
+# the record says where it was written: SLURM_JOB_ID is set in every (stand-in) Slurm job
+WRITE_HERE = "python -c \"import os; open('best.yaml', 'w').write('job ' + os.environ.get('SLURM_JOB_ID', 'none'))\""
+
+
+@pytest.mark.slow
+def test_slurm_runs_a_record_only_stage_itself_and_submits_what_waits_for_it_after(tmp_path, monkeypatch, capsys):
+    root, env = _project(tmp_path, WRITE_HERE)
+    final, submission, recorded = _submit(root, env, monkeypatch)
+    assert final == dict.fromkeys(ORDER, "COMPLETED")
+    calls = submitted(tmp_path / "slurm")
+    assert [next(a for a in call["args"] if a.startswith("--job-name=")) for call in calls] == [
+        "--job-name=prep",
+        "--job-name=train@a",
+    ]  # no job for tune@a
+    train = calls[1]["args"]
+    assert not any(a.startswith("--dependency") for a in train)  # submitted once tune@a had completed
+    assert (root / "model").read_text() == "job none"  # train read what tune@a wrote here, not in a job
+    assert recorded == "prep train@a tune@a"
+    assert "up to date" in run_checked([sys.executable, "-m", "dvc", "status"], root, env).stdout
+    assert "done      tune@a (run here: no job)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_failed_record_only_stage_is_not_recorded_and_nothing_after_it_is_submitted(tmp_path, monkeypatch):
+    root, env = _project(tmp_path, "python -c \"import sys; print('no record'); sys.exit(3)\"")
+    final, submission, recorded = _submit(root, env, monkeypatch)
+    assert final == {"prep": "COMPLETED", "tune@a": "FAILED", "train@a": "CANCELLED"}
+    assert len(submitted(tmp_path / "slurm")) == 1  # prep only
+    assert recorded == "prep"
+    report = failure_report(list(submission.jobs.values()), final)
+    assert "stage tune@a FAILED (job here)" in report and "no record" in report
+    status = subprocess.run([sys.executable, "-m", "dvc", "status"], cwd=root, env=env, capture_output=True,
+                            text=True, check=False).stdout  # fmt: skip
+    assert "tune@a" in status and "train@a" in status and "prep:" not in status
+
+
+def test_the_slurm_executor_hands_the_record_only_stages_to_its_submission(default_raw_params, tmp_path, monkeypatch):
+    """run_on_slurm picks them from params (not as tune worker-array waiters) and gives their
+    processes the jobs' variables (offline, the tracking URI), one thread each."""
+    from contextlib import nullcontext
+
+    from dmlbench.pipeline import slurm
+    from dmlbench.pipeline.plan import Plan
+
+    raw = _with(default_raw_params, "published")
+    raw["tuning"].update(workers=2, storage="postgresql://u@db/optuna")  # tune jobs as worker arrays
+    params = parse_params(raw)
+    order = ["tune@glyphs-tiny_cnn-contrastive", "tune@glyphs-tiny_cnn-triplet", "train@glyphs-tiny_cnn-triplet-32-0"]
+    for name in ("require_slurm", "require_tracking_for_cluster", "require_fetched", "ensure_experiment"):
+        monkeypatch.setattr(slurm, name, lambda *args, **kwargs: None)
+    monkeypatch.setattr(slurm, "plan_after_validate", lambda: Plan(order, {order[2]: {order[1]}}))
+    monkeypatch.setattr(slurm, "StageBook", lambda root: nullcontext())
+    seen: dict = {}
+
+    class Recorded:
+        def __init__(self, *args, **kwargs):
+            seen.update(kwargs)
+            self.jobs: dict = {}
+
+        def run(self):
+            return dict.fromkeys(order, "COMPLETED")
+
+    monkeypatch.setattr(slurm, "Submission", Recorded)
+    monkeypatch.chdir(tmp_path)
+    assert slurm.run_on_slurm(params)[0] == 0
+    assert seen["here"] == frozenset(order[:2]) and seen["array_waiters"] == frozenset()
+    env = seen["here_env"]
+    assert env["DMLBENCH_OFFLINE"] == "1" and env["OMP_NUM_THREADS"] == "1" and "MLFLOW_TRACKING_URI" in env
