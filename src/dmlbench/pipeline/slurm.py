@@ -18,10 +18,13 @@ is recorded here (:class:`dmlbench.pipeline.record.StageBook`: hashes, cache, lo
 stages one poll found in one ``dvc.lock`` write. Jobs ending out of order or requeued never touch
 the lock; a stage whose job did not complete is never recorded; stopping this command leaves the
 recorded ones recorded (jobs still running then are re-run by the next run: keep it alive, e.g. in
-``tmux``, or submit it as a small CPU job of its own). Unlike the local executor, a stage after a
-re-run one runs even when its inputs came out the same (its job was submitted before they existed);
-a stale ``validate`` (any edit of params.yaml or the code) runs here first, so the plan holds only the
-stages whose inputs manifests changed.
+``tmux``, or submit it as a small CPU job of its own). A stage stale now is submitted at once (its
+``afterok`` on the upstream jobs in flight); one that is only downstream of those is held back
+until they ended, and then, as under ``dvc repro`` and the local executor, not run at all when its
+inputs came out the same (a comment edited in a dataset's code re-runs its prepare stage, not every
+training on it). A stale ``validate`` (any edit of params.yaml or the code) runs here first, so the
+plan holds only the stages whose inputs manifests changed and what follows them. ``tune@`` stages
+that search nothing run here, not as jobs (:mod:`dmlbench.pipeline.record_only`).
 The submitting command watches the jobs (one ``squeue`` per poll for all of them, then
 ``sacct`` / ``scontrol`` for the ended; polls ``cluster.poll_seconds`` apart, the wait growing
 while nothing ends) to report: which stage failed, its state and its log
@@ -69,7 +72,8 @@ FORWARDED_PREFIXES = ("DMLBENCH_", "MLFLOW_", "DVC_", "OPTUNA_")
 FORWARDED = ("PGPASSFILE", "PGSERVICEFILE", "PYTHONPATH", "TORCH_HOME", "HF_HOME", "XDG_CACHE_HOME",
              "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", "NO_PROXY", "no_proxy")  # fmt: skip
 HERE = "here"  # the job id of a stage this process runs itself (record_only: no job)
-DONE = {"COMPLETED"}
+UNCHANGED = "UNCHANGED"  # not run: only downstream of a re-run stage, whose outputs came out the same
+DONE = {"COMPLETED", UNCHANGED}
 FAILED = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 
 
@@ -124,7 +128,8 @@ class Submission:
     def __init__(self, order: list[str], waits_for: dict[str, set[str]], config: ClusterConfig, root: Path,
                  log_dir: Path, python: str = sys.executable, array_waiters: frozenset[str] = frozenset(),
                  env_file: Path | None = None, quiet: bool = False, book: StageBook | None = None,
-                 here: frozenset[str] = frozenset(), here_env: dict[str, str] | None = None) -> None:  # fmt: skip
+                 here: frozenset[str] = frozenset(), here_env: dict[str, str] | None = None,
+                 stale: frozenset[str] | None = None) -> None:  # fmt: skip
         self.pending, self.waits_for, self.config = list(order), waits_for, config
         self.root, self.log_dir, self.python = root.resolve(), log_dir, python
         self.array_waiters, self.env_file, self.quiet = array_waiters, env_file, quiet
@@ -134,14 +139,21 @@ class Submission:
         self.book = book  # writes each job's spec, records completed stages (None: the specs exist)
         # stages that only write a record (:mod:`dmlbench.pipeline.record_only`): run by this process, no job
         self.here, self.runner = here, HereStages(here_env if here_env is not None else dict(os.environ))
+        # the stages stale now; the rest of the plan is only downstream of them: held back until what
+        # they wait for ended, then run only if their inputs changed (as dvc repro; None: all stale)
+        self.stale = stale
 
     def in_flight(self) -> list[Job]:
         """The jobs queued or running (not the stages running here)."""
         return [job for job in self.jobs.values() if job.stage not in self.final and job.job_id != HERE]
 
+    def _held_back(self, stage: str) -> bool:
+        return self.stale is not None and stage not in self.stale
+
     def _ready(self, stage: str) -> bool:
         """Whether ``stage`` can start now: no stage it waits for is still to start; a stage run here
-        waits for all of them to end, a job for those run here (a job's ``afterok`` covers the jobs)."""
+        or held back (:attr:`stale`) waits for all of them to end, a job for those run here (a job's
+        ``afterok`` covers the jobs)."""
         upstream = self.waits_for.get(stage, set())
         if any(u in self.pending for u in upstream):
             return False
@@ -150,7 +162,8 @@ class Submission:
             return self.runner.has_room() and all(u in self.final for u in started)
         if len(self.in_flight()) >= self.limit:
             return False
-        return all(u in self.final for u in started if self.jobs[u].job_id == HERE)
+        waited = started if self._held_back(stage) else [u for u in started if self.jobs[u].job_id == HERE]
+        return all(u in self.final for u in waited)
 
     def submit_more(self) -> int:
         """Start the pending stages that are ready (:meth:`_ready`), in order: a job while fewer than
@@ -166,6 +179,12 @@ class Submission:
             if failed:  # Slurm would cancel it: it is not submitted at all
                 log.write_text(f"not submitted: its upstream stage {failed[0]} ended {self.final[failed[0]]}\n")
                 self.jobs[stage], self.final[stage] = Job(stage, "-", log), "CANCELLED"
+                continue
+            if self._held_back(stage) and self.book is not None and not self.book.is_changed(stage):
+                log.write_text("not run: what it depends on came out the same (as dvc repro skips it)\n")
+                self.jobs[stage], self.final[stage] = Job(stage, "-", log), UNCHANGED
+                if not self.quiet:
+                    print(f"{'same':<9} {stage} (its inputs came out the same: not run)", flush=True)
                 continue
             log.write_text("")  # a fresh log per submission (a requeued job appends to it)
             spec: dict | None = None
@@ -354,7 +373,7 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX) -> tuple[int, Pl
     with StageBook(".") as book:  # this process records every stage (DVC's lock held meanwhile)
         submission = Submission(plan.order, plan.waits_for, cluster, Path("."), LOG_DIR, array_waiters=waiters,
                                 env_file=env_file, book=book, here=here,
-                                here_env=worker_environment(1, **environment))  # fmt: skip
+                                here_env=worker_environment(1, **environment), stale=plan.stale)  # fmt: skip
         try:
             final = submission.run()
         except KeyboardInterrupt:
@@ -366,7 +385,7 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX) -> tuple[int, Pl
                   file=sys.stderr)  # fmt: skip
             raise
     jobs = list(submission.jobs.values())
-    if all(state == "COMPLETED" for state in final.values()):
+    if all(state in DONE for state in final.values()):
         return 0, plan
     print("error: " + failure_report(jobs, final), file=sys.stderr)
     return 1, plan

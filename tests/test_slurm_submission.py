@@ -1,6 +1,7 @@
-"""tune@ stages of a protocol that trains published values: which they are, that they only write a
-record, and that the Slurm executor runs them itself (no job) and records them, with the trainings
-waiting for them submitted only after they completed (a stand-in Slurm, :mod:`fake_slurm`)."""
+"""The Slurm executor's submission (a stand-in Slurm, :mod:`fake_slurm`): tune@ stages of a protocol
+that trains published values (which they are, that they only write a record) run by the executor
+itself, no job, with the trainings waiting for them submitted once they completed; and a stage
+that is only downstream of a re-run one is not run when its inputs came out the same."""
 
 from __future__ import annotations
 
@@ -83,23 +84,28 @@ WAITS = {"prep": set(), "tune@a": {"prep"}, "train@a": {"tune@a"}}
 CONFIG = ClusterConfig.model_validate({"poll_seconds": [0.2, 0.5], "default": {"cpus": 1, "mem": "1G", "time": "10"}})
 
 
-def _submit(root: Path, env: dict[str, str], monkeypatch) -> tuple[dict[str, str], Submission, str]:
+def _submit(root: Path, env: dict[str, str], monkeypatch, stale: frozenset[str] | None = None,
+            order: list[str] = ORDER) -> tuple[dict[str, str], Submission, str]:  # fmt: skip
     monkeypatch.chdir(root)
     for key in ("PATH", "FAKE_SLURM_DIR"):
         monkeypatch.setenv(key, env[key])
     env_file = (root / "artifacts" / "logs" / "slurm-job.env").resolve()
-    env_file.parent.mkdir(parents=True)
+    env_file.parent.mkdir(parents=True, exist_ok=True)
     write_job_environment(env_file, job_environment(dict(os.environ), env_file))
     with StageBook(".") as book:
-        submission = Submission(ORDER, WAITS, CONFIG, Path("."), Path("artifacts/logs"), env_file=env_file,
-                                book=book, here=frozenset({"tune@a"}), here_env=dict(os.environ))  # fmt: skip
+        submission = Submission(order, WAITS, CONFIG, Path("."), Path("artifacts/logs"), env_file=env_file,
+                                book=book, here=frozenset({"tune@a"}), here_env=dict(os.environ),
+                                stale=stale)  # fmt: skip
         final = submission.run()
     lock = yaml.safe_load((root / "dvc.lock").read_text()) if (root / "dvc.lock").exists() else {"stages": {}}
     return final, submission, " ".join(sorted(lock["stages"]))
 
 
 # the record says where it was written: SLURM_JOB_ID is set in every (stand-in) Slurm job
-WRITE_HERE = "python -c \"import os; open('best.yaml', 'w').write('job ' + os.environ.get('SLURM_JOB_ID', 'none'))\""
+WRITE_HERE = (
+    "python -c \"import os; open('best.yaml', 'w').write("
+    "'job ' + os.environ.get('SLURM_JOB_ID', 'none') + ' ' + open('prepared').read())\""
+)
 
 
 @pytest.mark.slow
@@ -114,7 +120,7 @@ def test_slurm_runs_a_record_only_stage_itself_and_submits_what_waits_for_it_aft
     ]  # no job for tune@a
     train = calls[1]["args"]
     assert not any(a.startswith("--dependency") for a in train)  # submitted once tune@a had completed
-    assert (root / "model").read_text() == "job none"  # train read what tune@a wrote here, not in a job
+    assert (root / "model").read_text() == "job none prepared"  # train read what tune@a wrote here, not in a job
     assert recorded == "prep train@a tune@a"
     assert "up to date" in run_checked([sys.executable, "-m", "dvc", "status"], root, env).stdout
     assert "done      tune@a (run here: no job)" in capsys.readouterr().out
@@ -166,3 +172,37 @@ def test_the_slurm_executor_hands_the_record_only_stages_to_its_submission(defau
     assert seen["here"] == frozenset(order[:2]) and seen["array_waiters"] == frozenset()
     env = seen["here_env"]
     assert env["DMLBENCH_OFFLINE"] == "1" and env["OMP_NUM_THREADS"] == "1" and "MLFLOW_TRACKING_URI" in env
+
+
+def _job_names(state: Path) -> list[str]:
+    return [next(a for a in call["args"] if a.startswith("--job-name=")).split("=", 1)[1] for call in submitted(state)]
+
+
+@pytest.mark.slow
+def test_on_slurm_what_follows_a_stage_re_run_to_the_same_outputs_is_not_run(tmp_path, monkeypatch, capsys):
+    """As dvc repro (and the local executor): prep's command edited, its output the same -> tune@a
+    and train@a are held back until it ended, then not run; its output changed -> they run."""
+    from dmlbench.pipeline.plan import make_plan
+
+    root, env = _project(tmp_path, WRITE_HERE)
+    assert _submit(root, env, monkeypatch)[0] == dict.fromkeys(ORDER, "COMPLETED")
+    written = (root / "model").stat().st_mtime_ns  # a re-run of train@a would write it again
+    dvc_yaml = root / "dvc.yaml"
+
+    dvc_yaml.write_text(dvc_yaml.read_text().replace("write('prepared')", "write('prep' + 'ared')"))
+    plan = make_plan(root)
+    assert plan.order == ORDER and plan.stale == frozenset({"prep"})  # the others only follow prep
+    final, _, _ = _submit(root, env, monkeypatch, plan.stale, plan.order)
+    assert final == {"prep": "COMPLETED", "tune@a": "UNCHANGED", "train@a": "UNCHANGED"}
+    assert _job_names(tmp_path / "slurm") == ["prep", "train@a", "prep"]  # one job more: prep
+    assert "same      train@a (its inputs came out the same: not run)" in capsys.readouterr().out
+    assert (root / "model").stat().st_mtime_ns == written
+    assert "up to date" in run_checked([sys.executable, "-m", "dvc", "status"], root, env).stdout
+
+    dvc_yaml.write_text(dvc_yaml.read_text().replace("write('prep' + 'ared')", "write('changed')"))
+    plan = make_plan(root)
+    final, _, _ = _submit(root, env, monkeypatch, plan.stale, plan.order)
+    assert final == dict.fromkeys(ORDER, "COMPLETED")
+    assert _job_names(tmp_path / "slurm")[3:] == ["prep", "train@a"]
+    assert (root / "model").read_text() == "job none changed"
+    assert "up to date" in run_checked([sys.executable, "-m", "dvc", "status"], root, env).stdout
