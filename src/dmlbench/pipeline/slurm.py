@@ -21,8 +21,8 @@ recorded ones recorded (jobs still running then are re-run by the next run: keep
 ``tmux``, or submit it as a small CPU job of its own). A stage stale now is submitted at once (its
 ``afterok`` on the upstream jobs in flight); one that is only downstream of those is held back
 until they ended, and then, as under ``dvc repro`` and the local executor, not run at all when its
-inputs came out the same (a comment edited in a dataset's code re-runs its prepare stage, not every
-training on it). A stale ``validate`` (any edit of params.yaml or the code) runs here first, so the
+inputs came out the same (an edit of ``tuning:`` under a protocol that trains published values
+re-runs the ``tune@`` records, identical, and no training after them). A stale ``validate`` (any edit of params.yaml or the code) runs here first, so the
 plan holds only the stages whose inputs manifests changed and what follows them. ``tune@`` stages
 that search nothing run here, not as jobs (:mod:`dmlbench.pipeline.record_only`).
 The submitting command watches the jobs (one ``squeue`` per poll for all of them, then
