@@ -106,7 +106,7 @@ def test_failure_report_names_the_failed_stage_its_log_and_the_cancelled(tmp_pat
     ]
     text = failure_report(jobs, {"train@a": "FAILED", "evaluate@a": "CANCELLED", "report": "CANCELLED"})
     assert text.startswith(f"stage train@a FAILED (job 7); log: {log}\n") and "RuntimeError: diverged" in text
-    assert text.endswith("cancelled by Slurm as their dependencies failed: evaluate@a, report")
+    assert text.endswith("cancelled as their dependencies failed (by Slurm, or never submitted): evaluate@a, report")
 
 
 STAGE = """\

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import copy
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ from dmlbench.launch import write_job_environment
 from dmlbench.params.cluster import ClusterConfig
 from dmlbench.params.complete import parse_complete as parse_params
 from dmlbench.pipeline.record import StageBook
-from dmlbench.pipeline.record_only import record_only_stages
+from dmlbench.pipeline.record_only import here_environment, record_only_stages
 from dmlbench.pipeline.slurm import Submission, failure_report, job_environment
 
 
@@ -51,9 +53,9 @@ def test_the_record_only_stages_are_the_tune_cells_of_a_published_protocol(defau
     assert best["hyperparameters"] == "published"
 
 
-def _project(tmp_path: Path, tune: str) -> tuple[Path, dict[str, str]]:
-    """A DVC project: ``prep`` (a job), ``tune@a`` running ``tune`` after it, ``train@a`` reading
-    what tune@a wrote (a job)."""
+def _project(tmp_path: Path, tune: str, items: tuple[str, ...] = ("a",)) -> tuple[Path, dict[str, str]]:
+    """A DVC project: ``prep`` (a job), ``tune@<item>`` running ``tune`` after it, ``train@<item>``
+    reading what its tune wrote (a job)."""
     root = tmp_path / "repo"
     root.mkdir()
     env = dict(os.environ, DVC_NO_ANALYTICS="1", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com",
@@ -64,11 +66,11 @@ def _project(tmp_path: Path, tune: str) -> tuple[Path, dict[str, str]]:
     pipeline = {
         "stages": {
             "prep": {"cmd": "python -c \"open('prepared', 'w').write('prepared')\"", "outs": ["prepared"]},
-            "tune": {"foreach": ["a"], "do": {"cmd": tune, "deps": ["prepared"], "outs": ["best.yaml"]}},
+            "tune": {"foreach": list(items), "do": {"cmd": tune, "deps": ["prepared"], "outs": ["best-${item}"]}},
             "train": {
-                "foreach": ["a"],
-                "do": {"cmd": "python -c \"open('model', 'w').write(open('best.yaml').read())\"",
-                       "deps": ["best.yaml"], "outs": ["model"]},
+                "foreach": list(items),
+                "do": {"cmd": "python -c \"open('model-${item}', 'w').write(open('best-${item}').read())\"",
+                       "deps": ["best-${item}"], "outs": ["model-${item}"]},
             },
         }
     }  # fmt: skip
@@ -80,30 +82,43 @@ def _project(tmp_path: Path, tune: str) -> tuple[Path, dict[str, str]]:
 
 
 ORDER = ["prep", "tune@a", "train@a"]
-WAITS = {"prep": set(), "tune@a": {"prep"}, "train@a": {"tune@a"}}
 CONFIG = ClusterConfig.model_validate({"poll_seconds": [0.2, 0.5], "default": {"cpus": 1, "mem": "1G", "time": "10"}})
+
+
+def _alarm(_signum, _frame):
+    raise TimeoutError("the submission did not end in 120 s")
 
 
 def _submit(root: Path, env: dict[str, str], monkeypatch, stale: frozenset[str] | None = None,
             order: list[str] = ORDER) -> tuple[dict[str, str], Submission, str]:  # fmt: skip
+    """Run ``order`` (``tune@*`` run here) with a stand-in Slurm: the final states, the submission and
+    the stages dvc.lock records. Stopped after 120 s (a regression that waits forever fails)."""
     monkeypatch.chdir(root)
     for key in ("PATH", "FAKE_SLURM_DIR"):
         monkeypatch.setenv(key, env[key])
     env_file = (root / "artifacts" / "logs" / "slurm-job.env").resolve()
     env_file.parent.mkdir(parents=True, exist_ok=True)
     write_job_environment(env_file, job_environment(dict(os.environ), env_file))
-    with StageBook(".") as book:
-        submission = Submission(order, WAITS, CONFIG, Path("."), Path("artifacts/logs"), env_file=env_file,
-                                book=book, here=frozenset({"tune@a"}), here_env=dict(os.environ),
-                                stale=stale)  # fmt: skip
-        final = submission.run()
+    waits = {stage: {"prep"} if stage.startswith("tune@") else set() for stage in order}
+    waits.update({stage: {stage.replace("train@", "tune@")} for stage in order if stage.startswith("train@")})
+    here = frozenset(stage for stage in order if stage.startswith("tune@"))
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(120)
+    try:
+        with StageBook(".") as book:
+            submission = Submission(order, waits, CONFIG, Path("."), Path("artifacts/logs"), env_file=env_file,
+                                    book=book, here=here, here_env=here_environment({}), stale=stale)  # fmt: skip
+            final = submission.run()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
     lock = yaml.safe_load((root / "dvc.lock").read_text()) if (root / "dvc.lock").exists() else {"stages": {}}
     return final, submission, " ".join(sorted(lock["stages"]))
 
 
 # the record says where it was written: SLURM_JOB_ID is set in every (stand-in) Slurm job
 WRITE_HERE = (
-    "python -c \"import os; open('best.yaml', 'w').write("
+    "python -c \"import os; open('best-${item}', 'w').write("
     "'job ' + os.environ.get('SLURM_JOB_ID', 'none') + ' ' + open('prepared').read())\""
 )
 
@@ -120,7 +135,7 @@ def test_slurm_runs_a_record_only_stage_itself_and_submits_what_waits_for_it_aft
     ]  # no job for tune@a
     train = calls[1]["args"]
     assert not any(a.startswith("--dependency") for a in train)  # submitted once tune@a had completed
-    assert (root / "model").read_text() == "job none prepared"  # train read what tune@a wrote here, not in a job
+    assert (root / "model-a").read_text() == "job none prepared"  # train read what tune@a wrote here, not in a job
     assert recorded == "prep train@a tune@a"
     assert "up to date" in run_checked([sys.executable, "-m", "dvc", "status"], root, env).stdout
     assert "done      tune@a (run here: no job)" in capsys.readouterr().out
@@ -134,7 +149,7 @@ def test_a_failed_record_only_stage_is_not_recorded_and_nothing_after_it_is_subm
     assert len(submitted(tmp_path / "slurm")) == 1  # prep only
     assert recorded == "prep"
     report = failure_report(list(submission.jobs.values()), final)
-    assert "stage tune@a FAILED (job here)" in report and "no record" in report
+    assert "stage tune@a FAILED (run here)" in report and "no record" in report
     status = subprocess.run([sys.executable, "-m", "dvc", "status"], cwd=root, env=env, capture_output=True,
                             text=True, check=False).stdout  # fmt: skip
     assert "tune@a" in status and "train@a" in status and "prep:" not in status
@@ -186,7 +201,7 @@ def test_on_slurm_what_follows_a_stage_re_run_to_the_same_outputs_is_not_run(tmp
 
     root, env = _project(tmp_path, WRITE_HERE)
     assert _submit(root, env, monkeypatch)[0] == dict.fromkeys(ORDER, "COMPLETED")
-    written = (root / "model").stat().st_mtime_ns  # a re-run of train@a would write it again
+    written = (root / "model-a").stat().st_mtime_ns  # a re-run of train@a would write it again
     dvc_yaml = root / "dvc.yaml"
 
     dvc_yaml.write_text(dvc_yaml.read_text().replace("write('prepared')", "write('prep' + 'ared')"))
@@ -196,7 +211,7 @@ def test_on_slurm_what_follows_a_stage_re_run_to_the_same_outputs_is_not_run(tmp
     assert final == {"prep": "COMPLETED", "tune@a": "UNCHANGED", "train@a": "UNCHANGED"}
     assert _job_names(tmp_path / "slurm") == ["prep", "train@a", "prep"]  # one job more: prep
     assert "same      train@a (its inputs came out the same: not run)" in capsys.readouterr().out
-    assert (root / "model").stat().st_mtime_ns == written
+    assert (root / "model-a").stat().st_mtime_ns == written
     assert "up to date" in run_checked([sys.executable, "-m", "dvc", "status"], root, env).stdout
 
     dvc_yaml.write_text(dvc_yaml.read_text().replace("write('prep' + 'ared')", "write('changed')"))
@@ -204,5 +219,48 @@ def test_on_slurm_what_follows_a_stage_re_run_to_the_same_outputs_is_not_run(tmp
     final, _, _ = _submit(root, env, monkeypatch, plan.stale, plan.order)
     assert final == dict.fromkeys(ORDER, "COMPLETED")
     assert _job_names(tmp_path / "slurm")[3:] == ["prep", "train@a"]
-    assert (root / "model").read_text() == "job none changed"
+    assert (root / "model-a").read_text() == "job none changed"
     assert "up to date" in run_checked([sys.executable, "-m", "dvc", "status"], root, env).stdout
+
+
+@pytest.mark.slow
+def test_at_most_two_stages_run_here_at_once(tmp_path, monkeypatch):
+    timed = (
+        'python -c "import time; s = time.time(); time.sleep(1); '
+        "open('best-${item}', 'w').write(str(s)); open('end-${item}', 'w').write(str(time.time()))\""
+    )
+    items = ("a", "b", "c", "d")
+    root, env = _project(tmp_path, timed, items)
+    order = ["prep", *(f"tune@{i}" for i in items), *(f"train@{i}" for i in items)]
+    final, _, recorded = _submit(root, env, monkeypatch, order=order)
+    assert set(final.values()) == {"COMPLETED"} and len(recorded.split()) == len(order)
+    spans = [(float((root / f"best-{i}").read_text()), float((root / f"end-{i}").read_text())) for i in items]
+    for moment, _ in spans:  # at each start, how many were running
+        assert sum(start <= moment < end for start, end in spans) <= 2
+    assert len(submitted(tmp_path / "slurm")) == 1 + len(items)  # prep and the trainings only
+
+
+@pytest.mark.slow
+def test_a_stopped_submission_stops_the_stages_running_here_and_records_none(tmp_path, monkeypatch):
+    """Ctrl-C (here: the KeyboardInterrupt it raises) reaches a stage running here, which is not
+    recorded; what waits for it is never submitted."""
+    slow = "python -c \"import os, time; open('pid', 'w').write(str(os.getpid())); time.sleep(60)\""
+    root, env = _project(tmp_path, slow)
+
+    def interrupt(_signum, _frame):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(signal, "alarm", lambda seconds: None)  # _submit's own guard: replaced by this one
+    previous = signal.signal(signal.SIGUSR2, interrupt)
+    try:
+        threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGUSR2)).start()
+        with pytest.raises(KeyboardInterrupt):
+            _submit(root, env, monkeypatch)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    pid = int((root / "pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # stopped (and reaped)
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    assert sorted(lock["stages"]) == ["prep"] and not (root / "best-a").exists()
+    assert len(submitted(tmp_path / "slurm")) == 1

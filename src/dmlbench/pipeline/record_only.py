@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from dmlbench.launch import worker_environment
 from dmlbench.params.model import Params
 from dmlbench.pipeline.record import run_job_spec
 
@@ -43,6 +44,14 @@ def record_only_stages(params: Params, stages: Iterable[str]) -> frozenset[str]:
     return frozenset(found)
 
 
+def here_environment(job_variables: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a stage run here: this process's (its venv first on ``PATH``, one thread),
+    without the variables of a Slurm job or GPU this process may run in, plus the variables every
+    job exports (:func:`dmlbench.pipeline.slurm.job_environment`: offline, the tracking URI)."""
+    env = worker_environment(1, **job_variables)
+    return {key: value for key, value in env.items() if not key.startswith("SLURM_") and key != "CUDA_VISIBLE_DEVICES"}
+
+
 class HereStages:
     """Stages this process runs itself, at most ``at_once`` at a time: each from its job spec
     (:func:`dmlbench.pipeline.record.run_job_spec`), in a session of its own, output to its log."""
@@ -57,10 +66,11 @@ class HereStages:
     def start(self, stage: str, spec: dict[str, Any], log: Path) -> None:
         handle = open(log, "w")  # noqa: SIM115 (closed when the stage ends)
         try:
+            # started from a shell's background, SIGINT is inherited ignored: the interrupt must reach it
+            inherited = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             process = run_job_spec(
                 spec, self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
-                # started from a shell's background, SIGINT would be inherited ignored: the interrupt must reach it
-                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if inherited else None,
             )  # fmt: skip
         except BaseException:
             handle.close()
@@ -90,17 +100,22 @@ class HereStages:
         """Tell every running stage to stop (SIGINT to its process group), wait ``grace`` seconds,
         then kill what is left; the stages that were running."""
         stages = list(self.running)
-        for process, _ in self.running.values():
-            _signal_group(process, signal.SIGINT)
-        deadline = time.monotonic() + grace
-        for process, handle in self.running.values():
-            try:
-                process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(process, signal.SIGKILL)
-                process.wait()
-            handle.close()
-        self.running.clear()
+        try:
+            for process, _ in self.running.values():
+                _signal_group(process, signal.SIGINT)
+            deadline = time.monotonic() + grace
+            for process, _ in self.running.values():
+                try:
+                    process.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:  # also on a second Ctrl-C while waiting
+            for process, handle in self.running.values():
+                if process.poll() is None:
+                    _signal_group(process, signal.SIGKILL)
+                    process.wait()
+                handle.close()
+            self.running.clear()
         return stages
 
 

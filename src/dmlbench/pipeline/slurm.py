@@ -2,7 +2,8 @@
 
 Every stage the plan holds (:func:`dmlbench.pipeline.local.plan_after_validate`: the stale stages and
 what follows them, once a stale ``validate`` has run here) becomes one ``sbatch`` job on the shared
-checkout, submitted in topological order with
+checkout (but the record-only ``tune@`` stages, run here, and those found unchanged: below), submitted
+in topological order with
 ``--dependency=afterok:<the jobs of its upstream stages still queued or running>`` and
 ``--kill-on-invalid-dep=yes``, so a failed job's dependents are cancelled by Slurm itself. With
 ``cluster.max_jobs: N`` at most N jobs are queued or running at once: the rest are submitted as
@@ -18,13 +19,11 @@ is recorded here (:class:`dmlbench.pipeline.record.StageBook`: hashes, cache, lo
 stages one poll found in one ``dvc.lock`` write. Jobs ending out of order or requeued never touch
 the lock; a stage whose job did not complete is never recorded; stopping this command leaves the
 recorded ones recorded (jobs still running then are re-run by the next run: keep it alive, e.g. in
-``tmux``, or submit it as a small CPU job of its own). A stage stale now is submitted at once (its
-``afterok`` on the upstream jobs in flight); one that is only downstream of those is held back
-until they ended, and then, as under ``dvc repro`` and the local executor, not run at all when its
-inputs came out the same (an edit of ``tuning:`` under a protocol that trains published values
-re-runs the ``tune@`` records, identical, and no training after them). A stale ``validate`` (any edit of params.yaml or the code) runs here first, so the
-plan holds only the stages whose inputs manifests changed and what follows them. ``tune@`` stages
-that search nothing run here, not as jobs (:mod:`dmlbench.pipeline.record_only`).
+``tmux``, or submit it as a small CPU job of its own). A stage stale now is submitted at once; one
+only downstream of those is held back until they ended, then not run at all when its inputs came
+out the same (as ``dvc repro``; e.g. ``tune@`` records re-run after an edit of ``tuning:``, and no
+training after them). ``tune@`` stages that search nothing run here, not as jobs
+(:mod:`dmlbench.pipeline.record_only`).
 The submitting command watches the jobs (one ``squeue`` per poll for all of them, then
 ``sacct`` / ``scontrol`` for the ended; polls ``cluster.poll_seconds`` apart, the wait growing
 while nothing ends) to report: which stage failed, its state and its log
@@ -51,7 +50,6 @@ from dmlbench.launch import (
     job_script,
     resource_args,
     tunes_as_array,
-    worker_environment,
     write_job_environment,
 )
 from dmlbench.params.cluster import ClusterConfig, StageResources, cluster_settings
@@ -63,7 +61,7 @@ from dmlbench.pipeline.job import spec_path
 from dmlbench.pipeline.local import GPU_SHARE_VARIABLE, LOG_DIR, plan_after_validate
 from dmlbench.pipeline.plan import Plan
 from dmlbench.pipeline.record import RecordError, StageBook
-from dmlbench.pipeline.record_only import HereStages, record_only_stages
+from dmlbench.pipeline.record_only import HereStages, here_environment, record_only_stages
 from dmlbench.tracking.store import ensure_experiment, tracking_uri
 
 JOB_ENV_FILE = "slurm-job.env"  # in LOG_DIR: the variables every job exports (job_environment)
@@ -167,7 +165,7 @@ class Submission:
 
     def submit_more(self) -> int:
         """Start the pending stages that are ready (:meth:`_ready`), in order: a job while fewer than
-        the limit are in flight, a record-only stage here; how many started."""
+        the limit are in flight, a record-only stage here; how many jobs were submitted."""
         count = 0
         for stage in list(self.pending):
             if not self._ready(stage):
@@ -198,7 +196,6 @@ class Submission:
                     spec = json.loads(spec_path(stage, self.root).read_text())
                 self.runner.start(stage, spec, log)
                 self.jobs[stage] = Job(stage, HERE, log)
-                count += 1
                 continue
             after = [self.jobs[u].job_id for u in upstream if u not in self.final]
             result = subprocess.run(
@@ -246,13 +243,22 @@ class Submission:
 
     def run(self) -> dict[str, str]:
         """Submit and watch until every stage has ended; each stage's final state. Slurm is asked
-        every poll; a stage run here is recorded (and what waits for it started) as soon as it ends."""
+        every poll; a stage run here is recorded (and what waits for it started) as soon as it ends.
+        Whatever stops this (Ctrl-C, a refused sbatch) stops the stages running here first."""
+        try:
+            return self._run()
+        except BaseException:
+            self.stop_here()
+            raise
+
+    def _run(self) -> dict[str, str]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         total = len(self.pending)
         self.submit_more()
         submitted = [job.job_id for job in self.jobs.values() if job.job_id not in ("-", HERE)]
         if not self.quiet and submitted:
-            rest = f"; {len(self.pending)} more as jobs end (cluster.max_jobs: {self.limit})" if self.pending else ""
+            later = [stage for stage in self.pending if stage not in self.here]
+            rest = f"; {len(later)} more as jobs end (cluster.max_jobs: {self.limit})" if later else ""
             print(f"{len(submitted)} stage(s) submitted to Slurm as jobs {submitted[0]}..{submitted[-1]}{rest} "
                   f"(squeue --me to watch; logs in {self.log_dir}/)", flush=True)  # fmt: skip
         if not self.quiet and self.here:
@@ -262,15 +268,16 @@ class Submission:
         delay, asked = first, time.monotonic()
         while len(self.final) < total:
             self.runner.wait(max(0.0, asked + delay - time.monotonic()))
-            ended = self.record_here()
+            self.record_here()
             ask = time.monotonic() >= asked + delay
+            jobs = 0  # jobs that ended or were submitted: Slurm is asked again soon (stages run here: no)
             if ask:
-                ended += self.record(states([job.job_id for job in self.in_flight()]))
+                jobs += self.record(states([job.job_id for job in self.in_flight()]))
                 asked = time.monotonic()
             if self.book is not None:
                 self.book.flush()  # one dvc.lock write for the stages recorded by this poll
-            ended += self.submit_more()
-            if ended:
+            jobs += self.submit_more()
+            if jobs:
                 delay = first
             elif ask:
                 delay = min(longest, delay * 1.5)
@@ -334,7 +341,7 @@ def states(job_ids: list[str]) -> dict[str, str]:
 
 
 def failure_report(jobs: list[Job], final: dict[str, str], tail_lines: int = 15) -> str:
-    """Which stages failed (state, log, last lines) and which Slurm cancelled because of them."""
+    """Which stages failed (state, log, last lines) and which were cancelled because of them."""
     failed = [job for job in jobs if final.get(job.stage) in FAILED]
     lines = []
     first = [job for job in failed if final[job.stage] != "CANCELLED"] or failed
@@ -342,10 +349,11 @@ def failure_report(jobs: list[Job], final: dict[str, str], tail_lines: int = 15)
         tail = "\n".join(
             line for line in job.log.read_text(errors="replace").splitlines()[-tail_lines:] if line.strip()
         )
-        lines.append(f"stage {job.stage} {final[job.stage]} (job {job.job_id}); log: {job.log}\n{tail}")
+        where = "run here" if job.job_id == HERE else f"job {job.job_id}"
+        lines.append(f"stage {job.stage} {final[job.stage]} ({where}); log: {job.log}\n{tail}")
     cancelled = [job.stage for job in failed if job not in first]
     if cancelled:
-        lines.append(f"cancelled by Slurm as their dependencies failed: {', '.join(cancelled)}")
+        lines.append(f"cancelled as their dependencies failed (by Slurm, or never submitted): {', '.join(cancelled)}")
     return "\n".join(lines)
 
 
@@ -373,7 +381,7 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX) -> tuple[int, Pl
     with StageBook(".") as book:  # this process records every stage (DVC's lock held meanwhile)
         submission = Submission(plan.order, plan.waits_for, cluster, Path("."), LOG_DIR, array_waiters=waiters,
                                 env_file=env_file, book=book, here=here,
-                                here_env=worker_environment(1, **environment), stale=plan.stale)  # fmt: skip
+                                here_env=here_environment(environment), stale=plan.stale)  # fmt: skip
         try:
             final = submission.run()
         except KeyboardInterrupt:
