@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -70,11 +71,15 @@ def _pipeline(root: Path, env: dict[str, str], *args: str) -> subprocess.Complet
                           capture_output=True, text=True, timeout=1200, check=False)  # fmt: skip
 
 
+def _job_ids(output: str) -> list[str]:
+    """The Slurm job of each stage one pipeline run reported ended (``done      <stage> (job N)``)."""
+    return re.findall(r"^\S+ +\S+ \(job (\d+)\)$", output, flags=re.MULTILINE)
+
+
 def _jobs(env: dict[str, str], output: str, field: str = "State") -> list[tuple[str, str]]:
-    """(job name, ``field``) of each job one pipeline run submitted ("as jobs <first>..<last>"),
+    """(job name, ``field``) of each job one pipeline run submitted and saw end (:func:`_job_ids`),
     from Slurm's accounting (sacct); a state without its suffix ("CANCELLED by 0" -> CANCELLED)."""
-    first, last = (int(x) for x in output.split(" as jobs ", 1)[1].split(" ", 1)[0].split(".."))
-    ids = ",".join(str(i) for i in range(first, last + 1))
+    ids = ",".join(_job_ids(output))
     shown = run_checked(["sacct", "-X", "-n", "-P", f"--jobs={ids}", f"--format=JobName%200,{field}"], Path("."), env)
     return [
         (name, value.split()[0]) for name, value in (line.split("|")[:2] for line in shown.stdout.splitlines() if line)
@@ -106,10 +111,18 @@ def test_every_stage_is_one_slurm_job_and_dvc_keeps_every_lock_entry(tmp_path, s
     assert "up to date" in status.stdout
     jobs = _jobs(env, first.stdout)
     assert sorted(name for name, _ in jobs) == sorted(lock) and {state for _, state in jobs} == {"COMPLETED"}
-    # a changed stage: only it and what follows it go to Slurm again
+    # a changed stage goes to Slurm again; what follows it only if its output changed (as dvc repro)
     (root / "dvc.yaml").write_text(yaml.safe_dump(_fan_out(12)).replace("time.sleep(1)", "time.sleep(0)", 1))
     again = _pipeline(root, env)
-    assert again.returncode == 0 and "2 stage(s) submitted to Slurm" in again.stdout, again.stdout + again.stderr
+    assert again.returncode == 0 and len(_job_ids(again.stdout)) == 1, again.stdout + again.stderr
+    assert "same      join (its inputs came out the same: not run)" in again.stdout
+    changed = _fan_out(12)
+    s0 = changed["stages"]["s0"]
+    s0["cmd"] = s0["cmd"].replace("time.sleep(1)", "time.sleep(0)").replace(".write(sys.argv[1])", ".write('zero')")
+    (root / "dvc.yaml").write_text(yaml.safe_dump(changed))  # s0 now writes "zero" into out0
+    third = _pipeline(root, env)
+    assert third.returncode == 0 and len(_job_ids(third.stdout)) == 2, third.stdout + third.stderr
+    assert (root / "joined").read_text() == "zero" + "".join(f"out{i}" for i in range(1, 12))
 
 
 def test_a_failed_job_cancels_its_dependents_and_names_its_log(tmp_path, small_raw_params, slurm):
@@ -201,9 +214,12 @@ def test_the_grid_on_slurm_gives_the_local_metrics_and_the_server_every_run(tmp_
     stages = set(yaml.safe_load((root / "dvc.lock").read_text())["stages"])
     jobs = _jobs(env, result.stdout)
     # one Slurm job per stage but validate, which ran on the submitting node first (it writes the inputs
-    # manifests that decide which stages are stale) and was recorded there
+    # manifests that decide which stages are stale) and was recorded there, and the tune@ record of
+    # this protocol, which trains published values (run there too: no job)
     assert "validate" in stages and "done   validate" in result.stdout
-    assert sorted(name for name, _ in jobs) == sorted(stages - {"validate"})
+    tune = "tune@glyphs-tiny_cnn-contrastive"
+    assert tune in stages and f"done      {tune} (run here: no job)" in result.stdout
+    assert sorted(name for name, _ in jobs) == sorted(stages - {"validate", tune})
     assert {state for _, state in jobs} == {"COMPLETED"}
     # the team server holds every run and artifact: 2 trainings, the cell, the baseline row, the report
     from mlflow.tracking import MlflowClient

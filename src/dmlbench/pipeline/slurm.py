@@ -258,7 +258,9 @@ class Submission:
         submitted = [job.job_id for job in self.jobs.values() if job.job_id not in ("-", HERE)]
         if not self.quiet and submitted:
             later = [stage for stage in self.pending if stage not in self.here]
-            rest = f"; {len(later)} more as jobs end (cluster.max_jobs: {self.limit})" if later else ""
+            full = len(self.in_flight()) >= self.limit
+            why = f"cluster.max_jobs: {self.limit}" if full else "after what they wait for"
+            rest = f"; {len(later)} more as jobs end ({why})" if later else ""
             print(f"{len(submitted)} stage(s) submitted to Slurm as jobs {submitted[0]}..{submitted[-1]}{rest} "
                   f"(squeue --me to watch; logs in {self.log_dir}/)", flush=True)  # fmt: skip
         if not self.quiet and self.here:
