@@ -54,7 +54,8 @@ def test_make_gpu_check_uses_the_python_that_is_there_not_the_venv():
     assert dry.returncode == 0, dry.stderr
     [command] = [line for line in dry.stdout.splitlines() if "dmlbench.gpu_check" in line]
     assert "python3 -m dmlbench.gpu_check" in command and f'PYTHONPATH="{ROOT}/src' in command
-    assert ".venv" not in command  # neither the venv's python nor its bin/ first on PATH
+    # neither this checkout's venv python nor its bin/ on PATH (another project's venv may be there)
+    assert str(ROOT / ".venv") not in command
     assert "pip install" not in dry.stdout
 
 
