@@ -140,6 +140,7 @@ class Submission:
         # the stages stale now; the rest of the plan is only downstream of them: held back until what
         # they wait for ended, then run only if their inputs changed (as dvc repro; None: all stale)
         self.stale = stale
+        self.stopped_here: list[str] = []  # running here when the run was stopped (not recorded)
 
     def in_flight(self) -> list[Job]:
         """The jobs queued or running (not the stages running here)."""
@@ -248,7 +249,7 @@ class Submission:
         try:
             return self._run()
         except BaseException:
-            self.stop_here()
+            self.stopped_here = self.runner.interrupt()
             raise
 
     def _run(self) -> dict[str, str]:
@@ -284,10 +285,6 @@ class Submission:
             elif ask:
                 delay = min(longest, delay * 1.5)
         return self.final
-
-    def stop_here(self) -> list[str]:
-        """Interrupt the stages running here (they are not recorded); which were running."""
-        return self.runner.interrupt()
 
 
 def submit(order: list[str], waits_for: dict[str, set[str]], config: ClusterConfig, root: Path, log_dir: Path,
@@ -389,7 +386,7 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX) -> tuple[int, Pl
         except KeyboardInterrupt:
             in_flight = [job.job_id for job in submission.in_flight() if job.job_id != "-"]
             cancel(in_flight)  # nobody would record them, and a new run would race them for their outputs
-            stopped = submission.stop_here()
+            stopped = submission.stopped_here  # (run() stopped them)
             print(f"interrupted: the stages recorded so far stay recorded; {len(in_flight)} job(s) still queued "
                   f"or running cancelled" + (f", {len(stopped)} stage(s) running here stopped" if stopped else ""),
                   file=sys.stderr)  # fmt: skip
