@@ -253,7 +253,7 @@ def auto_cpu_path(request, monkeypatch):
         yield request.param, ran
 
 
-# --------------------------------------------------------------------------- dataset archives (issue 3)
+# --------------------------------------------------------------------------- dataset archives
 # Small archives in the exact formats of CUB-200-2011, CARS196, SOP and In-Shop, and a local
 # HTTP server (127.0.0.1, Range support) with endpoints that misbehave on purpose.
 

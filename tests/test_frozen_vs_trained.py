@@ -1,4 +1,4 @@
-"""Frozen trunk versus trained (issue 32): the paired bootstrap gain against hand-computed values and
+"""Frozen trunk versus trained: the paired bootstrap gain against hand-computed values and
 a simulation, and the report section on a fabricated demo-like run collection with a real frozen
 trunk evaluation."""
 
@@ -174,8 +174,8 @@ def test_a_grid_with_a_2020_loss_and_a_newer_one_shows_both_tiers(
 
 
 def test_the_tiers_come_from_methods_csv():
-    """The 2020 tier is what methods.csv says the two studies ran; the newer losses are the ones the
-    issue names (Tuplet Margin, Smooth-AP, SupCon, Sub-center ArcFace) and Circle, which neither ran."""
+    """The 2020 tier is what methods.csv says the two studies ran; the newer losses are Tuplet Margin,
+    Smooth-AP, SupCon, Sub-center ArcFace and Circle, which neither ran."""
     from dmlbench.losses import LOSSES
 
     methods = lit.load_methods()
@@ -197,6 +197,10 @@ def test_literature_table_lists_frozen_models_and_test_selected_methods():
     assert "| 84 | 87.1 | 57.1 | 34 |" in rows["frozen `vit_l14_dinov2_reg` vit_l14_dinov2_reg"]
     assert "| 84.4 | 69.2 |" in rows["frozen `vit_l14_dinov2` vit_l14_dinov2"]
     assert "no training on it" in rows["frozen `resnet50` resnet50"]
-    hyp = rows["Hyp-ViT vit_s16"]  # from the issue, not read in the paper: marked
-    assert "selects on the test classes" in hyp and "| 85.6? | 86.5? | 85.9? | 92.5? |" in hyp
-    assert "| 89.2? | - | - | - |" in rows["Unicom vit_l14_336"]
+    hyp = rows["Hyp-ViT vit_s16"]  # read in the results table the official README links: not marked
+    assert "selects on the test classes" in hyp and "| 85.6 | 86.5 | 85.9 | 92.5 |" in hyp
+    assert "| 85.8 | 88.8 | 86.3 | 93.2 |" in rows["SEE vit_s16"]
+    assert (
+        "no training on it" in rows["Unicom vit_l14_336"]
+        and "| 89.2 | 97.3 | 74.5 | 86.7 |" in rows["Unicom vit_l14_336"]
+    )

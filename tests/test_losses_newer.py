@@ -1,4 +1,4 @@
-"""The newer losses (issue 32, item 4): Smooth-AP, SupCon, Tuplet Margin, Sub-center ArcFace.
+"""The newer losses: Smooth-AP, SupCon, Tuplet Margin, Sub-center ArcFace.
 
 Each is finite, decreases on a toy problem, matches a value computed by hand from its paper's
 equation, takes batches the project's sampler can give it, and (Sub-center ArcFace) trains its

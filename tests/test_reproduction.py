@@ -77,7 +77,7 @@ def test_equal_means_with_a_wide_published_interval_never_read_lower():
 
 
 def test_a_small_difference_inside_the_margin_is_reproduced_not_lower():
-    """The issue's case: 10 seeds 0.3 points below a Reality Check number whose interval our old
+    """10 seeds 0.3 points below a Reality Check number whose interval our old
     check ignored; our interval excludes it, yet both intervals put the difference within ± 1 point."""
     values = _seeds(0.2623, 0.002)
     summary = _summary(values)

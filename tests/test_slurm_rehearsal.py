@@ -1,4 +1,4 @@
-"""Issue 31's dress rehearsal: a preset shaped like ``presets/first-real-run.yaml`` (a pretrained
+"""The dress rehearsal of a first real run: a preset shaped like ``presets/first-real-run.yaml`` (a pretrained
 trunk on a real-format dataset) fetched on the "login node" (``--preset <name> --fetch-only``)
 from a 127.0.0.1 mirror, then run as Slurm jobs on the local cluster (``--preset <name>
 --executor slurm``) up to its report, with ``dvc status`` clean afterwards.

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from dmlbench.analysis import bayesian as bz
+from dmlbench.analysis import claims as claims_of
 from dmlbench.analysis import literature as lit
 from dmlbench.analysis import statistics as st
 from dmlbench.analysis.collect import Results
@@ -243,7 +244,7 @@ def rank_intervals(blocks: st.DatasetBlocks, confidence: float) -> dict[str, Any
 
 @dataclass
 class Papers:
-    claimed: dict[str, pd.DataFrame]
+    claimed: dict[str, pd.DataFrame]  # per baseline: claims.claimed_improvements, one row per claim
     reference: dict[str, pd.DataFrame]
     ours: dict[str, pd.DataFrame]  # per baseline: our relative improvements (percent)
     ours_absolute: pd.DataFrame  # display, year, dataset, mean, low, high (percent), n
@@ -325,7 +326,7 @@ def papers_vs_reality(
     dim = focus_dim(params)
     claimed, reference, ours = {}, {}, {}
     for baseline in BASELINES:
-        claims = lit.claimed_improvements(literature, baseline)
+        claims = claims_of.claimed_improvements(literature, baseline)
         claimed[baseline] = claims.assign(display=claims["loss"].map(lambda x: lit.display_name(x, methods)))
         refs = lit.reference_improvements(literature, baseline, methods)
         reference[baseline] = refs

@@ -76,8 +76,9 @@ def write(analysis: Analysis, doc: Document) -> None:
             "validation split."
         )
     lines += [
-        "- Published numbers marked uncertain in `literature.csv` were recalled or read off a figure; papers' "
-        "claims carry no interval, and their backbones, sizes and training recipes differ.",
+        "- Published numbers marked uncertain in `literature.csv` were read off a figure or in another paper's "
+        "table rather than their own paper's; papers' claims carry no interval, and their backbones, sizes and "
+        "training recipes differ.",
         "",
     ]
     doc.add(*lines)
