@@ -226,7 +226,8 @@ def test_thesis_proxy_loss_matches_hand_computed_values(variant):
 @pytest.mark.parametrize("name", [*sorted(set(BACKBONES) - {"timm"}), "timm_test_resnet"])
 def test_backbone_builds_and_embeds(name):
     spec = BACKBONES[name]
-    model = build_model(name, spec.params(), dim=24, pooling="gap+gmp")
+    pooling = "native" if name == "clip_vitb16" else "gap+gmp"  # CLIP's projection embeds the class token
+    model = build_model(name, spec.params(), dim=24, pooling=pooling)
     out = model(torch.rand(3, 3, 32, 32))
     assert out.shape == (3, 24)
     torch.testing.assert_close(out.norm(dim=1), torch.ones(3))

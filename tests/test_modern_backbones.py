@@ -21,7 +21,10 @@ from dmlbench.params.protocol import Protocol
 from dmlbench.train.optim import make_model_optimizer
 from dmlbench.train.step import FastPath, TrainStep
 
-MODERN = ("dinov2_vits14", "dinov2_vitb14", "dino_vits16", "clip_vitb16", "convnext_tiny")
+MODERN = (
+    "dinov2_vits14", "dinov2_vitb14", "dinov2_vits14_reg4", "dinov2_vitb14_reg4", "dinov3_vits16", "dinov3_vitb16",
+    "dino_vits16", "clip_vitb16", "siglip2_vitb16", "in21k_vits16", "in21k_vitb16", "convnext_tiny",
+)  # fmt: skip
 
 
 def test_the_modern_backbones_are_registered_with_a_locked_hub_file():
@@ -33,17 +36,10 @@ def test_the_modern_backbones_are_registered_with_a_locked_hub_file():
 @pytest.mark.parametrize("module", [dinov2_vits14, clip_vitb16, convnext_tiny])
 def test_preprocessing_comes_from_the_weights_config(module):
     cfg = timm.models.get_pretrained_cfg(module.MODEL_NAME)  # what timm publishes for these weights
-    model = build_model(module.SPEC.name, module.SPEC.params(), 8, pooling="gap")
+    model = build_model(module.SPEC.name, module.SPEC.params(), 8, pooling="native")
     torch.testing.assert_close(model.normalize.mean.flatten(), torch.tensor(cfg.mean))
     torch.testing.assert_close(model.normalize.std.flatten(), torch.tensor(cfg.std))
     assert model.interpolation == cfg.interpolation == "bicubic"
-
-
-def test_dinov2_is_built_at_the_protocols_resolution_not_518():
-    model = build_model("dinov2_vits14", BACKBONES["dinov2_vits14"].params(), 8, pooling="cls")
-    assert model.trunk.net.pos_embed.shape == (1, 1 + 16 * 16, 384)  # 224 px / 14 px patches
-    with torch.no_grad():  # any crop_size a protocol sets (position embeddings interpolated)
-        assert model(torch.rand(1, 3, 112, 112)).shape == (1, 8)
 
 
 def test_bicubic_transforms_differ_from_bilinear_and_stay_in_range():
@@ -61,18 +57,18 @@ def test_bicubic_transforms_differ_from_bilinear_and_stay_in_range():
 
 
 def test_cls_and_averaged_token_pooling_differ_and_have_the_trunks_width():
-    torch.manual_seed(0)
-    model = build_model("tiny_vit", BACKBONES["tiny_vit"].params(), 8, pooling="cls").eval()
     images = torch.rand(3, 3, 32, 32)
-    with torch.no_grad():
-        tokens = model.trunk(model.normalize(images))  # N x C x (1 + 64) x 1, class token first
-        cls = model.features(images)
-        model.pool.kind = "gap"
-        avg = model.features(images)
-    assert tokens.shape == (3, 64, 65, 1) and cls.shape == avg.shape == (3, 64)
-    torch.testing.assert_close(cls, tokens[:, :, 0, 0])
-    torch.testing.assert_close(avg, tokens[:, :, 1:, 0].mean(dim=2))  # patch tokens only (timm's "avg")
-    assert not torch.allclose(cls, avg)
+    features = {}
+    for pooling in ("cls", "gap"):
+        torch.manual_seed(0)  # the same weights
+        model = build_model("tiny_vit", BACKBONES["tiny_vit"].params(), 8, pooling=pooling).eval()
+        with torch.no_grad():
+            features[pooling] = model.features(images)
+            tokens = model.trunk.net.forward_features(model.normalize(images))  # N x (1 + 64) x C, class token first
+    assert tokens.shape == (3, 65, 64) and features["cls"].shape == features["gap"].shape == (3, 64)
+    torch.testing.assert_close(features["cls"], tokens[:, 0])
+    torch.testing.assert_close(features["gap"], tokens[:, 1:].mean(dim=1))  # patch tokens only (timm's "avg")
+    assert not torch.allclose(features["cls"], features["gap"])
 
 
 def test_cls_pooling_on_a_backbone_without_a_class_token_fails_in_one_line():

@@ -131,7 +131,8 @@ class Protocol(StrictModel):
     norm), deepest first, get that lr x ``layer_decay ** depth_from_top`` (1.0: one lr for the trunk).
     ``amp``: autocast dtype of the training step: ``auto`` = bf16 on a CUDA GPU that has it, else
     fp16 there, none on the CPU (the fast path); ``none``, ``bf16`` or ``fp16`` (fp16 with a
-    gradient scaler) force it on any device. ``pooling: cls`` needs a backbone with a class token.
+    gradient scaler) force it on any device. ``pooling: cls`` needs a backbone with a class token;
+    ``native``: the trunk's own pooling (timm's ``global_pool``: SigLIP 2's attention pooling).
     ``losses.<name>``: the hyperparameters this protocol publishes for a loss (e.g. the Reality
     Check's tuned values; per dataset through ``overrides``), validated against the loss's own
     parameter model in :func:`parse_params`; a loss the protocol does not list keeps its defaults.
@@ -153,7 +154,7 @@ class Protocol(StrictModel):
     augment: AugmentConfig
     pretrained: bool = False
     frozen_bn: bool = False
-    pooling: Literal["gap", "gmp", "gap+gmp", "cls"] = "gap"
+    pooling: Literal["gap", "gmp", "gap+gmp", "cls", "native"] = "gap"
     grad_clip: PositiveFloat | None = None  # clip each gradient value to [-grad_clip, grad_clip]
     selection_metric: Literal[SELECTION_METRICS] = "map_at_r"  # type: ignore[valid-type]
     early_stopping: EarlyStoppingConfig = EarlyStoppingConfig()

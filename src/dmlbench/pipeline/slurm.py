@@ -67,8 +67,9 @@ from dmlbench.tracking.store import ensure_experiment, tracking_uri
 JOB_ENV_FILE = "slurm-job.env"  # in LOG_DIR: the variables every job exports (job_environment)
 # what a job takes from the submitting environment (besides what job_environment sets itself)
 FORWARDED_PREFIXES = ("DMLBENCH_", "MLFLOW_", "DVC_", "OPTUNA_")
-FORWARDED = ("PGPASSFILE", "PGSERVICEFILE", "PYTHONPATH", "TORCH_HOME", "HF_HOME", "XDG_CACHE_HOME",
-             "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", "NO_PROXY", "no_proxy")  # fmt: skip
+FORWARDED = ("PGPASSFILE", "PGSERVICEFILE", "PYTHONPATH", "TORCH_HOME", "HF_HOME", "HF_HUB_CACHE", "HF_ENDPOINT",
+             "XDG_CACHE_HOME", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", "NO_PROXY",
+             "no_proxy")  # fmt: skip
 HERE = "here"  # the job id of a stage this process runs itself (record_only: no job)
 UNCHANGED = "UNCHANGED"  # not run: only downstream of a re-run stage, whose outputs came out the same
 DONE = {"COMPLETED", UNCHANGED}
@@ -110,11 +111,13 @@ def sbatch_command(stage: str, config: ClusterConfig, after: list[str], log: Pat
 def job_environment(environ: dict[str, str], env_file: Path) -> dict[str, str]:
     """The variables every job exports itself: those of ``environ`` it needs (:data:`FORWARDED`,
     :data:`FORWARDED_PREFIXES`), the tracking URI, torch's cache (where ``make fetch`` put the
-    weights), ``DMLBENCH_OFFLINE=1`` and where this file is (for the tune worker arrays)."""
+    weights; the Hub cache is found through ``HF_HOME``/``HF_HUB_CACHE`` or the home directory),
+    ``DMLBENCH_OFFLINE=1`` and ``HF_HUB_OFFLINE=1`` (no job asks the Hub: the weights lock and the
+    cache hold everything) and where this file is (for the tune worker arrays)."""
     env = {k: v for k, v in environ.items() if k in FORWARDED or k.startswith(FORWARDED_PREFIXES)}
     cache = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     env.setdefault("TORCH_HOME", environ.get("TORCH_HOME") or os.path.join(cache, "torch"))
-    env.update(MLFLOW_TRACKING_URI=tracking_uri(), DMLBENCH_OFFLINE="1", DVC_NO_ANALYTICS="1")
+    env.update(MLFLOW_TRACKING_URI=tracking_uri(), DMLBENCH_OFFLINE="1", HF_HUB_OFFLINE="1", DVC_NO_ANALYTICS="1")
     env[JOB_ENV_VARIABLE] = str(env_file)
     return env
 
