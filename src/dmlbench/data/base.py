@@ -81,7 +81,8 @@ class DatasetParams(StrictModel):
     ``image_size``: short side of the prepared images in px (``S``); ``max_aspect``: the long
     side is centre-cropped to at most ``L = ceil(S * max_aspect)`` px, the side of the cache's
     square canvas. ``skip_corrupt``: leave out unreadable images and images the annotations
-    list but the archive lacks (listed and counted in ``info.json``) instead of failing. ``split``: validation classes / cross-validation folds.
+    list but the archive lacks (listed and counted in ``info.json``) instead of failing.
+    ``split``: validation classes / cross-validation folds.
     """
 
     source: SourceParams = SourceParams()
