@@ -40,7 +40,8 @@ def fetch_archives(params: Params, dropbox: Path) -> list[str]:
     for name, dataset_params in params.datasets.items():
         spec = DATASETS[name]
         own: list[str] = []
-        for item in resolve(spec.archives, dataset_params.source):
+        needed = spec.archives_for(dataset_params, dropbox) if spec.archives_for else spec.archives
+        for item in resolve(needed, dataset_params.source):
             if (dropbox / item.filename).exists() or item.urls:
                 try:
                     ensure_archive(name, item, dropbox)

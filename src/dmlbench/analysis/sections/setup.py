@@ -9,6 +9,7 @@ from dmlbench.analysis.numbers import Analysis
 from dmlbench.analysis.sections.base import Document, Section
 from dmlbench.analysis.text import markdown_table
 from dmlbench.data import DATASETS
+from dmlbench.data.content import describe_counts
 from dmlbench.params.model import Params
 
 PACKAGES = (
@@ -55,6 +56,7 @@ def write(analysis: Analysis, doc: Document) -> None:
         "",
         "Splits are class-disjoint: no test class is seen in training or model selection. "
         "Validation classes are carved from the training classes only.",
+        *[f"- {line}" for name, info in results.datasets.items() for line in describe_counts(name, info.get("counts"))],
         "",
         "### Grid and protocol",
         "",
