@@ -2,8 +2,9 @@
 
 Each grid is this checkout's ``dvc.yaml`` and ``params.yaml`` (protocol ``reality_check``, the
 largest protocol section) with a grid of the given size, in a fresh git + DVC repository, every
-stage's command replaced by placeholder work (one Python start writing the stage's outputs; the
-validate stage also writes the real inputs manifests, :mod:`dmlbench.pipeline.manifests`). Per
+stage's command replaced by placeholder work (one Python start writing the stage's outputs, naming
+the script it stands in for; the validate stage also writes the real inputs manifests,
+:mod:`dmlbench.pipeline.manifests`). Per
 grid it prints:
 
 * after: the runner (``make_plan`` + :func:`dmlbench.pipeline.local.run_parallel`, ``--jobs``
@@ -49,7 +50,7 @@ MANIFESTS = "artifacts/inputs"
 WRITE_MANIFESTS = "PYTHONPATH=src python -c 'from dmlbench.pipeline.manifests import write_manifests as w; w()'"
 PLACEHOLDER = """import os, sys
 from pathlib import Path
-for out in map(Path, sys.argv[1:]):
+for out in map(Path, sys.argv[2:]):  # argv[1]: the stage script it stands in for
     if out.suffix:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text('{"value": 1}' if out.suffix == ".json" else "x\\n")
@@ -100,7 +101,8 @@ def fabricate(root: Path, datasets: int, backbones: int, losses: int, dims: int,
         body = stage.get("do", stage)
         declared = [o for key in ("outs", "metrics") for o in body.get(key) or []]
         outs = [o if isinstance(o, str) else next(iter(o)) for o in declared]
-        body["cmd"] = "python placeholder.py " + " ".join(o for o in outs if o != MANIFESTS)
+        script = next(word for word in body["cmd"].split() if word.startswith("stages/"))  # its manifest's code
+        body["cmd"] = f"python placeholder.py {script} " + " ".join(o for o in outs if o != MANIFESTS)
         if name == "validate":  # the real manifests: every other stage depends on its own
             body["cmd"] = WRITE_MANIFESTS + " && " + body["cmd"]
     pipeline.pop("plots", None)

@@ -1,8 +1,9 @@
 """DVC stage validate: check every key of params.yaml (its tuning and cluster sections too), and
 that every pretrained weights file the grid needs is here or downloadable, before any other stage
 runs; then write each stage's inputs manifest (artifacts/inputs/<stage>.json: the md5 of every code
-file and the value of every params.yaml key it reads, as stages/reads.yaml lists them; always from
-params.yaml, the file DVC resolves the stages from, whatever --params checked).
+file and the value of every params.yaml key it reads, derived from the source by
+dmlbench.pipeline.reads; always from params.yaml, the file DVC resolves the stages from, whatever
+--params checked).
 
 Its marker output never changes; a manifest changes only when what its stage reads changed, so an
 edit re-runs exactly the stages that read what was edited. Every other stage depends on its

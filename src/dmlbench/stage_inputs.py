@@ -2,15 +2,14 @@
 
 ``dvc status`` cost grows with what every stage declares: DVC re-reads ``params.yaml`` for each
 stage with a ``params:`` entry (~15 ms a parse of ours, plus a key search) and checks each file
-dependency's hash (~57 code files per training). At 2,074 stages that was 136 s. So what a stage
-reads is listed in ``stages/reads.yaml`` (per ``dvc.yaml`` entry, DVC's template syntax), and its
-DVC dependency for all of it is one file, ``artifacts/inputs/<stage>.json``, written by the
-``validate`` stage (:mod:`dmlbench.pipeline.manifests`), which depends on ``stages/``,
-``src/dmlbench`` and the whole of ``params.yaml``. The manifest holds the md5 of every code file (a
-folder: each file in it) and the value of every key, nothing else: editing a loss module or
-``losses.<name>`` changes only that loss's manifests, so only its stages re-run, as before; the
-stage's ``dvc.lock`` entry carries one md5 for all of it, the manifest itself (content-addressed in
-DVC's cache) the values.
+dependency's hash (~57 code files per training). So a stage's DVC dependency for its code and
+params is one file, ``artifacts/inputs/<stage>.json``, written by the ``validate`` stage
+(:mod:`dmlbench.pipeline.manifests`, what each stage reads derived from the source by
+:mod:`dmlbench.pipeline.reads`), which depends on ``stages/``, ``src/dmlbench`` and the whole of
+``params.yaml``. The manifest holds the md5 of every code file and the value of every key, nothing
+else: editing a loss module or ``losses.<name>`` changes only that loss's manifests, so only its
+stages re-run; the stage's ``dvc.lock`` entry carries one md5 for all of it, the manifest itself
+(content-addressed in DVC's cache) the values.
 
 :func:`check_manifest` runs in every stage before and after its work (:func:`dmlbench.cli.main`,
 when DVC or the runners name the stage in ``DVC_STAGE``): a manifest that no longer matches the
@@ -35,8 +34,6 @@ MANIFEST_DIR = Path("artifacts/inputs")
 PARAMS_FILE = "params.yaml"
 MANIFEST_WRITERS = frozenset({"validate"})  # the stage that writes the manifests has none of its own
 WHOLE_FILE = PARAMS_FILE  # the params key of a stage that reads all of params.yaml
-IGNORED_PARTS = {"__pycache__"}  # as .dvcignore: byte-code never changes a manifest
-IGNORED_SUFFIXES = {".pyc"}
 
 
 def manifest_path(stage: str, root: Path = Path(".")) -> Path:
@@ -45,37 +42,11 @@ def manifest_path(stage: str, root: Path = Path(".")) -> Path:
 
 
 def code_files(entries: Iterable[str], root: Path) -> list[str]:
-    """Each code entry (a file, or a folder: every file under it but byte-code), relative to ``root``,
-    sorted; :class:`ConfigError` naming a missing one."""
-    files: set[str] = set()
+    """The code files, relative to ``root``, sorted; :class:`ConfigError` naming a missing one."""
     for entry in entries:
-        path = root / entry
-        if path.is_file():
-            files.add(Path(entry).as_posix())
-        elif path.is_dir():
-            for found in path.rglob("*"):
-                parts = found.relative_to(root).parts
-                if found.is_file() and not IGNORED_PARTS.intersection(parts) and found.suffix not in IGNORED_SUFFIXES:
-                    files.add(Path(*parts).as_posix())
-        else:
-            raise ConfigError(f"{entry}: a code input of the pipeline is missing (neither a file nor a folder)")
-    return sorted(files)
-
-
-def params_keys(entries: Iterable[Any]) -> list[str]:
-    """The keys of a ``reads.params`` list, in DVC's own syntax: ``"losses.triplet"``, or
-    ``{params.yaml: null}`` for the whole file (``{params.yaml: [keys]}`` also taken)."""
-    keys: list[str] = []
-    for entry in entries:
-        if isinstance(entry, str):
-            keys.append(entry)
-        elif isinstance(entry, Mapping) and set(entry) == {PARAMS_FILE}:
-            names = entry[PARAMS_FILE]
-            keys.extend(list(names) if names else [WHOLE_FILE])
-        else:
-            allowed = f"a key of {PARAMS_FILE} or {{{PARAMS_FILE}: null}}"
-            raise ConfigError(f"reads.params entry {entry!r}: expected {allowed}")
-    return keys
+        if not (root / entry).is_file():
+            raise ConfigError(f"{entry}: a code input of the pipeline is missing")
+    return sorted(set(entries))
 
 
 def lookup(params: Mapping[str, Any], key: str) -> Any:
@@ -119,7 +90,7 @@ def build_manifest(stage: str, code: Iterable[str], keys: Iterable[str], params:
         try:
             values[key] = normalised(lookup(params, key))
         except KeyError:
-            missing = f"stages/reads.yaml: stage {stage} reads params key {key!r}, which {PARAMS_FILE} lacks"
+            missing = f"stage {stage} reads params key {key!r}, which {PARAMS_FILE} lacks"
             raise ConfigError(missing) from None
     return {"stage": stage, "code": hashes, "params": values}
 

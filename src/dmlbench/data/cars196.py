@@ -275,7 +275,7 @@ def read_annotations(params: Cars196Params, raw_dir: Path) -> pd.DataFrame:
 
 
 SPEC = DatasetSpec(
-    name="cars196",  # a literal: tests/test_dvc_deps.py reads registry names from the source
+    name="cars196",
     params=Cars196Params,
     fetch=fetch,
     read_annotations=read_annotations,

@@ -5,7 +5,7 @@ the Reality Check's "Margin / class" row): L = [d_ap - beta_y(a) + m]_+ + [beta_
 No miner by default: the Reality Check ran it on every pair of the batch, and the thesis did not
 run it (``miner: true`` adds the distance-weighted miner of ``margin``). Defaults otherwise as
 ``margin`` (thesis Table 4: margin 0.5, beta 1.2, betas' lr 5e-5 absolute). The module does
-not import ``losses/margin.py``: a loss's stages read its own module only (stages/reads.yaml), so
+not import ``losses/margin.py``: a loss's stages read its own module only (their inputs manifests), so
 editing one Margin variant must not leave the other's results stale or re-run them."""
 
 from pydantic import NonNegativeFloat, PositiveFloat

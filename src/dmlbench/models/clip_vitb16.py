@@ -41,7 +41,7 @@ def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trun
 
 
 SPEC = BackboneSpec(
-    name="clip_vitb16",  # a literal: tests/test_dvc_deps.py reads registry names from the source
+    name="clip_vitb16",
     params=CLIPViTB16Params,
     build=build,
     input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)

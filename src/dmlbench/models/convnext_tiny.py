@@ -30,7 +30,7 @@ def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trun
 
 
 SPEC = BackboneSpec(
-    name="convnext_tiny",  # a literal: tests/test_dvc_deps.py reads registry names from the source
+    name="convnext_tiny",
     params=ConvNeXtTinyParams,
     build=build,
     input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)

@@ -32,7 +32,7 @@ def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trun
 
 
 SPEC = BackboneSpec(
-    name="dinov2_vits14",  # a literal: tests/test_dvc_deps.py reads registry names from the source
+    name="dinov2_vits14",
     params=DINOv2ViTS14Params,
     build=build,
     input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)

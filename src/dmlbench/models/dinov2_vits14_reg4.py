@@ -31,7 +31,7 @@ def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trun
 
 
 SPEC = BackboneSpec(
-    name="dinov2_vits14_reg4",  # a literal: tests/test_dvc_deps.py reads registry names from the source
+    name="dinov2_vits14_reg4",
     params=DINOv2ViTS14Reg4Params,
     build=build,
     input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)

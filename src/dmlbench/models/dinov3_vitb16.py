@@ -30,7 +30,7 @@ def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trun
 
 
 SPEC = BackboneSpec(
-    name="dinov3_vitb16",  # a literal: tests/test_dvc_deps.py reads registry names from the source
+    name="dinov3_vitb16",
     params=DINOv3ViTB16Params,
     build=build,
     input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)

@@ -170,7 +170,7 @@ def build(params: EfficientNetLite0Params, pretrained: bool) -> Trunk:
 
 
 SPEC = BackboneSpec(
-    name="efficientnet_lite0",  # a literal: tests/test_dvc_deps.py reads registry names from the source
+    name="efficientnet_lite0",
     params=EfficientNetLite0Params,
     build=build,
     input_norm=INPUT_NORM,

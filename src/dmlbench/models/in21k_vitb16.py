@@ -29,7 +29,7 @@ def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trun
 
 
 SPEC = BackboneSpec(
-    name="in21k_vitb16",  # a literal: tests/test_dvc_deps.py reads registry names from the source
+    name="in21k_vitb16",
     params=In21kViTB16Params,
     build=build,
     input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)

@@ -33,7 +33,7 @@ def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trun
 
 
 SPEC = BackboneSpec(
-    name="in21k_vits16",  # a literal: tests/test_dvc_deps.py reads registry names from the source
+    name="in21k_vits16",
     params=In21kViTS16Params,
     build=build,
     input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)

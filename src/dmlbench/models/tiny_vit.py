@@ -31,7 +31,7 @@ def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trun
 
 
 SPEC = BackboneSpec(
-    name="tiny_vit",  # a literal: tests/test_dvc_deps.py reads registry names from the source
+    name="tiny_vit",
     params=TinyViTParams,
     build=build,
     input_norm=InputNorm(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),
