@@ -6,7 +6,8 @@ stage depends on its own manifest only (plus its data), and refuses to run when 
 longer matches the code or params.yaml (:func:`dmlbench.stage_inputs.check_manifest`). These tests
 run the real writer on a copy of this checkout's pipeline and check that a params edit changes
 exactly the manifests of the stages that read it, that the layout keeps DVC away from params.yaml
-and the code for every stage but validate, and that a stale manifest stops a stage before it starts.
+and the code for every stage but validate, that a stale manifest stops a stage before it starts,
+and that a checkpoint is kept across edits of code its stage does not read.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from dmlbench.errors import ConfigError
+from dmlbench.grid import RunSpec
 from dmlbench.pipeline.manifests import resolved_stages, write_manifests
 from dmlbench.stage_inputs import MANIFEST_DIR, check_manifest, lookup, manifest_path
 
@@ -268,3 +271,51 @@ def test_after_an_edit_dvc_lists_validate_and_the_runner_runs_only_what_reads_th
     assert not [name for name in plan.order if f"-{other_loss}" in name or name.startswith(("prepare@", "download@"))]
     assert run_parallel(plan, 2, [], root=root, progress=False) == []
     assert plan_after_validate(root).order == []
+
+
+def test_a_checkpoint_is_kept_across_an_edit_of_code_its_stage_does_not_read(
+    pipeline_copy, small_raw_params, prepared_glyphs, monkeypatch, tmp_path
+):
+    """A training interrupted after epoch 1, DVC naming its stage (whose manifest keys the checkpoint):
+    after an edit of the report's code and validate, its checkpoint is resumed and the training goes
+    on from epoch 1; after an edit of the loss module and validate, it is not resumed."""
+    from dmlbench.params.load import parse_params
+    from dmlbench.params.run import run_config
+    from dmlbench.train.checkpoint import load_checkpoint
+    from dmlbench.train.loop import train
+
+    root = pipeline_copy
+    write_manifests(root)
+    run = RunSpec("glyphs", "tiny_cnn", "multi_similarity", 32, 0)
+    assert manifest_path(f"train@{run.key}", root).is_file()
+    monkeypatch.setenv("DVC_STAGE", f"train@{run.key}")
+    monkeypatch.setenv("DVC_ROOT", str(root))
+    config, data = run_config(parse_params(small_raw_params), run), prepared_glyphs[1]  # 2 epochs
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_epoch_1(epoch, metrics):
+        if epoch == 1:
+            raise Killed
+
+    def resumable_after_an_edit_of(path: str):
+        """The checkpoint as the stage's re-run finds it after ``path`` was edited and validate ran."""
+        file = root / path
+        original = file.read_text()
+        file.write_text(original + "\n# an edit\n")
+        try:
+            write_manifests(root)
+            return load_checkpoint(tmp_path, config.config_hash)
+        finally:
+            file.write_text(original)
+            write_manifests(root)
+
+    with pytest.raises(Killed):
+        train(config, data, checkpoint_dir=tmp_path, on_epoch=kill_after_epoch_1, device=torch.device("cpu"))
+    state = resumable_after_an_edit_of("src/dmlbench/analysis/report.py")
+    assert state is not None and state.epoch == 1
+    resumed = train(config, data, checkpoint_dir=tmp_path, resume=state, device=torch.device("cpu"))
+    assert resumed.resumed_from_epoch == 1 and [h["epoch"] for h in resumed.history] == [1, 2]
+    assert resumable_after_an_edit_of(f"src/dmlbench/losses/{run.loss}.py") is None
+    assert load_checkpoint(tmp_path, config.config_hash) is not None  # the edit undone

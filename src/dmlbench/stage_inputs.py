@@ -15,13 +15,17 @@ stages re-run; the stage's ``dvc.lock`` entry carries one md5 for all of it, the
 when DVC or the runners name the stage in ``DVC_STAGE``): a manifest that no longer matches the
 code or ``params.yaml`` (an edit that validate has not seen yet, e.g. ``dvc repro --force
 --single-item``, or an edit while the stage ran) fails the stage in one line, so a lock entry
-never says that results came from inputs they did not.
+never says that results came from inputs they did not. :func:`code_fingerprint` keys what a stage
+keeps between runs (a training checkpoint, a tuning study) on the code its manifest lists.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,7 @@ MANIFEST_DIR = Path("artifacts/inputs")
 PARAMS_FILE = "params.yaml"
 MANIFEST_WRITERS = frozenset({"validate"})  # the stage that writes the manifests has none of its own
 WHOLE_FILE = PARAMS_FILE  # the params key of a stage that reads all of params.yaml
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def manifest_path(stage: str, root: Path = Path(".")) -> Path:
@@ -125,6 +130,33 @@ def check_manifest(stage: str, root: Path = Path("."), after_run: bool = False) 
                 now = None  # absent: differs from every stored value, null included
             if now != _canonical(value):
                 raise ConfigError(f"{path}: {PARAMS_FILE} key {key!r} changed {when}; {fix}")
+
+
+@lru_cache(maxsize=1)
+def package_fingerprint() -> str:
+    """Hash of every ``.py`` file of the dmlbench package: the code version a run records."""
+    digest = hashlib.sha256()
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def inputs_fingerprint(stage: str | None = None, root: Path | None = None) -> str:
+    """What a stage keeps between runs is keyed on (a training checkpoint, a finished fold model, a
+    tuning study's name): the md5 of the code part of the stage's inputs manifest, so an edit of code
+    the stage does not read (a report caption) keeps them and an edit of code it reads discards them.
+    ``stage``/``root``: default ``DVC_STAGE``/``DVC_ROOT`` (as DVC and the runners set them). Run
+    outside DVC (no stage named) or with no manifest, :func:`package_fingerprint`: any code edit then
+    discards them, as does moving between the two."""
+    stage = stage if stage is not None else os.environ.get("DVC_STAGE")
+    path = (
+        manifest_path(stage, root if root is not None else Path(os.environ.get("DVC_ROOT") or ".")) if stage else None
+    )
+    if path is None or not path.is_file():
+        return package_fingerprint()
+    code = json.loads(path.read_text())["code"]
+    return hashlib.md5(json.dumps(code, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _canonical(value: Any) -> str:

@@ -1,7 +1,9 @@
 """Resumable per-epoch checkpoints (``last.pt``, written atomically after every epoch).
 
-A checkpoint is only resumed when its config hash and code fingerprint match the current
-run: a run restarted after a code change starts over instead of mixing two versions.
+A checkpoint is only resumed when its config hash and the code it was trained by match the current
+run: a run restarted after a change of the code its stage reads starts over instead of mixing two
+versions (:func:`dmlbench.stage_inputs.inputs_fingerprint`: the code part of the stage's inputs
+manifest; an edit of code the stage does not read, such as the report's, keeps the checkpoint).
 
 Checkpoints and models live on shared filesystems and in DVC caches that others write to, so
 they are data, never code: every one holds tensors and plain values only (dicts, lists, tuples,
@@ -12,10 +14,8 @@ it (:func:`dmlbench.safe_load.load_plain`).
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field, fields
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +24,15 @@ import torch
 from dmlbench.errors import DataError
 from dmlbench.io import atomic_path
 from dmlbench.safe_load import load_plain
+from dmlbench.stage_inputs import inputs_fingerprint, package_fingerprint
 
 LAST = "last.pt"
 
 
-@lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """Hash of every ``.py`` file of the dmlbench package (what training results depend on)."""
-    package = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.relative_to(package).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    """The code version a run records (``run.json``, MLflow, the report's code versions): every
+    ``.py`` of the package. What a checkpoint is resumed for is :func:`inputs_fingerprint`."""
+    return package_fingerprint()
 
 
 def _no_best() -> dict[str, Any]:
@@ -70,7 +66,7 @@ class TrainState:
     rng: dict[str, Any] = field(default_factory=dict)
     sampler: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
-    code: str = field(default_factory=lambda: code_fingerprint())
+    code: str = field(default_factory=lambda: inputs_fingerprint())  # the code the stage reads
 
     def to_checkpoint(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -89,7 +85,7 @@ def save_checkpoint(directory: Path, state: TrainState) -> None:
 
 
 def load_checkpoint(directory: Path, config_hash: str) -> TrainState | None:
-    """The saved state if it belongs to this exact config and code, else None.
+    """The saved state if it belongs to this exact config and the code the stage reads, else None.
 
     Raises :class:`dmlbench.safe_load.UnsafeFile` if the file holds more than tensors and
     plain values, also for a checkpoint of dmlbench before weights-only checkpoints (pickled numpy
@@ -100,7 +96,7 @@ def load_checkpoint(directory: Path, config_hash: str) -> TrainState | None:
     state = load_plain(path, "delete it to start this run over")
     if not isinstance(state, dict):
         raise DataError(f"{path}: not a training checkpoint (a {type(state).__name__}, not a dict)")
-    if state.get("config_hash") != config_hash or state.get("code") != code_fingerprint():
+    if state.get("config_hash") != config_hash or state.get("code") != inputs_fingerprint():
         return None
     return TrainState.from_checkpoint(state)
 

@@ -39,6 +39,7 @@ from dmlbench.grid import RunSpec
 from dmlbench.io import atomic_dir, md5_file, read_json, write_json
 from dmlbench.params.model import Params
 from dmlbench.params.run import RunConfig, run_config
+from dmlbench.stage_inputs import inputs_fingerprint
 from dmlbench.tracking.cells import open_cell_run
 from dmlbench.tracking.record import DatasetInput, TrainingRecord, ending
 from dmlbench.tracking.runlog import split_timings
@@ -59,11 +60,11 @@ def _device_name(device: torch.device) -> str:
 
 
 def _finished(staged: Path, chash: str) -> dict[str, Any] | None:
-    """The staged member's run.json if it was trained with this config and code, else None."""
+    """The staged member's run.json if it was trained with this config and the code the stage reads, else None."""
     if not (staged / RUN_INFO).exists():
         return None
     info = read_json(staged / RUN_INFO)
-    return info if info.get("config_hash") == chash and info.get("code") == code_fingerprint() else None
+    return info if info.get("config_hash") == chash and info.get("inputs") == inputs_fingerprint() else None
 
 
 def train_stage(params: Params, run: RunSpec, device: torch.device | None = None) -> dict[str, Any]:
@@ -206,6 +207,7 @@ def _save_member(
         "fold": fold,
         "config_hash": config.config_hash,
         "code": code_fingerprint(),
+        "inputs": inputs_fingerprint(),  # the code the stage reads (what a kept member is reused for)
         "experiment": experiment,
         "device": device_name,
         "selection": outcome.selection,

@@ -37,10 +37,10 @@ from dmlbench.params.load import load_params
 from dmlbench.params.model import Params, config_hash
 from dmlbench.params.tuned import BEST, STUDY, STUDY_DIR, TRIALS, write_best
 from dmlbench.params.tuning import tuning_settings
+from dmlbench.stage_inputs import inputs_fingerprint
 from dmlbench.tracking.record import ending
 from dmlbench.tracking.runs import TrackedRun
 from dmlbench.tracking.studies import end_trial, mark_interrupted, study_run, trial_run
-from dmlbench.train.checkpoint import code_fingerprint
 from dmlbench.tune.objective import InvalidTrial, Search, make_search
 from dmlbench.tune.space import one_at_a_time
 from dmlbench.tune.study import (
@@ -59,7 +59,8 @@ STATUS = "status.json"
 
 def study_name(params: Params, search: Search) -> str:
     """``<dataset>-<backbone>-<loss>-<hash>``: the hash covers the search settings (not the
-    number of workers or the storage), the space, the protocol, the data and the code."""
+    number of workers or the storage), the space, the protocol, the data and the code the stage reads
+    (:func:`dmlbench.stage_inputs.inputs_fingerprint`)."""
     tuning = tuning_settings(params).model_dump(mode="json", exclude={"workers", "storage", "space", "trials"})
     identity = {
         "tuning": tuning,
@@ -67,7 +68,7 @@ def study_name(params: Params, search: Search) -> str:
         "base": search.base_values,
         "run": search.config(search.published).resolved,
         "folds": list(search.folds),
-        "code": code_fingerprint(),
+        "code": inputs_fingerprint(),
     }
     run = search.run
     return f"{run.dataset}-{run.backbone}-{run.loss}-{config_hash(identity)[:10]}"
