@@ -7,7 +7,8 @@ longer matches the code or params.yaml (:func:`dmlbench.stage_inputs.check_manif
 run the real writer on a copy of this checkout's pipeline and check that a params edit changes
 exactly the manifests of the stages that read it, that the layout keeps DVC away from params.yaml
 and the code for every stage but validate, that a stale manifest stops a stage before it starts,
-and that a checkpoint is kept across edits of code its stage does not read.
+that a failed validate keeps the manifests, and that a checkpoint is kept across edits of code its
+stage does not read.
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ def test_every_stage_but_validate_has_one_manifest_and_no_code_or_params_deps():
         if name == "validate":
             assert {"stages", "src/dmlbench"} <= set(deps)
             assert stage["params"] == [{"params.yaml": None}]
-            assert "artifacts/inputs" in [next(iter(o)) if isinstance(o, dict) else o for o in stage["outs"]]
+            outs = {next(iter(o)): o[next(iter(o))] for o in stage["outs"]}  # a failed validate keeps them
+            assert {"artifacts/inputs", "artifacts/params.validated"} == set(outs)
+            assert all(out["persist"] is True for out in outs.values())
             continue
         assert [d for d in deps if d.startswith("artifacts/inputs/")] == [manifest_path(name).as_posix()], name
         assert not [d for d in deps if d.startswith(("src/", "stages/"))], f"{name}: code listed as DVC deps"
@@ -271,6 +274,37 @@ def test_after_an_edit_dvc_lists_validate_and_the_runner_runs_only_what_reads_th
     assert not [name for name in plan.order if f"-{other_loss}" in name or name.startswith(("prepare@", "download@"))]
     assert run_parallel(plan, 2, [], root=root, progress=False) == []
     assert plan_after_validate(root).order == []
+
+
+def test_a_failed_validate_keeps_the_manifests_and_every_other_stage_up_to_date(small_grid, monkeypatch):
+    """A bad params edit under plain ``dvc repro``: validate fails in one line, and DVC (which removes
+    a stage's outputs before running it, unless they persist) leaves the manifests as they were, so
+    ``dvc status`` lists validate alone, not the whole grid."""
+    from dmlbench.pipeline.local import plan_after_validate, run_parallel
+
+    root = small_grid
+    pipeline = yaml.safe_load((root / "dvc.yaml").read_text())
+    pipeline["stages"]["validate"]["cmd"] = "PYTHONPATH=src python stages/validate.py"  # the real check
+    (root / "dvc.yaml").write_text(yaml.safe_dump(pipeline, sort_keys=False))
+    monkeypatch.chdir(root)
+    plan = plan_after_validate(root)
+    assert run_parallel(plan, 2, [], root=root, progress=False) == []
+    before = _manifests(root)
+    marker = (root / "artifacts/params.validated").read_text()
+
+    params = _params(root)
+    loss = sorted(params["losses"])[0]
+    params["losses"][loss] = {"pos_margin": "wide"}  # a bad value of a key its stages read
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    failed = subprocess.run([sys.executable, "-m", "dvc", "repro", "validate"], cwd=root, env=env,
+                            capture_output=True, text=True, check=False)  # fmt: skip
+    (line,) = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+    assert failed.returncode != 0 and f"losses.{loss}.pos_margin: Input should be a valid number" in line
+    assert _manifests(root) == before and (root / "artifacts/params.validated").read_text() == marker
+    status = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], cwd=root, capture_output=True,
+                            text=True, check=True)  # fmt: skip
+    assert set(json.loads(status.stdout)) == {"validate"}
 
 
 def test_a_checkpoint_is_kept_across_an_edit_of_code_its_stage_does_not_read(
