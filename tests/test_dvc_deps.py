@@ -20,7 +20,8 @@ import yaml
 from dmlbench.errors import ConfigError
 from dmlbench.params.declared_reads import MEMBERS, REGISTRIES, SECTIONS
 from dmlbench.pipeline.manifests import write_manifests
-from dmlbench.pipeline.reads import Derivation, StageItems
+from dmlbench.pipeline.reads import Derivation
+from dmlbench.pipeline.source import StageItems
 from dmlbench.stage_inputs import MANIFEST_DIR
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,8 @@ from dmlbench.errors import ConfigError
 from dmlbench.io import atomic_dir
 from dmlbench.params.declared_reads import REGISTRIES
 from dmlbench.params.files import read_params_file
-from dmlbench.pipeline.reads import Derivation, StageItems
+from dmlbench.pipeline.reads import Derivation
+from dmlbench.pipeline.source import StageItems
 from dmlbench.stage_inputs import (
     MANIFEST_DIR,
     MANIFEST_WRITERS,
