@@ -15,7 +15,7 @@ stages re-run; the stage's ``dvc.lock`` entry carries one md5 for all of it, the
 when DVC or the runners name the stage in ``DVC_STAGE``): a manifest that no longer matches the
 code or ``params.yaml`` (an edit that validate has not seen yet, e.g. ``dvc repro --force
 --single-item``, or an edit while the stage ran) fails the stage in one line, so a lock entry
-never says that results came from inputs they did not. :func:`code_fingerprint` keys what a stage
+never says that results came from inputs they did not. :func:`inputs_fingerprint` keys what a stage
 keeps between runs (a training checkpoint, a tuning study) on the code its manifest lists.
 """
 
@@ -150,9 +150,8 @@ def inputs_fingerprint(stage: str | None = None, root: Path | None = None) -> st
     outside DVC (no stage named) or with no manifest, :func:`package_fingerprint`: any code edit then
     discards them, as does moving between the two."""
     stage = stage if stage is not None else os.environ.get("DVC_STAGE")
-    path = (
-        manifest_path(stage, root if root is not None else Path(os.environ.get("DVC_ROOT") or ".")) if stage else None
-    )
+    root = root if root is not None else Path(os.environ.get("DVC_ROOT") or ".")
+    path = manifest_path(stage, root) if stage else None
     if path is None or not path.is_file():
         return package_fingerprint()
     code = json.loads(path.read_text())["code"]
