@@ -286,11 +286,12 @@ def main(argv: list[str] | None = None) -> int:
         print("precision study: rendering and preparing the glyphs ...", file=sys.stderr, flush=True)
         data = prepare(setting, base, Path(tmp))
         report["prepare_seconds"] = round(time.monotonic() - started, 1)
-        pair_seconds = 0.0
+        pair_seconds = 0.0  # the last pair's
         for loss in setting.losses:
-            for seed in setting.seeds:
-                elapsed = time.monotonic() - started
-                if args.budget_s is not None and pair_seconds and elapsed + 1.2 * pair_seconds > args.budget_s:
+            for index, seed in enumerate(setting.seeds):
+                # a loss starts only when all its pairs fit, a pair only when it fits
+                needed = pair_seconds * (len(setting.seeds) if index == 0 else 1)
+                if args.budget_s is not None and time.monotonic() - started + 1.1 * needed > args.budget_s:
                     report["stopped"] = f"time budget {args.budget_s:.0f} s: stopped before {loss} seed {seed}"
                     break
                 pair_started = time.monotonic()
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                     except Exception as exc:  # noqa: BLE001 - one run's failure is its result; the others go on
                         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc) else ''}"
                         report["runs"].append({"loss": loss, "seed": seed, "arm": arm, "error": error})
-                pair_seconds = max(pair_seconds, time.monotonic() - pair_started)
+                pair_seconds = time.monotonic() - pair_started
                 report["comparisons"] = comparisons(report["runs"])
                 out.write_text(json.dumps(report, indent=2) + "\n")
             if report["stopped"]:

@@ -66,3 +66,8 @@ def test_smoke_grid_runs_every_path_and_writes_the_json(tmp_path, capsys):
     assert report["comparisons"]["multi_similarity"]["n_pairs"] == 2 and report["stopped"] is None
     assert "| multi_similarity | 2 |" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["precision_study.json"]
+    # a budget already spent: nothing trains, and the JSON says why
+    assert study.main(["--out", str(tmp_path / "none"), "--smoke", "--device", "cpu", "--budget-s", "0"]) == 0
+    report = json.loads((tmp_path / "none" / "precision_study.json").read_text())
+    assert report["runs"] == [] and report["comparisons"] == {}
+    assert report["stopped"] == "time budget 0 s: stopped before multi_similarity seed 0"

@@ -91,6 +91,8 @@ class Throughput:
     compile_mode: str | None = None  # torch.compile mode of the step's model; None = eager
     first_step_seconds: float | None = None  # the first full step (with compile: the compilation)
     compiled_graphs: int | None = None  # graphs torch.compile made (a recompilation adds one)
+    graph_breaks: int | None = None  # where dynamo split the model (0: one graph for the forward)
+    cudagraph_skips: int | None = None  # compiled graphs that reduce-overhead ran without a CUDA graph
 
     @property
     def ratio(self) -> float:
@@ -245,7 +247,7 @@ def measure_throughput(
     full_step, model_step = steps_of.full, steps_of.model_only
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    graphs_before = _graph_count()
+    before = _compile_counts()
     first = _timed(full_step, 1, 0, device)
     full = _timed(full_step, steps, warmup, device)
     model_only = _timed(model_step, steps, warmup, device)
@@ -261,12 +263,17 @@ def measure_throughput(
         peak_memory_mib=peak_memory,
         compile_mode=compile_mode,
         first_step_seconds=first,
-        compiled_graphs=_graph_count() - graphs_before if compile_mode else None,
+        **({key: value - before[key] for key, value in _compile_counts().items()} if compile_mode else {}),
     )
 
 
-def _graph_count() -> int:
-    """Graphs ``torch.compile`` has made in this process (dynamo's counter)."""
+def _compile_counts() -> dict[str, int]:
+    """What ``torch.compile`` has done in this process so far (dynamo's and Inductor's counters):
+    graphs made, graph breaks, graphs run without CUDA graphs under ``reduce-overhead``."""
     from torch._dynamo.utils import counters
 
-    return int(counters["stats"]["unique_graphs"])
+    return {
+        "compiled_graphs": int(counters["stats"]["unique_graphs"]),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+        "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"]),
+    }
