@@ -134,8 +134,10 @@ def test_report_has_every_section_figure_and_interval(in_project, small_params, 
     # Test-set feedback: the best test epoch beats the selected one by 3 points of MAP@R in every run
     feedback = _section(text, "## Test-set feedback")
     # n counts seeds: each seed's value averages its 2 runs (2 embedding sizes; no folds here)
-    assert "mean over n = 3 seeds [95% interval] unless a cell states its own n; each seed's value is the mean " \
+    assert (
+        "mean over n = 3 seeds [95% interval] unless a cell states its own n; each seed's value is the mean "
         "of its 2 models (2 embedding sizes)" in feedback
+    )
     assert "(n = 3 seeds; each seed's value is the mean of its 8 models over every loss and embedding size)" in summary
     assert "| 3.0 [3.0, 3.0] |" in feedback  # every run gains exactly 3 points: a zero-width interval
     for figure in FIGURES:
@@ -147,6 +149,9 @@ def test_report_has_every_section_figure_and_interval(in_project, small_params, 
     assert "offline demo dataset" in text and "no 512-d embedding" in text
     # where each loss's hyperparameters come from (the demo protocol sets Proxy-Anchor's proxy lr)
     setup = _section(text, "## Setup")
+    n = len(small_params.combos()) * len(small_params.seeds)
+    precision = f"- Training arithmetic (protocol `amp: auto`; per model in `run.json`): float32: {n} models (cpu)."
+    assert precision in setup
     assert "  - Proxy-Anchor: param_lr_multiplier 10 (from protocol `demo`);" in setup
     assert (
         "  - Contrastive, Triplet, Multi-Similarity (+miner): the defaults (protocol `demo` publishes no values "

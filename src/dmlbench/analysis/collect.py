@@ -34,7 +34,8 @@ from dmlbench.tracking.runlog import TIMING_KEYS, read_runlog
 class Results:
     runs: pd.DataFrame  # dataset, backbone, loss, dim, seed, metric, value
     history: pd.DataFrame  # dataset, backbone, loss, dim, seed, epoch, train/*, val/*, test_feedback/*
-    selections: pd.DataFrame  # dataset, backbone, loss, dim, seed, selected_epoch, selection_metric, tf_*, device
+    # dataset, backbone, loss, dim, seed, selected_epoch, selection_metric, tf_*, device, precision
+    selections: pd.DataFrame
     datasets: dict[str, dict[str, Any]]
     # the untrained trunk ("Pretrained" row): dataset, backbone, weights, dim, metric, mean, low, high, n (queries)
     baselines: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -89,6 +90,7 @@ def collect_results(params: Params) -> Results:
                         "tf_best_value": feedback.get("best_value"),
                         "tf_selected_value": feedback.get("selected_value"),
                         "device": info.get("device", "unknown device"),
+                        "precision": info.get("precision", "not recorded"),
                     }
                 )
     datasets = {}

@@ -87,6 +87,7 @@ OVERRIDABLE_KEYS = (
     "backbone_lr_multiplier",
     "layer_decay",
     "amp",
+    "compile",
     "frozen_bn",
     "grad_clip",
     "early_stopping",
@@ -131,8 +132,10 @@ class Protocol(StrictModel):
     norm), deepest first, get that lr x ``layer_decay ** depth_from_top`` (1.0: one lr for the trunk).
     ``amp``: autocast dtype of the training step: ``auto`` = bf16 on a CUDA GPU that has it, else
     fp16 there, none on the CPU (the fast path); ``none``, ``bf16`` or ``fp16`` (fp16 with a
-    gradient scaler) force it on any device. ``pooling: cls`` needs a backbone with a class token;
-    ``native``: the trunk's own pooling (timm's ``global_pool``: SigLIP 2's attention pooling).
+    gradient scaler) force it on any device. ``compile``: run the training step's model through
+    ``torch.compile`` (``auto``: on a CUDA GPU for runs of at least 2,000 steps; not part of the
+    config hash). ``pooling: cls`` needs a backbone with a class token; ``native``: the trunk's own
+    pooling (timm's ``global_pool``: SigLIP 2's attention pooling).
     ``losses.<name>``: the hyperparameters this protocol publishes for a loss (e.g. the Reality
     Check's tuned values; per dataset through ``overrides``), validated against the loss's own
     parameter model in :func:`parse_params`; a loss the protocol does not list keeps its defaults.
@@ -151,6 +154,7 @@ class Protocol(StrictModel):
     backbone_lr_multiplier: PositiveFloat = 1.0  # trunk lr = optimizer.lr x this (head: optimizer.lr)
     layer_decay: float = Field(1.0, gt=0.0, le=1.0)  # per trunk layer group, from the top
     amp: Literal["auto", "none", "bf16", "fp16"] = "auto"
+    compile: Literal["auto", "on", "off"] = "auto"  # torch.compile of the training step's model (train/compiling.py)
     augment: AugmentConfig
     pretrained: bool = False
     frozen_bn: bool = False

@@ -128,7 +128,8 @@ def resolve_run(
         "seed": run.seed,
         "protocol": {
             "name": params.protocol_name,
-            **protocol.model_dump(mode="json", exclude={"overrides", "backbones", "dims", "losses"}),
+            # compile: how the step runs, not what it computes (a run resumes across it)
+            **protocol.model_dump(mode="json", exclude={"overrides", "backbones", "dims", "losses", "compile"}),
         },
     }
     if tuning is not None:

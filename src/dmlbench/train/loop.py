@@ -46,10 +46,11 @@ from dmlbench.models import EmbeddingModel
 from dmlbench.params.protocol import Protocol
 from dmlbench.params.run import RunConfig
 from dmlbench.train.checkpoint import TrainState, save_checkpoint
+from dmlbench.train.compiling import CompileChoice, choose_compile
 from dmlbench.train.divergence import GPU_FINITE_CHECK_EVERY, FiniteWatch, diverged, finite_check_interval
 from dmlbench.train.optim import make_loss_optimizer, make_model_optimizer, make_scheduler
 from dmlbench.train.rng import epoch_seed, restore_rng_state, rng_state, seed_everything
-from dmlbench.train.sampling import epoch_batches
+from dmlbench.train.sampling import batches_per_epoch, epoch_batches
 from dmlbench.train.step import FastPath, ImageSource, TrainStep
 
 EpochCallback = Callable[[int, dict[str, float]], None]
@@ -70,6 +71,8 @@ class TrainOutcome:
     resumed_from_epoch: int = 0
     test_feedback: dict[str, Any] | None = None
     stopped_early: bool = False
+    precision: str = "fp32"  # the step's arithmetic (FastPath.precision) in the process that finished it
+    compiled: str = "off"  # whether its model ran compiled, and why (CompileChoice.describe)
 
 
 def set_warmup(model: EmbeddingModel, warm: bool) -> None:
@@ -148,8 +151,9 @@ class _Parts:
         return state
 
 
-def _build_parts(config: RunConfig, num_classes: int, fast: FastPath) -> _Parts:
-    """Model, loss (+ miner), optimisers and schedulers, built in a fixed order (seeded RNG)."""
+def _build_parts(config: RunConfig, num_classes: int, fast: FastPath, compiled: CompileChoice) -> _Parts:
+    """Model, loss (+ miner), optimisers and schedulers, built in a fixed order (seeded RNG); the
+    step runs the model as ``compiled`` says (compilation itself happens at the first step)."""
     protocol, loss_spec, loss_params = config.protocol, config.loss_spec, config.loss_params
     model = fast.prepare_model(config.build_model())
     loss_fn = loss_spec.build(loss_params, num_classes, config.dim).to(fast.device)
@@ -158,9 +162,8 @@ def _build_parts(config: RunConfig, num_classes: int, fast: FastPath) -> _Parts:
     if loss_spec.has_parameters:
         optimizers.append(make_loss_optimizer(protocol, loss_params, loss_fn.parameters()))
     schedulers = [make_scheduler(protocol.scheduler, opt, protocol.epochs) for opt in optimizers]
-    return _Parts(
-        model, loss_fn, optimizers, schedulers, TrainStep(model, loss_fn, miner, optimizers, fast, protocol.grad_clip)
-    )
+    step = TrainStep(model, loss_fn, miner, optimizers, fast, protocol.grad_clip, compiled)
+    return _Parts(model, loss_fn, optimizers, schedulers, step)
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,8 @@ def train(
     A checkpoint is written to ``checkpoint_dir`` after every epoch, carrying ``extra_state``
     (the caller's data); ``on_epoch(epoch, metrics)`` is called after each epoch, after
     its checkpoint. ``fast_path``: None = on (on the CPU: channels_last only; see :mod:`dmlbench.train.step`).
+    The protocol's ``compile`` is resolved for the device and the run's planned steps
+    (:func:`dmlbench.train.compiling.choose_compile`; ``compile: on`` where it cannot run stops here).
     """
     device = device or default_device()
     fast = FastPath.for_device(device, fast_path, config.protocol.amp)
@@ -214,9 +219,11 @@ def train(
     score = _Scorer(protocol, config.recall_ks, fast, where)
     has_val = len(splits.val) > 0
     test_feedback = protocol.test_feedback and len(splits.test) > 0
+    steps = protocol.epochs * batches_per_epoch(len(splits.labels), protocol.batch_size, protocol.iterations_per_epoch)
+    compiled = choose_compile(protocol.compile, device, steps)
 
     generator = seed_everything(run.seed)
-    parts = _build_parts(config, splits.num_classes, fast)
+    parts = _build_parts(config, splits.num_classes, fast, compiled)
     state = TrainState(config_hash=chash, extra=extra_state or {})
     if resume is not None:
         if resume.config_hash != chash:
@@ -250,7 +257,9 @@ def train(
             save_checkpoint(checkpoint_dir, parts.save_into(state))
         if on_epoch is not None:
             on_epoch(epoch, metrics)
-    return _outcome(state, parts.model, protocol, has_val, splits.num_classes, start_epoch, stopped_early)
+    outcome = _outcome(state, parts.model, protocol, has_val, splits.num_classes, start_epoch, stopped_early)
+    outcome.precision, outcome.compiled = fast.precision, compiled.describe()
+    return outcome
 
 
 class _Epochs:

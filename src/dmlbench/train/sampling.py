@@ -17,11 +17,16 @@ import numpy as np
 from dmlbench.errors import ConfigError
 
 
+def batches_per_epoch(n_images: int, batch_size: int, iterations: int | None = None) -> int:
+    """Batches in an epoch: ``iterations``, or one pass over ``n_images`` (at least one batch)."""
+    return iterations or max(n_images, batch_size) // batch_size
+
+
 def epoch_batches(
     labels: np.ndarray, batch_size: int, per_class: int | str, iterations: int | None = None
 ) -> np.ndarray:
     """Index batches (``n_batches x batch_size``) drawn from numpy's global RNG / PML's RNG."""
-    n_batches = iterations or max(len(labels), batch_size) // batch_size
+    n_batches = batches_per_epoch(len(labels), batch_size, iterations)
     if per_class == "random":
         if len(labels) < batch_size:
             raise ConfigError(f"protocol: batch_size {batch_size} exceeds the {len(labels)} training images")

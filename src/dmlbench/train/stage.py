@@ -208,6 +208,8 @@ def _save_member(
         "code": code_fingerprint(),
         "experiment": experiment,
         "device": device_name,
+        "precision": outcome.precision,
+        "compile": outcome.compiled,
         "selection": outcome.selection,
         "test_feedback": outcome.test_feedback,
         "epochs_trained": outcome.history[-1]["epoch"],

@@ -12,9 +12,11 @@ convolutions and max-pooling run faster in it. Measured on an AMD EPYC (Zen 3), 
 the demo's ``tiny_cnn`` at 32 px: inference 2.2x, a training step 1.3-1.5x faster
 (``benchmarks/channels_last.py`` prints the figures for a machine).
 
-The protocol's ``amp`` key overrides the autocast dtype on any device (``none``, ``bf16``,
-``fp16``); float16 steps go through a ``torch.amp.GradScaler`` (Micikevicius et al., "Mixed
-Precision Training", ICLR 2018: loss scaling keeps small gradients from underflowing).
+The protocol's ``compile`` key runs the model compiled (:mod:`dmlbench.train.compiling`; on a
+CUDA GPU by default for long runs). The protocol's ``amp`` key overrides the autocast dtype on
+any device (``none``, ``bf16``, ``fp16``); float16 steps go through a ``torch.amp.GradScaler``
+(Micikevicius et al., "Mixed Precision Training", ICLR 2018: loss scaling keeps small gradients
+from underflowing).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import numpy as np
 import torch
 
 from dmlbench.data.cache import RowView
+from dmlbench.train.compiling import EAGER, CompileChoice, compile_model
 from dmlbench.train.divergence import FiniteWatch
 
 GPU_CACHE_FRACTION = 0.5  # at most this share of the free GPU memory holds the image cache
@@ -82,6 +85,21 @@ class FastPath:
 
     def prepare_inputs(self, inputs: torch.Tensor) -> torch.Tensor:
         return inputs.contiguous(memory_format=torch.channels_last) if self.channels_last else inputs
+
+    @property
+    def precision(self) -> str:
+        """The step's arithmetic, as ``run.json`` records it: ``bf16`` / ``fp16`` autocast (the loss in
+        float32), else ``fp32``; ``fp32 (TF32 convolutions)`` on a GPU whose cuDNN convolutions
+        use TensorFloat-32 (Ampere and later with ``torch.backends.cudnn.allow_tf32``, torch's default)."""
+        if self.amp_dtype is not None:
+            return {torch.bfloat16: "bf16", torch.float16: "fp16"}[self.amp_dtype]
+        if (
+            self.device.type == "cuda"
+            and torch.backends.cudnn.allow_tf32
+            and torch.cuda.get_device_capability(self.device) >= (8, 0)
+        ):
+            return "fp32 (TF32 convolutions)"
+        return "fp32"
 
 
 def cache_fits(nbytes: int, free_bytes: int, share: int = 1) -> bool:
@@ -169,7 +187,9 @@ class ImageSource:
 class TrainStep:
     """forward (autocast) -> miner -> loss (float32) -> backward -> clip -> optimiser steps; with a
     ``watch``, the batch's loss and embeddings are recorded there (device-side finiteness flags,
-    :mod:`dmlbench.train.divergence`)."""
+    :mod:`dmlbench.train.divergence`). ``compiled``: the forward runs through ``torch.compile``'s
+    wrapper of the model (:mod:`dmlbench.train.compiling`), which shares its parameters; the
+    model itself stays eager for evaluation and state dicts."""
 
     def __init__(
         self,
@@ -179,9 +199,11 @@ class TrainStep:
         optimizers: list[torch.optim.Optimizer],
         fast: FastPath,
         grad_clip: float | None = None,
+        compiled: CompileChoice = EAGER,
     ):
         self.model, self.loss_fn, self.miner, self.optimizers = model, loss_fn, miner, optimizers
-        self.fast, self.grad_clip = fast, grad_clip
+        self.fast, self.grad_clip, self.compiled = fast, grad_clip, compiled
+        self.forward = compile_model(model, compiled)
         self.scaler = fast.grad_scaler()  # fp16 only
 
     def parameters(self) -> Iterable[torch.nn.Parameter]:
@@ -196,13 +218,14 @@ class TrainStep:
                 yield f"{prefix}.{name}", tensor.detach()
 
     def __call__(self, inputs: torch.Tensor, labels: torch.Tensor, watch: FiniteWatch | None = None) -> torch.Tensor:
+        self.compiled.step_begin()
+        for optimizer in self.optimizers:  # first: the last step's gradients are freed before the forward
+            optimizer.zero_grad(set_to_none=True)
         with self.fast.autocast():
-            embeddings = self.model(self.fast.prepare_inputs(inputs))
+            embeddings = self.forward(self.fast.prepare_inputs(inputs))
         embeddings = embeddings.float()
         mined = self.miner(embeddings, labels) if self.miner is not None else None
         loss = self.loss_fn(embeddings, labels, mined)
-        for optimizer in self.optimizers:
-            optimizer.zero_grad(set_to_none=True)
         scaler = self.scaler
         (loss if scaler is None else scaler.scale(loss)).backward()
         if self.grad_clip is not None:  # value clipping, as the Proxy-Anchor/thesis code does

@@ -79,6 +79,7 @@ def write(analysis: Analysis, doc: Document) -> None:
         f"{'ImageNet' if protocol.pretrained else 'random'} initialisation.",
         f"- Model selection: the epoch with the best validation `{protocol.selection_metric}` "
         "(validation classes only; never the test set). Without a validation split the last epoch is kept.",
+        *_precision_note(params, results),
         *_loss_settings(analysis),
         *_cross_validation_note(results),
         "- Metrics (Reality Check definitions): every test image queries all other test images by cosine "
@@ -141,6 +142,30 @@ def _loss_settings(analysis: Analysis) -> list[str]:
         )
         lines.append(f"  - {', '.join(untouched)}: the defaults ({why}).")
     return lines
+
+
+PRECISION_WORDS = {
+    "bf16": "bf16 autocast (the loss in float32)",
+    "fp16": "fp16 autocast with loss scaling (the loss in float32)",
+    "fp32": "float32",
+    "fp32 (TF32 convolutions)": "float32 with TF32 convolutions (cuDNN's default on Ampere and later)",
+}
+
+
+def _precision_note(params: Params, results: Results) -> list[str]:
+    """The training step's arithmetic, as each model's ``run.json`` records it (``precision``:
+    what the protocol's ``amp`` became on the device that trained it), counted per device."""
+    selections = results.selections
+    if selections.empty or "precision" not in selections:
+        return []
+    counts = selections.fillna({"precision": "not recorded"}).groupby(["precision", "device"], sort=True).size()
+    unit = "fold models" if selections["fold"].notna().any() else "models"
+    parts = [
+        f"{PRECISION_WORDS.get(precision, precision)}: {count} {unit} ({device})"
+        for (precision, device), count in counts.items()
+    ]
+    where = f"protocol `amp: {params.protocol.amp}`; per model in `run.json`"
+    return [f"- Training arithmetic ({where}): {'; '.join(parts)}."]
 
 
 def _cross_validation_note(results: Results) -> list[str]:
