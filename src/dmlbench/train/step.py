@@ -167,7 +167,8 @@ class ImageSource:
 
 
 class TrainStep:
-    """forward (autocast) -> miner -> loss (float32) -> backward -> clip -> optimiser steps; with a
+    """forward (autocast) -> miner -> loss (float32) -> backward -> clip (each value: ``grad_clip``;
+    the embedding model's gradient 2-norm: ``grad_clip_norm``) -> optimiser steps; with a
     ``watch``, the batch's loss and embeddings are recorded there (device-side finiteness flags,
     :mod:`dmlbench.train.divergence`)."""
 
@@ -179,9 +180,10 @@ class TrainStep:
         optimizers: list[torch.optim.Optimizer],
         fast: FastPath,
         grad_clip: float | None = None,
+        grad_clip_norm: float | None = None,
     ):
         self.model, self.loss_fn, self.miner, self.optimizers = model, loss_fn, miner, optimizers
-        self.fast, self.grad_clip = fast, grad_clip
+        self.fast, self.grad_clip, self.grad_clip_norm = fast, grad_clip, grad_clip_norm
         self.scaler = fast.grad_scaler()  # fp16 only
 
     def parameters(self) -> Iterable[torch.nn.Parameter]:
@@ -205,11 +207,15 @@ class TrainStep:
             optimizer.zero_grad(set_to_none=True)
         scaler = self.scaler
         (loss if scaler is None else scaler.scale(loss)).backward()
+        if (self.grad_clip is not None or self.grad_clip_norm is not None) and scaler is not None:
+            for optimizer in self.optimizers:
+                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
         if self.grad_clip is not None:  # value clipping, as the Proxy-Anchor/thesis code does
-            if scaler is not None:
-                for optimizer in self.optimizers:
-                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             torch.nn.utils.clip_grad_value_([p for p in self.parameters() if p.grad is not None], self.grad_clip)
+        if self.grad_clip_norm is not None:  # the model's gradient norm (Hyp-ViT: its one optimiser's params)
+            torch.nn.utils.clip_grad_norm_(
+                [p for p in self.model.parameters() if p.grad is not None], self.grad_clip_norm
+            )
         for optimizer in self.optimizers:
             if scaler is None:
                 optimizer.step()
