@@ -90,7 +90,7 @@ def _step(choice: CompileChoice, seed: int = 0) -> TrainStep:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     fast = FastPath.for_device(CPU)
     return TrainStep(
-        model.train(), spec.build(loss_params, 8, 16), spec.miner(loss_params), [optimizer], fast, 1.0, choice
+        model.train(), spec.build(loss_params, 8, 16), spec.miner(loss_params), [optimizer], fast, 1.0, compiled=choice
     )
 
 

@@ -173,14 +173,38 @@ def test_a_grid_with_a_2020_loss_and_a_newer_one_shows_both_tiers(
     assert "`methods.csv` column `studies_2020`" in text
 
 
+def test_a_recipe_with_a_reference_loss_shows_it_beside_the_tiers(
+    in_project, default_raw_params, prepared_glyphs, mlflow_store, monkeypatch
+):
+    """A protocol naming its source's loss (``reference_loss``, as hyp_vit and berton2025 do): its row
+    under every trunk, with its gain, whether or not it is the best of its tier."""
+    from dmlbench.params.load import parse_params
+
+    raw = small_params_dict(default_raw_params, losses={"multi_similarity": {}, "supcon": {}})
+    raw["protocols"][raw["protocol"]]["reference_loss"] = "supcon"
+    params = parse_params(raw)
+    monkeypatch.setitem(report_fakes.QUALITY, "supcon", 0.65)
+    fake_outputs(params, prepared_glyphs)
+    _frozen_trunk(params)
+    _write_per_query(params)
+    text = _section(params)
+    rows = _rows(text)
+    assert list(rows)[1:] == ["best 2020 loss", "best newer loss", "the recipe's own loss"]
+    assert rows["the recipe's own loss"][:2] == ["SupCon (2020)", "64"]
+    assert rows["the recipe's own loss"][2:] == rows["best newer loss"][2:]  # the same cells: the same loss
+    assert "Every loss trained under one recipe, protocol `demo`; *the recipe's own loss* is" in text
+    params = parse_params(small_params_dict(default_raw_params, losses={"multi_similarity": {}, "supcon": {}}))
+    assert "the recipe's own loss" not in _section(params)  # no reference_loss: no row, no sentence
+
+
 def test_the_tiers_come_from_methods_csv():
     """The 2020 tier is what methods.csv says the two studies ran; the newer losses are Tuplet Margin,
-    Smooth-AP, SupCon, Sub-center ArcFace and Circle, which neither ran."""
+    Smooth-AP, SupCon, Sub-center ArcFace, Circle and Hyp-ViT's sphere loss, which neither ran."""
     from dmlbench.losses import LOSSES
 
     methods = lit.load_methods()
     newer = {loss for loss in LOSSES if not frozen_vs_trained.in_2020_tier(loss, methods)}
-    assert newer == {"tuplet_margin", "smooth_ap", "supcon", "subcenter_arcface", "circle"}
+    assert newer == {"tuplet_margin", "smooth_ap", "supcon", "subcenter_arcface", "circle", "hyp_vit_sphere"}
     assert lit.studies_2020("proxy_anchor", methods) == ("thesis",)
     assert lit.studies_2020("cosface", methods) == ("reality_check",)
     assert lit.studies_2020("triplet", methods) == ("reality_check", "thesis")

@@ -185,7 +185,8 @@ class ImageSource:
 
 
 class TrainStep:
-    """forward (autocast) -> miner -> loss (float32) -> backward -> clip -> optimiser steps; with a
+    """forward (autocast) -> miner -> loss (float32) -> backward -> clip (each value: ``grad_clip``;
+    the embedding model's gradient 2-norm: ``grad_clip_norm``) -> optimiser steps; with a
     ``watch``, the batch's loss and embeddings are recorded there (device-side finiteness flags,
     :mod:`dmlbench.train.divergence`). ``compiled``: the forward runs through ``torch.compile``'s
     wrapper of the model (:mod:`dmlbench.train.compiling`), which shares its parameters; the
@@ -199,10 +200,11 @@ class TrainStep:
         optimizers: list[torch.optim.Optimizer],
         fast: FastPath,
         grad_clip: float | None = None,
+        grad_clip_norm: float | None = None,
         compiled: CompileChoice = EAGER,
     ):
         self.model, self.loss_fn, self.miner, self.optimizers = model, loss_fn, miner, optimizers
-        self.fast, self.grad_clip, self.compiled = fast, grad_clip, compiled
+        self.fast, self.grad_clip, self.grad_clip_norm, self.compiled = fast, grad_clip, grad_clip_norm, compiled
         self.forward = compile_model(model, compiled)
         self.scaler = fast.grad_scaler()  # fp16 only
 
@@ -228,11 +230,15 @@ class TrainStep:
         loss = self.loss_fn(embeddings, labels, mined)
         scaler = self.scaler
         (loss if scaler is None else scaler.scale(loss)).backward()
+        if (self.grad_clip is not None or self.grad_clip_norm is not None) and scaler is not None:
+            for optimizer in self.optimizers:
+                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
         if self.grad_clip is not None:  # value clipping, as the Proxy-Anchor/thesis code does
-            if scaler is not None:
-                for optimizer in self.optimizers:
-                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             torch.nn.utils.clip_grad_value_([p for p in self.parameters() if p.grad is not None], self.grad_clip)
+        if self.grad_clip_norm is not None:  # the model's gradient norm (Hyp-ViT: its one optimiser's params)
+            torch.nn.utils.clip_grad_norm_(
+                [p for p in self.model.parameters() if p.grad is not None], self.grad_clip_norm
+            )
         for optimizer in self.optimizers:
             if scaler is None:
                 optimizer.step()

@@ -202,7 +202,7 @@ def benchmark_steps(
     if loss_spec.has_parameters:
         optimizers.append(torch.optim.AdamW(loss_fn.parameters(), lr=1e-3))
     step = TrainStep(
-        model.train(), loss_fn, loss_spec.miner(loss_params), optimizers, fast, setting.grad_clip, compiled
+        model.train(), loss_fn, loss_spec.miner(loss_params), optimizers, fast, setting.grad_clip, compiled=compiled
     )
 
     rng = np.random.default_rng(0)

@@ -27,6 +27,7 @@ from dmlbench.grid import Combo
 PUBLISHED_FROM = 2021  # the literature table: numbers published in this year or later
 # row labels: the best loss a 2020 study ran (methods.csv ``studies_2020`` not empty), the best other
 TIERS = ("best 2020 loss", "best newer loss")
+RECIPE_ROW = "the recipe's own loss"  # the protocol's reference_loss: what its source published with
 PROTOCOLS = {  # literature.csv ``setting`` -> how the table names it
     "frozen": "no training on it",
     "test_selection": "selects on the test classes",
@@ -56,7 +57,7 @@ def write(analysis: Analysis, doc: Document) -> None:
         "studies compared under one protocol (Musgrave, Belongie & Lim, *A Metric Learning Reality Check*, ECCV "
         "2020; Psomas, *Metric Learning: A Deep Dive*, 2020; `methods.csv` column `studies_2020`) - and the "
         "*best newer loss* - the best of this benchmark's losses that neither study ran, whatever the year of "
-        f"their paper. {_tier_members(analysis)} Each at embedding size "
+        f"their paper. {_tier_members(analysis)} {_recipe(analysis)}Each at embedding size "
         f"{analysis.dim}. *Best* is the highest seed-mean test {metric_header(primary)}: it is picked on the "
         "very scores it is reported with, so the best loss's score and gain are optimistic (the largest of "
         "several noisy means). Trained scores: mean over seeds with its "
@@ -100,7 +101,9 @@ def _block(analysis: Analysis, dataset: str, backbone: str, baseline: pd.DataFra
         else:
             frozen += ["-", "-"]
     rows, notes = [frozen], []
-    for label, loss in _tiers(analysis, dataset, backbone, metrics[-1]):
+    reference = analysis.params.protocol.reference_loss
+    recipe = [(RECIPE_ROW, reference)] if reference in analysis.params.losses else []
+    for label, loss in _tiers(analysis, dataset, backbone, metrics[-1]) + recipe:
         if loss is None:
             why = "no loss of this grid was run by a 2020 study" if label == TIERS[0] else "a 2020 study ran every loss"
             rows.append([label, f"none in this grid ({why})", "-", *["-"] * (2 * len(metrics))])
@@ -138,6 +141,19 @@ def _tier_members(analysis: Analysis) -> str:
         names = ", ".join(_named(analysis, loss) for loss in members)
         parts.append(f"{label}: {names or 'none'}")
     return f"In this grid, {'; '.join(parts)}."
+
+
+def _recipe(analysis: Analysis) -> str:
+    """The sentence naming the one recipe every row trained under, and its own loss (if in the grid)."""
+    params = analysis.params
+    reference = params.protocol.reference_loss
+    if reference is None or reference not in params.losses:
+        return ""
+    return (
+        f"Every loss trained under one recipe, protocol `{params.protocol_name}`; *{RECIPE_ROW}* is the loss its "
+        f"source published its numbers with, {_named(analysis, reference)}, beside which the other losses are "
+        "compared under the same recipe. "
+    )
 
 
 def _named(analysis: Analysis, loss: str) -> str:
