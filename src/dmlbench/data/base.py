@@ -134,6 +134,8 @@ class DatasetSpec:
     gallery images (In-Shop) instead of being queried against itself; ``preflight``: the
     dataset's own pre-flight ``(params, dropbox, unreachable) -> lines`` where its files come in
     alternative layouts (Cars196), else every archive must be in ``data/`` or downloadable.
+    ``synthetic``: generated images (the offline demo), never a block of the tests across datasets
+    beside real ones (:func:`dmlbench.analysis.statistics.block_datasets`).
     """
 
     name: str
@@ -146,6 +148,7 @@ class DatasetSpec:
     archives: tuple[Archive, ...] = ()
     homepage: str = ""
     preflight: Callable[[DatasetParams, Path, UrlCheck], list[str]] | None = None
+    synthetic: bool = False
 
 
 def check_annotations(frame: pd.DataFrame, dataset: str) -> pd.DataFrame:
