@@ -193,6 +193,13 @@ def test_section_on_a_fabricated_grid_with_a_real_frozen_trunk(in_project, small
     per_seed = [trained[("multi_similarity", 64, s)].mean() - frozen_p1.mean() for s in small_params.seeds]
     seeds_only = 100 * stats.t.ppf(0.975, seeds - 1) * np.std(per_seed, ddof=1) / math.sqrt(seeds)
     assert high - low >= 2 * seeds_only - 0.1  # never narrower than the seeds' own t-interval (rounding: 0.1)
+    # an evaluation written before the classes were kept: the section still builds and says why there is no gain
+    frozen_file = paths.pretrained_evaluation_dir("glyphs", "tiny_cnn") / "per_query.npz"
+    with np.load(frozen_file) as stored:
+        older = {key: stored[key] for key in stored.files if not key.endswith("/query_label")}
+    np.savez(frozen_file, **older)
+    text = _section(small_params)
+    assert "the frozen trunk's per-query classes are missing (its evaluation predates them: re-run it)" in text
 
 
 def test_a_grid_with_a_2020_loss_and_a_newer_one_shows_both_tiers(

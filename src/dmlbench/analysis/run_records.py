@@ -37,7 +37,7 @@ def feedback_bias(results: Results) -> pd.DataFrame:
         column = f"test_feedback/{metric}"
         if column not in history.columns:
             continue
-        mask = np.ones(len(history), dtype=bool)
+        mask: np.ndarray = np.ones(len(history), dtype=bool)
         for key, value in cell.items():
             mask &= (history[key] == value).to_numpy()
         if not pd.isna(sel.fold):  # one fold model of a cross-validation run

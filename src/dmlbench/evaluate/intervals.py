@@ -35,7 +35,7 @@ class Interval:
         return asdict(self)
 
 
-def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
+def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> Interval:
     from scipy import stats
 
     data = np.asarray(values, dtype=np.float64)
@@ -52,7 +52,7 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
 
 
 def bounded_t_interval(
-    values: Sequence[float], confidence: float = 0.95, lower: float = 0.0, upper: float = math.inf
+    values: Sequence[float] | np.ndarray, confidence: float = 0.95, lower: float = 0.0, upper: float = math.inf
 ) -> Interval:
     """Mean and its t-interval clipped to the quantity's range ``[lower, upper]``.
 
@@ -78,7 +78,7 @@ def bounded_t_interval(
     return Interval(plain.mean, max(lower, plain.low), min(upper, plain.high), plain.n, confidence)
 
 
-def interval_method(values: Sequence[float], lower: float = 0.0, upper: float = math.inf) -> str:
+def interval_method(values: Sequence[float] | np.ndarray, lower: float = 0.0, upper: float = math.inf) -> str:
     """The method of :func:`bounded_t_interval` for ``values``: ``none`` (n < 2), ``t-clipped`` (the
     t-interval reached a bound and was cut there) or ``t``."""
     data = np.asarray(values, dtype=np.float64)
@@ -92,13 +92,13 @@ BOOTSTRAP_METHODS = ("percentile", "basic", "BCa")
 
 
 def bootstrap_intervals(
-    values: Mapping[str, Sequence[float]],
+    values: Mapping[str, Sequence[float] | np.ndarray],
     confidence: float = 0.95,
     n_resamples: int = 1000,
     method: str = "percentile",
     seed: int = 0,
     max_batch_elements: int = 1 << 24,
-    clusters: Sequence[int] | None = None,
+    clusters: Sequence[int] | np.ndarray | None = None,
 ) -> dict[str, Interval]:
     """Mean of each per-query metric of one run and its bootstrap interval over the query classes.
 
@@ -151,7 +151,7 @@ def bootstrap_intervals(
     def resampled_means(indices: np.ndarray, axis: int = -1) -> np.ndarray:
         indices = np.asarray(indices)
         flat = indices.reshape(-1, indices.shape[-1])
-        offsets = (np.arange(len(flat)) * n)[:, None]
+        offsets: np.ndarray = (np.arange(len(flat)) * n)[:, None]
         counts = np.bincount((flat + offsets).ravel(), minlength=len(flat) * n).reshape(len(flat), n)
         sums = counts.astype(np.float64) @ per_class  # resamples x (metrics + 1)
         out = (sums[:, :-1] / sums[:, -1:]).T  # metrics x resamples
@@ -174,12 +174,12 @@ def bootstrap_intervals(
 
 
 def bootstrap_interval(
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     confidence: float = 0.95,
     n_resamples: int = 1000,
     method: str = "percentile",
     seed: int = 0,
-    clusters: Sequence[int] | None = None,
+    clusters: Sequence[int] | np.ndarray | None = None,
 ) -> Interval:
     """:func:`bootstrap_intervals` of a single per-query metric."""
     return bootstrap_intervals({"metric": values}, confidence, n_resamples, method, seed, clusters=clusters)["metric"]
