@@ -183,7 +183,9 @@ class DatasetSpec:
     ``archives_for``: the archives a run needs, given ``(params, dropbox)``, where they depend on
     what is in ``data/`` (None: all of ``archives``);
     ``counts``: the published images and classes, checked after unpacking and again by prepare
-    (None for a generated dataset).
+    (None for a generated dataset);
+    ``synthetic``: generated images (the offline demo), never a block of the tests across datasets
+    beside real ones (:func:`dmlbench.analysis.statistics.block_datasets`).
     """
 
     name: str
@@ -198,6 +200,7 @@ class DatasetSpec:
     preflight: Callable[[DatasetParams, Path, UrlCheck], list[str]] | None = None
     archives_for: Callable[[DatasetParams, Path], tuple[Archive, ...]] | None = None
     counts: Counts | None = None
+    synthetic: bool = False
 
 
 def read_table(root: Path, rel: str, columns: list[str] | None, expected: str, **options: Any) -> pd.DataFrame:
