@@ -209,7 +209,7 @@ def reproduction_lines(analysis: Analysis) -> list[str]:
         f"(`report.rope`), p in the table. Verdict: *reproduced* when TOST rejects a difference of {points(rope)} "
         f"or more at level {1 - confidence:.2g} (the {100 - 2 * (100 - level)}% interval of the difference inside "
         f"± {points(rope)}); else *ours lower*/*higher* when the {level}% interval of the difference excludes 0; "
-        "else *inconclusive*. `?` = not verified."
+        "else *inconclusive*. `?` = a published number read off a figure or in another paper's table, not in its own."
         + (
             " Like with like: these published numbers kept the epoch with the best *test* score ("
             + "; ".join(evidence)
