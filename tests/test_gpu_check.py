@@ -125,7 +125,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 </testsuite></testsuites>"""
 
 
-def _report(tests, ratio=0.9, total=1.5, decreased=True):
+def _report(tests, ratio=0.9, total=0.9, decreased=True):
     setting = {"name": "thesis", "backbone": "resnet50", "crop": 224, "batch": 100}
     return {
         "environment": {"gpu": "G", "gpu_memory_gib": 80, "packages": {"torch": "2"}, "cuda": "13", "date": "d"},
@@ -158,7 +158,7 @@ def test_junit_rows_verdicts_and_the_table(tmp_path):
         {"name": "test_gpu::test_x", "outcome": "skipped"},
     ]
     assert not gpu_check.verdicts(_report(unknown_skip))["tests"]
-    bad = gpu_check.verdicts(_report(rows, ratio=0.59, total=2.0, decreased=False))
+    bad = gpu_check.verdicts(_report(rows, ratio=0.59, total=1.0, decreased=False))
     assert bad == dict.fromkeys(("tests", "throughput", "eval_speed", "real_size"), False)
     table = gpu_check.format_table(_report(rows, ratio=0.5))
     lines = table.splitlines()
