@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +45,7 @@ JOB_NAME = "dmlbench-probe"
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
          "PREEMPTED", "SPECIAL_EXIT"}  # fmt: skip
 PENDING_NOTICE_SECONDS = 60.0
+UNKNOWN_POLLS = 10  # polls in a row in which Slurm knows nothing of the probe: it is over
 STORE_TIMEOUT_SECONDS = 20
 
 
@@ -129,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--storage", default=None, help="the Optuna storage URL to connect to")
     parser.add_argument("--out", type=Path, required=True, help="where the JSON result goes")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # Slurm's warning before the time limit: finish the checks
     result = probe(args.experiment, args.gpu, args.storage)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
@@ -174,13 +177,15 @@ def probe_command(job: ProbeJob, experiment: str, out: Path, python: str = sys.e
 
 
 def wait_for(job_id: str, states: Callable[[list[str]], dict[str, str]], poll: float, log: Path) -> str:
-    """Slurm's final state of ``job_id``; a line when it is still pending after
-    :data:`PENDING_NOTICE_SECONDS`; ``scancel`` on an interrupt."""
-    started, noticed = time.monotonic(), False
+    """Slurm's final state of ``job_id`` (``UNKNOWN`` when Slurm stopped knowing it: no accounting,
+    and its record expired); a line when it is still pending after :data:`PENDING_NOTICE_SECONDS`;
+    ``scancel`` on an interrupt."""
+    started, noticed, unknown = time.monotonic(), False, 0
     try:
         while True:
             state = states([job_id]).get(job_id, "UNKNOWN")
-            if state in ENDED:
+            unknown = unknown + 1 if state == "UNKNOWN" else 0
+            if state in ENDED or unknown >= UNKNOWN_POLLS:
                 return state
             if state == "PENDING" and not noticed and time.monotonic() - started > PENDING_NOTICE_SECONDS:
                 print(f"probe job {job_id} still pending (squeue --me --jobs {job_id} says why); the grid is "
@@ -211,7 +216,7 @@ def run_probe(sbatch: list[str], job: ProbeJob, experiment: str, log_dir: Path,
           f"{job.stage.split('@')[0]} jobs before the grid (log: {log})", flush=True)  # fmt: skip
     state = wait_for(job_id, states, poll, log)
     result = json.loads(out.read_text()) if out.exists() else None
-    if state == "COMPLETED" and result is not None and not result["problems"]:
+    if state in ("COMPLETED", "UNKNOWN") and result is not None and not result["problems"]:
         found = "; ".join(f"{name}: {value}" for name, value in result["checks"].items())
         print(f"probe job {job_id} passed on {result['node']}: {found}", flush=True)
         return

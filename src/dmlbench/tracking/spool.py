@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -38,6 +39,7 @@ from typing import Any
 
 from dmlbench.io import read_json, write_json
 from dmlbench.tracking.spool_ops import LoggedSteps, UnknownRun, execute, transient
+from dmlbench.tracking.store import configure_background_client, restore_client_environment
 
 RECORDS, STATE, REFUSED_FILE, FILES, LOCK = "records.jsonl", "state.json", "refused.jsonl", "files", "lock"
 RETRY_SECONDS = (1.0, 30.0)  # the sender's wait after a failed send: doubled each time up to the second
@@ -50,6 +52,15 @@ def flush_seconds() -> float:
     """How long the end of a training waits for its records to be sent: ``$DMLBENCH_TRACKING_FLUSH_SECONDS``,
     else :data:`FLUSH_SECONDS`."""
     return float(os.environ.get(FLUSH_VARIABLE) or FLUSH_SECONDS)
+
+
+def failure_summary(exc: BaseException) -> str:
+    """``Type: first words of the message`` and, where the message buries it, the system's reason
+    (``[Errno 111] Connection refused``)."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    reason = re.search(r"\[Errno -?\d+\][^\"')]*", text)
+    short = text[:120] + ("..." if len(text) > 120 else "")
+    return f"{type(exc).__name__}: {short}" + (f" ({reason[0].strip()})" if reason and reason[0] not in short else "")
 
 
 def _warn(message: str) -> None:
@@ -113,8 +124,6 @@ class Spool:
         """Take the spool (its lock; ``wait``: until free, else give up at once) and start the sender
         on what an earlier process left; False when another process holds it and ``wait`` is False."""
         from filelock import FileLock, Timeout
-
-        from dmlbench.tracking.store import configure_background_client
 
         self.directory.mkdir(parents=True, exist_ok=True)
         self.lock = FileLock(str(self.directory / LOCK))
@@ -188,6 +197,7 @@ class Spool:
             shutil.rmtree(self.directory / FILES, ignore_errors=True)
         if self.lock is not None and not (self.thread is not None and self.thread.is_alive()):
             self.lock.release()
+        restore_client_environment()
         return left
 
     # ------------------------------------------------------------------ sending
@@ -234,8 +244,7 @@ class Spool:
 
     def _failed(self, record: Mapping[str, Any], exc: BaseException) -> None:
         first = self.error is None
-        detail = str(exc).splitlines()[0][:200] if str(exc) else ""
-        self.error = f"{type(exc).__name__}: {detail}"
+        self.error = failure_summary(exc)
         self.failed.add(record["seq"])
         if first:
             _warn(f"the tracking store does not answer ({self.error}); the training goes on, its records wait "
@@ -255,7 +264,7 @@ class Spool:
             self.failed.discard(record["seq"])
             self.sent_total += 1
             if self.error is not None:
-                _warn(f"the tracking store answers again: delayed records sent ({len(self.records)} still queued)")
+                _warn(f"the tracking store answers again: sending the {len(self.records) + 1} delayed record(s)")
                 self.error = None
             self.condition.notify_all()
         if record["op"] == "artifact":
@@ -276,7 +285,6 @@ def replay(directory: Path, timeout: float) -> int | None:
         return None
     try:
         spool.send_pending(deadline=time.monotonic() + timeout, drain=True)
-        return spool.close(timeout=0, quiet=True)
-    except BaseException:
-        spool.lock.release()
-        raise
+    finally:
+        left = spool.close(timeout=0, quiet=True)
+    return left

@@ -24,6 +24,7 @@ from dmlbench.tracking.cells import cell_config, cell_run_name, cell_tags
 from dmlbench.tracking.runs import failure_tags, start_system_metrics, training_run_request
 from dmlbench.tracking.spool import Spool, flush_seconds
 
+INTERRUPTED_FLUSH_SECONDS = 30.0  # the flush of a training stopped by an interrupt
 MONITOR_STOP_SECONDS = 10.0  # how long a training waits for MLflow's monitor to stop (it may be in a request)
 
 
@@ -131,8 +132,10 @@ class StageTracking:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        # stopped by an interrupt or an error: a short wait (Slurm's warning leaves ~2 minutes)
-        self.spool.close(self.flush_seconds if kind is None else min(self.flush_seconds, 10.0))
+        # stopped by an interrupt (Slurm's warning signal leaves signal_seconds, 120 by default, for
+        # the checkpoint, this wait and the requeue): a shorter wait
+        interrupted = kind is not None and issubclass(kind, KeyboardInterrupt)
+        self.spool.close(min(self.flush_seconds, INTERRUPTED_FLUSH_SECONDS) if interrupted else self.flush_seconds)
 
     def flush(self) -> bool:
         return self.spool.flush(self.flush_seconds)

@@ -47,11 +47,30 @@ BACKGROUND_CLIENT_ENV = {
 }
 
 
+_background_users: list[dict[str, str | None]] = []  # one entry per open spool: the values it replaced
+
+
 def configure_background_client() -> None:
-    """Short retries and timeouts for MLflow's HTTP requests in this process (:data:`BACKGROUND_CLIENT_ENV`)."""
+    """Short retries and timeouts for MLflow's HTTP requests in this process (:data:`BACKGROUND_CLIENT_ENV`),
+    until :func:`restore_client_environment` (a spool's close) is called as often."""
     configure_environment()
+    _background_users.append({key: os.environ.get(key) for key in BACKGROUND_CLIENT_ENV})
     for key, value in BACKGROUND_CLIENT_ENV.items():
         os.environ.setdefault(key, value)
+
+
+def restore_client_environment() -> None:
+    """Undo :func:`configure_background_client` once the last spool of this process closed."""
+    if not _background_users:
+        return
+    before = _background_users.pop()
+    if _background_users:
+        return
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def tracking_uri() -> str:
