@@ -113,6 +113,10 @@ def test_a_training_whose_store_never_answers_finishes_and_its_records_are_repla
     assert "the tracking store does not answer" in err and "python -m dmlbench.tracking.replay" in err
     waiting = [json.loads(line) for line in (paths.spool_dir(run) / RECORDS).read_text().splitlines()]
     assert [r["step"] for r in waiting if r["op"] == "metrics" and "train/loss" in r["metrics"]] == [1, 2, 3]
+    # a replay while the store still does not answer keeps every record
+    assert replay_command.main(["--timeout", "1"]) == 1
+    assert "record(s) still wait" in capsys.readouterr().err
+    assert [json.loads(line) for line in (paths.spool_dir(run) / RECORDS).read_text().splitlines()] == waiting
     # the store answers again (here: another one); the command sends everything, once
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert replay_command.main([]) == 0

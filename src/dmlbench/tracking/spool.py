@@ -176,9 +176,10 @@ class Spool:
             return not self.records
 
     def close(self, timeout: float, quiet: bool = False) -> int:
-        """Flush (bounded wait), stop the sender, let the spool go; how many records are left (then,
-        unless ``quiet``, one line says where they wait and how they get sent). A sender still inside a request
-        keeps the lock until this process exits, so that no other process sends beside it."""
+        """Flush (bounded wait), stop the sender, let the spool go; how many records are left (kept in
+        the spool; unless ``quiet``, one line says where they wait and how they get sent). A sender
+        still inside a request keeps the lock until this process exits, so that no other process
+        sends beside it."""
         self.flush(timeout)
         with self.condition:
             self.stopping = True
@@ -186,13 +187,14 @@ class Spool:
         if self.thread is not None:
             self.thread.join(timeout=JOIN_SECONDS)
         left = self.pending()
-        if left and not quiet:
+        if left:
             why = f" ({self.error})" if self.error else ""
-            _warn(
-                f"{left} record(s) not yet sent{why}: they wait in {self.directory} and are sent by the next "
-                "stage of this cell, the next make repro, or python -m dmlbench.tracking.replay"
-            )
-        elif (self.directory / RECORDS).exists():
+            if not quiet:
+                _warn(
+                    f"{left} record(s) not yet sent{why}: they wait in {self.directory} and are sent by the next "
+                    "stage of this cell, the next make repro, or python -m dmlbench.tracking.replay"
+                )
+        elif (self.directory / RECORDS).exists():  # all sent: the spool starts empty next time
             (self.directory / RECORDS).unlink()
             shutil.rmtree(self.directory / FILES, ignore_errors=True)
         if self.lock is not None and not (self.thread is not None and self.thread.is_alive()):
