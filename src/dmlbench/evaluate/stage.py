@@ -26,7 +26,9 @@ MLflow: each training run gets ``test/<metric>`` (+ ``/ci_low``, ``/ci_high``: i
 bootstrap interval; on a cross-validation split the seed's run gets the concatenated embedding's and each
 fold model's run its own); each grid cell's run (tag ``kind=summary``, the parent of its seeds'
 runs) gets the seed-mean and interval, the metrics file and the learning curves (see
-:func:`dmlbench.tracking.summary.log_summary_run`).
+:func:`dmlbench.tracking.summary.log_summary_run`). Tracking records that its trainings left in
+their spools (the store did not answer when they ended, :mod:`dmlbench.tracking.spool`) are sent
+first, so that the runs exist when they are looked up.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from dmlbench.io import atomic_dir, md5_file, read_json, write_json
 from dmlbench.params.model import Params
 from dmlbench.params.sections import EvaluateConfig
 from dmlbench.tracking.cells import cell_run_name, cell_tags
+from dmlbench.tracking.replay import replay_spools
 from dmlbench.tracking.summary import log_summary_run
 
 
@@ -271,6 +274,8 @@ def evaluate_stage(params: Params, combo: Combo) -> dict[str, Any]:
         runs[f"seed{seed}"] = {"seed": seed, **info}
     summary = summarize_runs(runs, settings)
     experiment = params.tracking.experiment
+    # records its trainings left in their spools (the store was down when they ended) go first
+    replay_spools([paths.spool_dir(combo.with_seed(seed)) for seed in params.seeds])
     seed_runs = _log_test_metrics(trained, experiment)
     _write_outputs(paths.evaluation_dir(combo), paths.metrics_file(combo), combo.key, runs, summary)
     log_summary_run(

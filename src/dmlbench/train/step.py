@@ -4,7 +4,7 @@ GPU fast path (used only when the device is CUDA): bf16 autocast for the model (
 computed in float32), channels_last memory format, ``cudnn.benchmark``, and the uint8 image
 cache kept on the GPU so that batches are gathered and augmented there (``augment.py`` runs on
 any device). When the cache does not fit in half of the free GPU memory (shared among the
-trainings that run on the GPU at once: ``DMLBENCH_GPU_SHARE``), batches are gathered on the host
+trainings that run on the GPU at once: :func:`dmlbench.devices.gpu_share`), batches are gathered on the host
 (the memory-mapped cache) and copied through pinned memory instead.
 
 On the CPU only the channels_last memory format is used (float32 throughout): oneDNN's
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +31,7 @@ import numpy as np
 import torch
 
 from dmlbench.data.cache import RowView
+from dmlbench.devices import gpu_share
 from dmlbench.train.compiling import EAGER, CompileChoice, compile_model
 from dmlbench.train.divergence import FiniteWatch
 
@@ -102,18 +102,12 @@ class FastPath:
         return "fp32"
 
 
-def cache_fits(nbytes: int, free_bytes: int, share: int = 1) -> bool:
+def cache_fits(nbytes: int, free_bytes: int, share: float = 1) -> bool:
     """True when an image cache of ``nbytes`` may live on the GPU: at most ``GPU_CACHE_FRACTION`` of
     the free memory divided among the ``share`` trainings that use the GPU at once (the local
-    executor's ``--gpu-slots``), so that together they hold at most that fraction."""
-    return nbytes <= GPU_CACHE_FRACTION * free_bytes / max(1, share)
-
-
-def gpu_share() -> int:
-    """How many stages share this process's GPU (``DMLBENCH_GPU_SHARE``, set by the local executor
-    per worker; 1 when unset or not a positive integer)."""
-    value = os.environ.get("DMLBENCH_GPU_SHARE", "1")
-    return int(value) if value.isdigit() and int(value) > 0 else 1
+    executor's ``--gpu-slots``, a Slurm job's shard or MPS share: :func:`dmlbench.devices.gpu_share`),
+    so that together they hold at most that fraction."""
+    return nbytes <= GPU_CACHE_FRACTION * free_bytes / max(1.0, share)
 
 
 def free_memory(device: torch.device) -> int:
