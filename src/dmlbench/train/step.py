@@ -36,7 +36,7 @@ from dmlbench.train.compiling import EAGER, CompileChoice, compile_model
 from dmlbench.train.divergence import FiniteWatch
 
 GPU_CACHE_FRACTION = 0.5  # at most this share of the free GPU memory holds the image cache
-AMP_DTYPES: dict[str, torch.dtype | None] = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+AMP_DTYPES: dict[str, torch.dtype | None] = {"none": None, "fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def cuda_amp_dtype() -> torch.dtype:
@@ -51,15 +51,22 @@ class FastPath:
     device: torch.device
     amp_dtype: torch.dtype | None = None
     channels_last: bool = False
+    strict_fp32: bool = False  # TensorFloat-32 off for convolutions and matrix products
 
     @classmethod
     def for_device(cls, device: torch.device, enabled: bool | None = None, amp: str = "auto") -> FastPath:
         """``amp``: the protocol's key; ``auto`` = bf16/fp16 on CUDA (fast path on), none elsewhere;
-        ``none``/``bf16``/``fp16`` set the autocast dtype on any device, fast path on or off."""
+        ``none``/``bf16``/``fp16`` set the autocast dtype on any device, fast path on or off;
+        ``fp32``: no autocast and no TensorFloat-32 either (the arithmetic of GPUs before Ampere, on
+        which the 2020 protocols published their numbers): the process's cuDNN and matmul TF32
+        switches are turned off here, since a training stage is a process of its own."""
         fast = cls._for_device(device, enabled)
+        strict = amp == "fp32"
+        torch.backends.cudnn.allow_tf32 = not strict  # torch's default (True) unless fp32 is asked for
+        torch.backends.cuda.matmul.allow_tf32 = False  # torch's default
         if amp == "auto":
             return fast
-        return dataclasses.replace(fast, amp_dtype=AMP_DTYPES[amp])
+        return dataclasses.replace(fast, amp_dtype=AMP_DTYPES[amp], strict_fp32=strict)
 
     @classmethod
     def _for_device(cls, device: torch.device, enabled: bool | None) -> FastPath:
@@ -95,6 +102,7 @@ class FastPath:
             return {torch.bfloat16: "bf16", torch.float16: "fp16"}[self.amp_dtype]
         if (
             self.device.type == "cuda"
+            and not self.strict_fp32
             and torch.backends.cudnn.allow_tf32
             and torch.cuda.get_device_capability(self.device) >= (8, 0)
         ):
