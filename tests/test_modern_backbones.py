@@ -1,6 +1,6 @@
-"""Modern backbones and the `modern` protocol's code paths, on the CPU: preprocessing from the
-weights' timm config, CLS vs averaged-token pooling, layer-wise learning rates, the amp key, and
-``tiny_vit`` end to end through the train and embed stages."""
+"""Modern backbones and the modern protocols' code paths, on the CPU: preprocessing from the
+weights' timm config, CLS vs averaged-token pooling, the amp key, and ``tiny_vit`` end to end
+through the train and embed stages (layer-wise learning rates: tests/test_optim_groups.py)."""
 
 from __future__ import annotations
 
@@ -87,26 +87,6 @@ def _protocol(**keys) -> Protocol:
     return Protocol.model_validate({**base, **keys})
 
 
-def test_layer_wise_learning_rates_build_one_group_per_trunk_layer():
-    model = build_model("tiny_vit", BACKBONES["tiny_vit"].params(), 8, pooling="cls")
-    protocol = _protocol(backbone_lr_multiplier=0.5, layer_decay=0.5, pooling="cls")
-    optimizer = make_model_optimizer(protocol, model)
-    groups = optimizer.param_groups
-    depth = len(model.trunk.net.blocks)  # embeddings, each block (the final norm joins the last)
-    assert [g["name"] for g in groups] == ["head"] + [f"trunk.{i}" for i in range(depth + 1)]
-    assert groups[0]["lr"] == 0.001
-    expected = [0.001 * 0.5 * 0.5 ** (depth - i) for i in range(depth + 1)]
-    assert [g["lr"] for g in groups[1:]] == pytest.approx(expected)
-    names = {id(p): n for n, p in model.named_parameters()}
-    assert {names[id(p)] for p in groups[1]["params"]} >= {"trunk.net.cls_token", "trunk.net.patch_embed.proj.weight"}
-    assert any(names[id(p)] == "trunk.net.norm.weight" for p in groups[-1]["params"])
-    every = [id(p) for g in groups for p in g["params"]]
-    assert sorted(every) == sorted(id(p) for p in model.parameters()) and len(set(every)) == len(every)
-    # the defaults keep the one-lr optimiser every other protocol trains with
-    (single,) = make_model_optimizer(_protocol(), model).param_groups
-    assert single["lr"] == 0.001 and len(single["params"]) == len(list(model.parameters()))
-
-
 def test_the_amp_key_is_validated_and_sets_the_autocast_dtype():
     for amp, dtype in (("none", None), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
         assert _protocol(amp=amp).amp == amp
@@ -116,6 +96,22 @@ def test_the_amp_key_is_validated_and_sets_the_autocast_dtype():
         _protocol(amp="fp8")
     assert FastPath.for_device(torch.device("cpu"), None, "fp16").grad_scaler() is not None
     assert FastPath.for_device(torch.device("cpu"), None, "bf16").grad_scaler() is None
+
+
+def test_amp_fp32_turns_tensorfloat32_off_and_the_others_restore_torchs_default():
+    """``amp: fp32`` (the published 2020 protocols): no autocast and TF32 off for the process; any
+    other setting puts torch's defaults back (cuDNN TF32 on, matrix products without it)."""
+    fast = FastPath.for_device(torch.device("cpu"), None, "fp32")
+    assert fast.amp_dtype is None and fast.strict_fp32 and fast.precision == "fp32"
+    assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    assert not FastPath.for_device(torch.device("cpu"), None, "bf16").strict_fp32
+    assert torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    from dmlbench.params.load import load_params
+
+    published = load_params().protocols
+    assert {name: published[name].amp for name in ("reality_check", "thesis", "proxy_anchor")} == dict.fromkeys(
+        ("reality_check", "thesis", "proxy_anchor"), "fp32"
+    )
 
 
 @pytest.mark.parametrize("amp", ["bf16", "fp16"])
@@ -133,13 +129,13 @@ def test_a_mixed_precision_step_trains_the_tiny_vit_on_the_cpu(amp):
     assert not torch.equal(before, model.trunk.net.blocks[0].attn.qkv.weight)
 
 
-def test_the_modern_protocol_is_the_cited_recipe(default_raw_params):
-    protocol = Protocol.model_validate(default_raw_params["protocols"]["modern"])
+@pytest.mark.parametrize("name", ["hyp_vit", "berton2025"])
+def test_the_modern_protocols_train_the_modern_trunks_on_a_gpu(name, default_raw_params):
+    """Their values against their sources: tests/test_recipes.py."""
+    protocol = Protocol.model_validate(default_raw_params["protocols"][name])
     assert protocol.pooling == "cls" and protocol.pretrained and protocol.device == "cuda"
-    assert protocol.optimizer.name == "adamw" and protocol.augment.crop_size == 224
-    assert protocol.augment.crop_scale == (0.2, 1.0) and protocol.samples_per_class == 2
-    assert protocol.amp == "fp16" and protocol.selection_metric == "precision_at_1"
-    assert set(protocol.backbones or []) <= set(MODERN)
+    assert protocol.selection_metric == "precision_at_1" and protocol.hyperparameters == "published"
+    assert {b for b in protocol.backbones or [] if not b.startswith("timm_")} <= set(MODERN)
 
 
 def test_tiny_vit_runs_through_the_train_and_embed_stages(small_raw_params, prepared_glyphs, in_project, mlflow_store):

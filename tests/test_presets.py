@@ -130,7 +130,8 @@ PAPER_METRIC = {  # protocol: the metric its paper ranks by
     "proxy_anchor": "precision_at_1",  # R@1: Proxy-Anchor's Tables 1-2
     "reality_check": "map_at_r",  # MAP@R: the Reality Check's headline (Tables 4-6)
     "glyphs_pretrained": "map_at_r",  # no paper: the demo's ranking metric (params.yaml report.primary_metric)
-    "modern": "precision_at_1",  # R@1: Hyp-ViT's Tables (github.com/htdt/hyp_metric)
+    "hyp_vit": "precision_at_1",  # R@1: Hyp-ViT's results table (github.com/htdt/hyp_metric results.png)
+    "berton2025": "precision_at_1",  # P@1: what gmberton/image-retrieval selects and tests with
 }
 
 

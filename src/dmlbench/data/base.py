@@ -37,6 +37,8 @@ class SplitConfig(StrictModel):
       then falls back to the last epoch, and the report says so);
     * ``fixed_val``: a random ``val_fraction`` of the training classes, drawn with ``seed``
       (thesis §5.2, Table 14: 90/10 was best);
+    * ``last_val``: the last ``val_fraction`` of the sorted training classes (Berton et al. 2025's
+      80/20 split, ``seed`` unused);
     * ``rc_cv``: the Reality Check's class-disjoint cross-validation, ``num_folds`` (4)
       contiguous blocks of the sorted training classes, exactly as powerful-benchmarker's
       ``MLRCSplitManager`` (deterministic, ``seed`` unused);
@@ -44,7 +46,7 @@ class SplitConfig(StrictModel):
       (thesis §5.1), each class validating in exactly one fold, drawn with ``seed``.
     """
 
-    scheme: Literal["standard", "fixed_val", "rc_cv", "kfold"] = "fixed_val"
+    scheme: Literal["standard", "fixed_val", "last_val", "rc_cv", "kfold"] = "fixed_val"
     val_fraction: float = Field(0.1, gt=0, lt=1)
     num_folds: int | None = Field(None, ge=2)
     seed: NonNegativeInt = 0
@@ -181,7 +183,9 @@ class DatasetSpec:
     ``archives_for``: the archives a run needs, given ``(params, dropbox)``, where they depend on
     what is in ``data/`` (None: all of ``archives``);
     ``counts``: the published images and classes, checked after unpacking and again by prepare
-    (None for a generated dataset).
+    (None for a generated dataset);
+    ``synthetic``: generated images (the offline demo), never a block of the tests across datasets
+    beside real ones (:func:`dmlbench.analysis.statistics.block_datasets`).
     """
 
     name: str
@@ -196,6 +200,7 @@ class DatasetSpec:
     preflight: Callable[[DatasetParams, Path, UrlCheck], list[str]] | None = None
     archives_for: Callable[[DatasetParams, Path], tuple[Archive, ...]] | None = None
     counts: Counts | None = None
+    synthetic: bool = False
 
 
 def read_table(root: Path, rel: str, columns: list[str] | None, expected: str, **options: Any) -> pd.DataFrame:

@@ -29,7 +29,11 @@ The submitting command watches the jobs (one ``squeue`` per poll for all of them
 while nothing ends) to report: which stage failed, its state and its log
 (``artifacts/logs/<stage>.log``), and which were cancelled because of it. Re-running submits
 only what is still stale. Refused in one line before anything is submitted: no Slurm, or an
-MLflow SQLite store on a network file system (:mod:`dmlbench.pipeline.cluster_checks`).
+MLflow SQLite store on a network file system (:mod:`dmlbench.pipeline.cluster_checks`), or a store
+the compute nodes cannot reach (:mod:`dmlbench.pipeline.reachability`); then one short probe job
+with the GPU kind's resources checks a compute node's GPU, driver, torch build and tracking store
+before the grid is submitted (:mod:`dmlbench.pipeline.probe`). A job that asked for a GPU runs with
+``DMLBENCH_DEVICE=cuda``: it refuses in one line where it finds none (:func:`dmlbench.launch.job_script`).
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ from dmlbench.pipeline.fetch import require_fetched
 from dmlbench.pipeline.job import spec_path
 from dmlbench.pipeline.local import GPU_SHARE_VARIABLE, LOG_DIR, plan_after_validate
 from dmlbench.pipeline.plan import Plan
+from dmlbench.pipeline.probe import probe_grid
+from dmlbench.pipeline.reachability import require_reachable_stores
 from dmlbench.pipeline.record import RecordError, StageBook
 from dmlbench.pipeline.record_only import HereStages, here_environment, record_only_stages
 from dmlbench.tracking.store import ensure_experiment, tracking_uri
@@ -104,7 +110,7 @@ def sbatch_command(stage: str, config: ClusterConfig, after: list[str], log: Pat
     command += list(config.extra_args)
     # exec: the batch shell becomes the wrapper, so Slurm's B:USR1 reaches it
     wrapper = f"{shlex.quote(python)} -m dmlbench.pipeline.job {shlex.quote(stage)}"
-    command.append(f"--wrap={job_script(wrapper, env_file)}")
+    command.append(f"--wrap={job_script(wrapper, env_file, res.gpus)}")  # a GPU job: DMLBENCH_DEVICE=cuda
     return command
 
 
@@ -364,6 +370,7 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX) -> tuple[int, Pl
     completed, else 1 (reported)."""
     require_slurm()
     require_tracking_for_cluster(tracking_uri())
+    require_reachable_stores(params)  # no loopback server, no store on this machine's disk alone
     plan = plan_after_validate()
     if not plan.order:
         return 0, plan
@@ -377,9 +384,10 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX) -> tuple[int, Pl
     env_file = (LOG_DIR / JOB_ENV_FILE).resolve()
     cluster = cluster_settings(params)
     environment = job_environment(dict(os.environ), env_file)
-    if cluster.gpu_slots > 1:  # each GPU job's share of its GPU (train/step.py sizes its GPU cache to it)
+    if cluster.gpu_slots > 1:  # a GPU job's share where it cannot read it from Slurm (devices.gpu_share)
         environment[GPU_SHARE_VARIABLE] = str(cluster.gpu_slots)
     write_job_environment(env_file, environment)
+    probe_grid(params, cluster, [stage for stage in plan.order if stage not in here], env_file, LOG_DIR, states)
     with StageBook(".") as book:  # this process records every stage (DVC's lock held meanwhile)
         submission = Submission(plan.order, plan.waits_for, cluster, Path("."), LOG_DIR, array_waiters=waiters,
                                 env_file=env_file, book=book, here=here,
