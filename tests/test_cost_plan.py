@@ -123,6 +123,23 @@ def test_without_a_measured_row_the_rate_is_flop_based_and_says_so(tmp_path):
     assert any("FLOP-based" in note and "10%" in note for note in notes)
 
 
+def test_a_strict_fp32_protocol_priced_from_an_autocast_row_is_marked_optimistic(tmp_path):
+    from dmlbench.cost.rates import measured_rate, read_table
+
+    _, _, table = fabricated_grid(tmp_path)
+    (unrecorded,) = read_table(table)  # a row written before gpu_check recorded its precision
+    rate = measured_rate([unrecorded], "demo", "tiny_cnn", 20, amp="fp32")
+    assert rate is not None and rate.note.endswith("the protocol trains in strict fp32: optimistic")
+    assert "optimistic" not in measured_rate([unrecorded], "demo", "tiny_cnn", 20, amp="auto").note
+    report = json.loads(table.read_text())
+    report["throughput"][0]["precision"] = "fp32"
+    table.write_text(json.dumps(report))
+    assert "optimistic" not in measured_rate(read_table(table), "demo", "tiny_cnn", 20, amp="fp32").note
+    report["throughput"][0]["precision"] = "bf16"
+    table.write_text(json.dumps(report))
+    assert "measured in bf16" in measured_rate(read_table(table), "demo", "tiny_cnn", 20, amp="fp32").note
+
+
 def test_the_schedule_is_longest_first_phase_after_phase():
     assert makespan([5, 4, 3, 3, 3], 2) == 10  # 5+3 | 4+3+3 (LPT), where 9 | 9 exists: within 4/3
     assert makespan([5, 4, 3, 3, 3], 5) == 5

@@ -123,7 +123,7 @@ class Pricer:
             backbone, self.params.backbones[backbone], dim, self.params.protocol.pooling, protocol.augment.crop_size
         )
         if self.settings.gpu:
-            rate = measured_rate(self.rows, self.params.protocol_name, backbone, protocol.batch_size)
+            rate = measured_rate(self.rows, self.params.protocol_name, backbone, protocol.batch_size, protocol.amp)
             if rate is None:
                 rate = flops_based_rate(flops, self.peak, self.peak_note, self.settings.efficiency)
             self.notes.setdefault(backbone, rate.note)

@@ -40,6 +40,7 @@ class MeasuredRow:
     peak_memory_mib: float | None
     device: str
     date: str
+    precision: str | None  # the measured step's arithmetic; None in rows written before it was recorded
 
 
 def read_table(path: Path) -> list[MeasuredRow]:
@@ -60,6 +61,7 @@ def read_table(path: Path) -> list[MeasuredRow]:
                     str(setting["name"]), str(setting["backbone"]), int(setting["batch"]),
                     float(row["full_images_per_s"]), _number(row.get("peak_flops")),
                     _number(row.get("peak_memory_mib")), str(row.get("device", "unknown device")), date,
+                    row.get("precision"),
                 )
             )  # fmt: skip
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -73,14 +75,21 @@ def _number(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def measured_rate(rows: list[MeasuredRow], protocol: str, backbone: str, batch: int) -> Rate | None:
-    """The measured rate of ``protocol`` x ``backbone`` (the row of the protocol's batch if several), else None."""
+def measured_rate(rows: list[MeasuredRow], protocol: str, backbone: str, batch: int, amp: str = "auto") -> Rate | None:
+    """The measured rate of ``protocol`` x ``backbone`` (the row of the protocol's batch if several), else None.
+    ``amp``: the protocol's; a protocol in strict float32 (``fp32``) measured with autocast, or by a
+    table that did not record its precision (``make gpu-check`` measures with ``amp: auto``), gets a
+    note that its rate is optimistic (tensor cores run bf16 many times faster than float32)."""
     matches = [r for r in rows if r.protocol == protocol and r.backbone == backbone]
     if not matches:
         return None
     row = min(matches, key=lambda r: abs(r.batch - batch))
     batch_note = "" if row.batch == batch else f", at batch {row.batch} (the protocol's: {batch})"
-    note = f"measured: {row.images_per_s:,.0f} img/s on {row.device}, {row.date}{batch_note}"
+    precision = row.precision or "an unrecorded precision (amp: auto: bf16 on the GPU)"
+    precision_note = ""
+    if amp == "fp32" and row.precision != "fp32":
+        precision_note = f"; measured in {precision}, the protocol trains in strict fp32: optimistic"
+    note = f"measured: {row.images_per_s:,.0f} img/s on {row.device}, {row.date}{batch_note}{precision_note}"
     return Rate(row.images_per_s, "measured", note, row.peak_memory_mib)
 
 
