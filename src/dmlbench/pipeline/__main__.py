@@ -29,7 +29,10 @@ on the CPU knowingly; every stage gets the run's device as ``DMLBENCH_DEVICE``
 stage (but ``validate``, which runs here first: it writes the inputs manifests that say which stages
 are stale), ordered by ``afterok`` dependencies, resources from ``params.yaml``'s ``cluster:`` section
 (:mod:`dmlbench.pipeline.slurm`); the command watches the jobs and reports a failed stage with its
-log, then runs the same closing check.
+log, then checks with ``dvc status`` (never a ``dvc repro``, which would run a stale stage on the
+login node) that nothing is left. The run outlives the command: SIGTERM or SIGHUP detach (the jobs go
+on), ``--detach`` returns once what can be submitted now is, and the command started again (or
+``--attach``) takes over the jobs and records what completed meanwhile.
 
 ``--preset <name>`` runs ``presets/<name>.yaml`` (:mod:`dmlbench.params.presets`) the same way, after
 the same checks, in a workspace of its own (:mod:`dmlbench.pipeline.workspace`): the main checkout's
@@ -62,7 +65,7 @@ from dmlbench.pipeline.fetch import fetch_all
 from dmlbench.pipeline.interrupts import run_to_the_end
 from dmlbench.pipeline.local import LOG_DIR, plan_after_validate, run_parallel, worker_gpus
 from dmlbench.pipeline.mps import mps_control, mps_daemon
-from dmlbench.pipeline.plan import record_empty_dropbox
+from dmlbench.pipeline.plan import Plan, record_empty_dropbox
 from dmlbench.pipeline.presets import run_preset
 from dmlbench.pipeline.slurm import run_on_slurm
 from dmlbench.pipeline.summary import closing_summary
@@ -86,7 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list-presets", action="store_true", help="list the presets and exit")
     parser.add_argument("--fetch-only", action="store_true",
                         help="download and verify every archive and weights file of the grid, then stop")  # fmt: skip
+    parser.add_argument("--attach", action="store_true",
+                        help="slurm: take over the jobs an earlier run left in Slurm's hands, and go on")  # fmt: skip
+    parser.add_argument("--detach", action="store_true",
+                        help="slurm: return once what can be submitted now is; the jobs go on")  # fmt: skip
     args = parser.parse_args(argv)
+    if (args.attach or args.detach) and args.executor != "slurm":
+        print(f"error: --{'attach' if args.attach else 'detach'} is for --executor slurm (a local run ends with "
+              "its runner)", file=sys.stderr)  # fmt: skip
+        return 2
     if args.mps and (args.executor != "local" or args.gpu_slots < 2 or not args.gpus.strip() or args.jobs == 1):
         print(f"error: --mps runs the trainings --gpu-slots puts on each GPU side by side, with the local executor: "
               f"give --gpus and --gpu-slots N > 1, without --jobs 1 (got --executor {args.executor}, --gpus "
@@ -136,10 +147,11 @@ def main(argv: list[str] | None = None) -> int:
             "--executor", args.executor, *(["--jobs", str(args.jobs)] if args.jobs else []),
             *(["--gpus", args.gpus] if gpus else []), *(["--fetch-only"] if args.fetch_only else []),
             *(["--gpu-slots", str(args.gpu_slots)] if args.gpu_slots != 1 else []), *(["--mps"] if args.mps else []),
-            *(["--device", args.device] if args.device else []),
+            *(["--device", args.device] if args.device else []), *(["--attach"] if args.attach else []),
+            *(["--detach"] if args.detach else []),
         ]  # fmt: skip
         try:
-            return run_preset(preset, params_file, forwarded)
+            return run_preset(preset, params_file, forwarded, detach_on_hangup=args.executor == "slurm")
         except DmlbenchError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -147,12 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     plan = None
     if args.executor == "slurm":
         try:
-            code, plan = run_on_slurm(params)
+            code, plan, detached = run_on_slurm(params, attach=args.attach, detach=args.detach)
         except DmlbenchError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        if code != 0:
+        if code != 0 or detached:
             return code
+        return slurm_closing_check(plan, started)
     elif jobs > 1:
         ensure_experiment(params.tracking.experiment)  # create the store once, before workers fan out
         try:
@@ -195,6 +208,24 @@ def main(argv: list[str] | None = None) -> int:
     if code == 0:
         print("\n" + closing_summary(plan, time.perf_counter() - started, paths.REPORTS / "report.md"))
     return code
+
+
+def slurm_closing_check(plan: Plan, started: float) -> int:
+    """After a Slurm run, here on the login node: ``dvc status`` must find nothing stale (``dvc repro``
+    would run a stale stage here, e.g. a training on the login node); 1 with what is stale, else 0."""
+    env = worker_environment()
+    check = subprocess.run([sys.executable, "-m", "dvc", "status", "--quiet"], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, check=False)  # fmt: skip
+    if check.returncode != 0:
+        shown = subprocess.run([sys.executable, "-m", "dvc", "status"], env=env, capture_output=True, text=True,
+                               check=False).stdout  # fmt: skip
+        stale = [line.rstrip(":") for line in shown.splitlines() if line and not line.startswith((" ", "\t"))]
+        print(f"error: dvc status finds {len(stale)} stage(s) stale after the run ({', '.join(stale[:5])}"
+              f"{', ...' if len(stale) > 5 else ''}): run the pipeline again", file=sys.stderr)  # fmt: skip
+        return 1
+    print("Data and pipelines are up to date.")
+    print("\n" + closing_summary(plan, time.perf_counter() - started, paths.REPORTS / "report.md"))
+    return 0
 
 
 def fetch_only(params: Params, dropbox: Path) -> int:

@@ -66,13 +66,52 @@ def _finished(staged: Path, chash: str) -> dict[str, Any] | None:
     return info if info.get("config_hash") == chash and info.get("code") == code_fingerprint() else None
 
 
+def _data_digest(data: PreparedDataset) -> str:
+    return DatasetInput.of(data.name, paths.prepared_dir(data.name), data.info, None).digest
+
+
+def _kept(config: RunConfig, data: PreparedDataset, folds: list[int | None], experiment: str) -> list[dict] | None:
+    """The run's finished models, when ``artifacts/models/<run>/`` holds them for this config, code
+    and prepared data (each member's checkpoint status says so, with the model's md5) and MLflow has
+    each one's FINISHED run: the stage's command completed before but was not recorded (its runner
+    was killed), and it is run again. Else None (it trains)."""
+    run, chash, digest = config.run, config.config_hash, _data_digest(data)
+    infos = []
+    for fold in folds:
+        status_file = paths.checkpoint_dir(run, fold) / CHECKPOINT_STATUS
+        status = read_json(status_file) if status_file.exists() else {}
+        model = paths.model_dir(run, fold)
+        info = _finished(model, chash)
+        wanted = {"state": "complete", "config_hash": chash, "code": code_fingerprint(), "data": digest}
+        if info is None or any(status.get(k) != v for k, v in wanted.items()) or not (model / MODEL).exists():
+            return None
+        if status.get("model_md5") != md5_file(model / MODEL):
+            return None
+        found = find_training_run(info["grid_key"], chash, experiment)
+        if found is None or found.info.status != "FINISHED":
+            return None
+        resumed = status.get("resumed_from_epoch")
+        infos.append({**info, "mlflow_run_id": found.info.run_id, "resumed_from_epoch": resumed})
+    if len(folds) > 1:  # the seed's run above its fold runs
+        seed = find_training_run(run.grid_key, chash, experiment)
+        if seed is None or seed.info.status != "FINISHED":
+            return None
+    return infos
+
+
 def train_stage(params: Params, run: RunSpec, device: torch.device | None = None) -> dict[str, Any]:
     """Train the run (one model, or one model per fold of a cross-validation split), then write
-    ``artifacts/models/<run>/`` (``fold<f>/`` sub-directories for fold models) in one step."""
+    ``artifacts/models/<run>/`` (``fold<f>/`` sub-directories for fold models) in one step. A run
+    whose models are already there for this config, code and data, each with its FINISHED MLflow
+    run, returns at once (:func:`_kept`: nothing trained again, no MLflow run added)."""
     config = run_config(params, run)
     device = device or default_device()
     data = PreparedDataset.load(paths.prepared_dir(run.dataset))
     folds: list[int | None] = list(range(data.num_folds)) or [None]
+    kept = _kept(config, data, folds, params.tracking.experiment)
+    if kept is not None:
+        print(f"{run.key}: already trained for this config, code and data ({paths.model_dir(run)}); not trained again")
+        return kept[0] if len(kept) == 1 else {"run": run.key, "folds": kept}
     several = (len(params.datasets) > 1, len(params.backbones) > 1)  # named in the cell run's name
     infos = _train_members(config, params.tracking.experiment, data, folds, device, several)
     staged = {fold: paths.staged_dir(run, fold) for fold in folds}
@@ -174,6 +213,7 @@ def train_member(
             config, data, checkpoint_dir=checkpoints, resume=resume, on_epoch=on_epoch, device=device, fold=fold
         )
     info = _save_member(config, outcome, fold, device_name, experiment, staged, record.runlog["grid_key"])
+    model_md5 = md5_file(staged / MODEL)
     history, timings = split_timings(outcome.history)
     record.complete(
         _summary_metrics(outcome),
@@ -183,12 +223,15 @@ def train_member(
         },
         artifacts=[staged / CONFIG, staged / HISTORY],
         # the model's final place (the stage copies the staged files there) and its md5
-        references={"model": (paths.model_dir(run, fold) / MODEL, md5_file(staged / MODEL))},
+        references={"model": (paths.model_dir(run, fold) / MODEL, model_md5)},
         timings=timings,
         resumed_from_epoch=outcome.resumed_from_epoch,
     )
     clear_checkpoint(checkpoints)
-    write_json(checkpoints / CHECKPOINT_STATUS, {"state": "complete"})
+    # what the finished model is, so that a re-run of a completed but unrecorded stage returns at once (_kept)
+    complete = {"config_hash": chash, "code": code_fingerprint(), "data": _data_digest(data), "model_md5": model_md5}
+    write_json(checkpoints / CHECKPOINT_STATUS, {"state": "complete", **complete,
+                                                 "resumed_from_epoch": outcome.resumed_from_epoch})  # fmt: skip
     return {**info, "mlflow_run_id": record.run.run_id, "resumed_from_epoch": outcome.resumed_from_epoch}
 
 

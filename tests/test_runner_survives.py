@@ -1,0 +1,155 @@
+"""The local runner killed right after a training finished, then started again at once: nothing
+runs twice, nothing is trained again from epoch 0, MLflow holds one FINISHED run per training and
+DVC ends up to date.
+
+Two kills on one small glyphs grid (three trainings, two at a time): ``kill -9`` of the runner
+alone (its stages, in sessions of their own, run on as orphans), then ``kill -9`` of a second
+runner with every process under it. A sampler counts the stage processes of this project
+throughout; the MLflow store counts runs, deleted ones included (a training started over from
+epoch 0 creates a new run and moves the old one to the trash)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import dvc_project, run_checked, small_params_dict
+
+pytestmark = pytest.mark.slow
+
+LOSSES = ("contrastive", "triplet", "multi_similarity")
+EPOCH = "train/loss"  # logged once per epoch
+
+
+def _stage_processes(root: Path) -> Counter:
+    """The Python stage processes running in ``root`` now, by command line (a process forked by
+    one, e.g. a worker pool's, counted with its parent)."""
+    commands, parents = {}, {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if len(argv) < 2 or not argv[1].startswith(b"stages/") or os.readlink(entry / "cwd") != str(root):
+                continue
+            parents[entry.name] = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+        except OSError:
+            continue
+        commands[entry.name] = b" ".join(argv[1:]).decode()
+    return Counter(command for pid, command in commands.items() if commands.get(parents[pid]) != command)
+
+
+class Sampler(threading.Thread):
+    """The most copies of one stage command seen at once, sampled every 20 ms."""
+
+    def __init__(self, root: Path):
+        super().__init__(daemon=True)
+        self.root, self.most, self.stop = root, Counter(), threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.02):
+            for command, count in _stage_processes(self.root).items():
+                self.most[command] = max(self.most[command], count)
+
+
+def _descendants(pid: int) -> list[int]:
+    children = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _run_until_a_training_is_done(root: Path, env: dict[str, str], skip: set[str]) -> tuple[subprocess.Popen, str]:
+    """Start the runner; return it once it says a training not in ``skip`` is done (0.5 s later)."""
+    runner = subprocess.Popen([sys.executable, "-m", "dmlbench.pipeline", "--jobs", "2"], cwd=root, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    assert runner.stdout is not None
+    for line in runner.stdout:
+        if line.startswith("done") and "train@" in line:
+            stage = line.split()[1]
+            if stage not in skip:
+                time.sleep(0.5)
+                return runner, stage
+    raise AssertionError(f"the runner ended ({runner.wait()}) before a training was done")
+
+
+def _training_runs(tracking_uri: str) -> dict[str, list]:
+    """Every training run, deleted ones included, by grid key."""
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    experiments = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
+    runs = client.search_runs(experiments, "tags.kind = 'train'", run_view_type=ViewType.ALL, max_results=1000)
+    by_key: dict[str, list] = {}
+    for run in runs:
+        by_key.setdefault(run.data.tags["grid_key"], []).append(run)
+    return by_key
+
+
+def test_a_runner_killed_after_a_training_finished_loses_nothing_and_runs_nothing_twice(tmp_path, default_raw_params):
+    raw = small_params_dict(default_raw_params)
+    raw["losses"] = {loss: raw["losses"][loss] for loss in LOSSES}
+    raw["dims"], raw["seeds"] = [32], [0]
+    raw["protocols"][raw["protocol"]]["epochs"] = 3
+    root = tmp_path / "repo"
+    env = dvc_project(root, raw, mlflow_db=tmp_path / "store" / "mlflow.db")
+    env["PYTHONUNBUFFERED"] = "1"
+    sampler = Sampler(root.resolve())
+    sampler.start()
+
+    # 1. kill -9 of the runner alone, 0.5 s after a training finished: its other stages run on
+    first, done_first = _run_until_a_training_is_done(root, env, set())
+    first.kill()
+    first.wait()
+    # 2. at once a new runner; kill -9 of it and everything under it after the next training finished
+    second, done_second = _run_until_a_training_is_done(root, env, {done_first})
+    tree = _descendants(second.pid)
+    second.kill()
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    second.wait()
+    # 3. at once again, to the end
+    third = run_checked([sys.executable, "-m", "dmlbench.pipeline", "--jobs", "2"], root, env)
+    sampler.stop.set()
+    sampler.join()
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    runs = _training_runs(env["MLFLOW_TRACKING_URI"])
+    found = {
+        "twice": {command: count for command, count in sampler.most.items() if count > 1},
+        "runs": {key: sorted(run.info.status for run in group) for key, group in runs.items()},
+        "epochs": {key: sorted(m.step for run in group for m in client.get_metric_history(run.info.run_id, EPOCH))
+                   for key, group in runs.items()},  # fmt: skip
+        "status": run_checked([sys.executable, "-m", "dvc", "status"], root, env).stdout.strip(),
+    }
+    print({"killed after": [done_first, done_second], **found})
+    assert not found["twice"], f"stage processes ran beside a copy of themselves: {found['twice']}"
+    assert len(runs) == len(LOSSES)
+    for key, statuses in found["runs"].items():
+        assert statuses == ["FINISHED"], f"{key}: runs {statuses} (deleted ones included): trained again from epoch 0"
+        assert found["epochs"][key] == [1, 2, 3], f"{key}: epochs logged {found['epochs'][key]}"
+    assert "Data and pipelines are up to date" in third.stdout
+    assert "up to date" in found["status"], found["status"]
