@@ -247,3 +247,46 @@ def test_one_line_hints_and_the_site_submit_limit(tmp_path, monkeypatch):
     assert site_max_jobs() is None  # sacctmgr does not answer
     (tmp_path / "slurm" / "sacctmgr.txt").write_text("40|normal\n")
     assert site_max_jobs() == 40  # (no job of this user queued)
+
+
+def test_a_gpu_share_is_asked_in_the_sites_units(monkeypatch):
+    from subprocess import CompletedProcess
+
+    from dmlbench.launch import resource_args
+    from dmlbench.pipeline import slurm_queries
+
+    said = "gpu:a100:4(S:0-1),shard:a100:32(S:0-1)\ngpu:2,shard:8\n(null)\n"
+    monkeypatch.setattr(slurm_queries, "_run", lambda argv, timeout=60.0: CompletedProcess(argv, 0, said, ""))
+    assert slurm_queries.gres_per_gpu("shard") == 4  # 32/4 = 8 and 8/2 = 4 on the nodes: the fewer
+    assert slurm_queries.gres_per_gpu("mps") is None
+    shard = ClusterConfig.model_validate({"default": {"gpus": 1}, "gpu_slots": 4, "shares_per_gpu": 8})
+    assert "--gres=shard:2" in resource_args(shard, shard.resources("train@x"))  # 8 shards per GPU / 4 slots
+    mps = ClusterConfig.model_validate({"default": {"gpus": 1}, "gpu_slots": 3, "shared_gres": "mps",
+                                        "shares_per_gpu": 1000})  # fmt: skip
+    assert "--gres=mps:333" in resource_args(mps, mps.resources("train@x"))
+
+
+def test_a_worker_array_on_anything_but_postgresql_is_refused_in_one_line():
+    from dmlbench.errors import DmlbenchError
+    from dmlbench.params.tuning import TuningConfig
+    from dmlbench.pipeline.cluster_checks import require_array_storage
+
+    with pytest.raises(DmlbenchError, match=r"tuning.storage is sqlite, and tuning.workers: 4 runs the workers as a"):
+        require_array_storage(TuningConfig(workers=4, storage="sqlite:///optuna.db"))
+    require_array_storage(TuningConfig(workers=4, storage="postgresql://u@db/optuna"))
+    require_array_storage(TuningConfig(workers=4))  # a journal: the workers run in the tune job
+    require_array_storage(TuningConfig(workers=1, storage="sqlite:///optuna.db"))  # no array
+
+
+def test_a_local_run_refuses_while_slurm_holds_stages_of_an_earlier_run(tmp_path, monkeypatch, capsys):
+    from dmlbench.pipeline.__main__ import main
+    from dmlbench.pipeline.slurm_state import STATE_FILE, RunState
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text((root / "params.yaml").read_text())
+    state = RunState(tmp_path / "artifacts" / "logs" / STATE_FILE)
+    state.submitting("train@x", {}, 1, None)
+    state.submitted("train@x", "17")
+    assert main(["--jobs", "2"]) == 2
+    assert "1 stage(s) of an earlier run are in Slurm's hands" in capsys.readouterr().err

@@ -77,14 +77,17 @@ def tunes_as_array(workers: int, storage: str | None) -> bool:
 def resource_args(config: ClusterConfig, resources: StageResources) -> list[str]:
     """The ``sbatch`` options of one job: CPUs, memory, time limit, Slurm's warning signal before it,
     requeue, GPUs, partition, account and QOS (https://slurm.schedmd.com/sbatch.html); partition,
-    account and QOS are the job's kind's (:meth:`ClusterConfig.resources`), else the section's."""
+    account and QOS are the job's kind's (:meth:`ClusterConfig.resources`), else the section's. A
+    GPU share under ``gpu_slots`` is ``shares_per_gpu // gpu_slots`` of the site's shards or MPS
+    units (a GPU with 8 shards and 4 slots: ``--gres=shard:2``); unknown: 1 shard, 100 MPS units per GPU."""
     args = [
         f"--cpus-per-task={resources.cpus}", f"--mem={resources.mem}", f"--time={resources.time}",
         f"--signal=B:USR1@{config.signal_seconds}", "--requeue" if config.requeue else "--no-requeue",
     ]  # fmt: skip
-    if resources.gpus == 1 and config.gpu_slots > 1:  # one share of a GPU
-        share = "1" if config.shared_gres == "shard" else str(100 // config.gpu_slots)
-        args.append(f"--gres={config.shared_gres}:{share}")
+    if resources.gpus == 1 and config.gpu_slots > 1:  # one gpu_slots-th of a GPU, in the site's units
+        default = 1 if config.shared_gres == "shard" else 100  # (what a site without a count says: sinfo)
+        units = config.shares_per_gpu or default * (config.gpu_slots if config.shared_gres == "shard" else 1)
+        args.append(f"--gres={config.shared_gres}:{max(1, units // config.gpu_slots)}")
     elif resources.gpus:
         args.append(f"--gres={config.gres}:{resources.gpus}")
     for option in ("partition", "account", "qos"):

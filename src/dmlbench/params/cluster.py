@@ -92,6 +92,10 @@ class ClusterConfig(StrictModel):
     # job sizes its GPU-resident data to its share (DMLBENCH_GPU_SHARE)
     gpu_slots: PositiveInt = 1
     shared_gres: Literal["shard", "mps"] = "shard"
+    # the site's count of that gres per GPU (e.g. 8 shards, or 100 MPS units); None: read from
+    # sinfo by the executor (dmlbench.pipeline.slurm_queries.gres_per_gpu); a job asks for its
+    # count // gpu_slots of them
+    shares_per_gpu: PositiveInt | None = None
     poll_seconds: tuple[PositiveFloat, PositiveFloat] = (5.0, 60.0)
     default: StageResources = DEFAULT
     stages: dict[str, StageResources] = Field(default_factory=dict)

@@ -47,6 +47,7 @@ needs the internet.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -68,6 +69,7 @@ from dmlbench.pipeline.mps import mps_control, mps_daemon
 from dmlbench.pipeline.plan import Plan, record_empty_dropbox
 from dmlbench.pipeline.presets import run_preset
 from dmlbench.pipeline.slurm import run_on_slurm
+from dmlbench.pipeline.slurm_state import STATE_FILE, RunState
 from dmlbench.pipeline.summary import closing_summary
 from dmlbench.tracking.store import ensure_experiment
 
@@ -157,6 +159,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     record_empty_dropbox(params_file.parent)
     plan = None
+    in_slurm = RunState(LOG_DIR / STATE_FILE).entries if args.executor == "local" else {}
+    if in_slurm:  # a local run would run those stages beside their jobs
+        print(f"error: {len(in_slurm)} stage(s) of an earlier run are in Slurm's hands ({LOG_DIR / STATE_FILE}: "
+              f"{', '.join(list(in_slurm)[:3])}{', ...' if len(in_slurm) > 3 else ''}); take them over with "
+              "make repro EXECUTOR=slurm, or scancel them and delete that file", file=sys.stderr)  # fmt: skip
+        return 2
     if args.executor == "slurm":
         try:
             code, plan, detached = run_on_slurm(params, attach=args.attach, detach=args.detach)
@@ -211,15 +219,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def slurm_closing_check(plan: Plan, started: float) -> int:
-    """After a Slurm run, here on the login node: ``dvc status`` must find nothing stale (``dvc repro``
-    would run a stale stage here, e.g. a training on the login node); 1 with what is stale, else 0."""
-    env = worker_environment()
-    check = subprocess.run([sys.executable, "-m", "dvc", "status", "--quiet"], env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, check=False)  # fmt: skip
-    if check.returncode != 0:
-        shown = subprocess.run([sys.executable, "-m", "dvc", "status"], env=env, capture_output=True, text=True,
-                               check=False).stdout  # fmt: skip
-        stale = [line.rstrip(":") for line in shown.splitlines() if line and not line.startswith((" ", "\t"))]
+    """After a Slurm run, here on the login node: ``dvc status`` must find no pipeline stage stale
+    (``dvc repro`` would run a stale stage here, e.g. a training on the login node; a ``.dvc`` file
+    such as the drop-box's ``data.dvc`` is not a stage); 1 naming what is stale, else 0."""
+    check = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], env=worker_environment(),
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    try:
+        stale = [name for name in json.loads(check.stdout or "{}") if not name.endswith(".dvc")]
+    except ValueError:
+        stale = [f"dvc status failed: {(check.stderr.strip().splitlines() or ['no output'])[-1]}"]
+    if check.returncode != 0 or stale:
         print(f"error: dvc status finds {len(stale)} stage(s) stale after the run ({', '.join(stale[:5])}"
               f"{', ...' if len(stale) > 5 else ''}): run the pipeline again", file=sys.stderr)  # fmt: skip
         return 1

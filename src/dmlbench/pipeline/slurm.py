@@ -54,25 +54,18 @@ from dmlbench.launch import JOB_ENV_VARIABLE, tunes_as_array, write_job_environm
 from dmlbench.params.cluster import ClusterConfig, cluster_settings
 from dmlbench.params.model import Params
 from dmlbench.params.tuning import tuning_settings
-from dmlbench.pipeline.cluster_checks import require_slurm, require_tracking_for_cluster
+from dmlbench.pipeline.cluster_checks import require_array_storage, require_slurm, require_tracking_for_cluster
 from dmlbench.pipeline.fetch import require_fetched
 from dmlbench.pipeline.job import MAX_RETRIES_VARIABLE
 from dmlbench.pipeline.local import GPU_SHARE_VARIABLE, LOG_DIR, plan_after_validate
 from dmlbench.pipeline.plan import Plan
 from dmlbench.pipeline.record import StageBook
 from dmlbench.pipeline.record_only import here_environment, record_only_stages
+from dmlbench.pipeline.slurm_command import HERE, Detached, Job, sbatch_command, waiting_resources
 from dmlbench.pipeline.slurm_endings import DONE, FAILED, ending_hint
-from dmlbench.pipeline.slurm_queries import cancel, site_max_jobs, states
+from dmlbench.pipeline.slurm_queries import cancel, gres_per_gpu, site_max_jobs, states
 from dmlbench.pipeline.slurm_state import STATE_FILE, RunState
-from dmlbench.pipeline.slurm_submission import (
-    DEFAULT_MAX_JOBS,
-    HERE,
-    Detached,
-    Job,
-    Submission,
-    sbatch_command,
-    waiting_resources,
-)
+from dmlbench.pipeline.slurm_submission import DEFAULT_MAX_JOBS, Submission
 from dmlbench.tracking.store import ensure_experiment, tracking_uri
 
 __all__ = ["Job", "Submission", "failure_report", "job_environment", "run_on_slurm", "sbatch_command", "states",
@@ -153,6 +146,7 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX, *, attach: bool 
     once everything that can be submitted now is."""
     require_slurm()
     require_tracking_for_cluster(tracking_uri())
+    require_array_storage(tuning_settings(params))
     state = RunState(LOG_DIR / STATE_FILE)
     if attach and not state.entries:
         raise DmlbenchError(f"--attach: no job of an earlier run of this checkout is in Slurm's hands "
@@ -171,6 +165,9 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX, *, attach: bool 
     cluster = cluster_settings(params)
     if cluster.max_jobs is None:  # what the site allows this user, else a number no site refuses
         cluster = cluster.model_copy(update={"max_jobs": site_max_jobs(cluster.qos) or DEFAULT_MAX_JOBS})
+    if cluster.gpu_slots > 1 and cluster.shares_per_gpu is None:  # a GPU share in the site's units
+        shares = gres_per_gpu(cluster.shared_gres, cluster.partition)
+        cluster = cluster.model_copy(update={"shares_per_gpu": shares}) if shares else cluster
     environment = job_environment(dict(os.environ), env_file)
     environment[MAX_RETRIES_VARIABLE] = str(cluster.max_retries)
     if cluster.gpu_slots > 1:  # each GPU job's share of its GPU (train/step.py sizes its GPU cache to it)

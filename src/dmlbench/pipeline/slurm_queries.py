@@ -10,6 +10,8 @@
   was lost (:mod:`dmlbench.pipeline.slurm_state`).
 * :func:`site_max_jobs`: the most jobs this user may have queued, as ``sacctmgr`` says
   (``MaxSubmitJobs`` of the association, ``MaxSubmitJobsPerUser`` of its QOS), less those queued now.
+* :func:`gres_per_gpu`: how many shards (or MPS units) the site configured per GPU (``sinfo``'s
+  ``%G``), so that a job asks for its share of a GPU in the site's units.
 
 Job states and reasons: https://slurm.schedmd.com/job_state_codes.html,
 https://slurm.schedmd.com/resource_limits.html (the ``squeue`` reason codes).
@@ -178,3 +180,23 @@ def site_max_jobs(qos: str | None = None) -> int | None:
     queued = _run(["squeue", "--me", "--noheader", "--format=%i"])
     mine = len(queued.stdout.split()) if queued is not None and queued.returncode == 0 else 0
     return max(1, min(limits) - mine)
+
+
+_GRES = re.compile(r"^(\w+)(?::[^:(,]+)?:(\d+)")
+
+
+def gres_per_gpu(name: str, partition: str | None = None) -> int | None:
+    """The site's count of gres ``name`` (``shard``, ``mps``) per GPU, the smallest over its nodes
+    (``sinfo --format=%G``: ``gpu:a100:4(S:0-1),shard:a100:32(S:0-1)`` -> 8); None when no node says."""
+    argv = ["sinfo", "--noheader", "--format=%G", *([f"--partition={partition}"] if partition else [])]
+    shown = _run(argv, timeout=30)
+    found: list[int] = []
+    for line in shown.stdout.splitlines() if shown is not None and shown.returncode == 0 else []:
+        counts: dict[str, int] = {}
+        for item in line.strip().split(","):
+            match = _GRES.match(item)
+            if match:
+                counts[match.group(1)] = counts.get(match.group(1), 0) + int(match.group(2))
+        if counts.get("gpu") and counts.get(name):
+            found.append(counts[name] // counts["gpu"])
+    return min(found) if found and min(found) > 0 else None
