@@ -211,3 +211,45 @@ def test_a_runner_killed_after_a_training_finished_loses_nothing_and_runs_nothin
         assert found["epochs"][key] == [1, 2, 3], f"{key}: epochs logged {found['epochs'][key]}"
     assert "Data and pipelines are up to date" in third.stdout
     assert "up to date" in found["status"], found["status"]
+
+
+def test_a_training_whose_finished_model_is_there_returns_at_once_with_its_one_run(
+    tmp_path, small_raw_params, prepared_glyphs, monkeypatch, capsys
+):
+    """The stage's command cut after the model was written (while embedding): run again, the training
+    returns its model at once and keeps its one FINISHED MLflow run; a model that is not the one
+    trained (edited) is trained again."""
+    import torch
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    from dmlbench import paths
+    from dmlbench.grid import RunSpec
+    from dmlbench.params.load import parse_params
+    from dmlbench.train.stage import train_stage
+
+    raw = {**small_raw_params, "losses": {"contrastive": small_raw_params["losses"]["contrastive"]}}
+    params, run = parse_params({**raw, "dims": [32], "seeds": [0]}), RunSpec("glyphs", "tiny_cnn", "contrastive", 32, 0)
+    (tmp_path / "artifacts" / "prepared").mkdir(parents=True)
+    (tmp_path / "artifacts" / "prepared" / "glyphs").symlink_to(prepared_glyphs[0] / "prepared")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    first = train_stage(params, run, device=torch.device("cpu"))
+    capsys.readouterr()
+    again = train_stage(params, run, device=torch.device("cpu"))
+    assert "already trained for this config, code and data" in capsys.readouterr().out
+    assert again["mlflow_run_id"] == first["mlflow_run_id"]
+    client = MlflowClient(uri)
+    experiments = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
+
+    def statuses() -> list[str]:
+        found = client.search_runs(experiments, "tags.kind = 'train'", run_view_type=ViewType.ALL)
+        return sorted(r.info.status for r in found)
+
+    assert statuses() == ["FINISHED"]
+    model = paths.model_dir(run) / "model.pt"
+    model.write_bytes(model.read_bytes() + b"edited")
+    third = train_stage(params, run, device=torch.device("cpu"))
+    assert third["mlflow_run_id"] != first["mlflow_run_id"] and statuses() == ["FINISHED", "FINISHED"]

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 import yaml
 from conftest import dvc_project, run_checked
 from fake_slurm import inject, started, submitted
+from test_cluster_pipeline import slurm  # noqa: F401 (the local Slurm's fixture)
 
 from dmlbench.params.cluster import ClusterConfig
 from dmlbench.pipeline.slurm_endings import ending_hint, never_hint
@@ -290,3 +292,45 @@ def test_a_local_run_refuses_while_slurm_holds_stages_of_an_earlier_run(tmp_path
     state.submitted("train@x", "17")
     assert main(["--jobs", "2"]) == 2
     assert "1 stage(s) of an earlier run are in Slurm's hands" in capsys.readouterr().err
+
+
+@pytest.mark.cluster
+def test_on_the_local_slurm_a_killed_submitter_is_taken_over(tmp_path, small_raw_params, slurm):  # noqa: F811
+    """The same take-over on a real Slurm (``make cluster-up``): its ``squeue``/``sacct`` formats,
+    reasons and ``--name`` lookups. SIGKILL while a training runs (held after its first epoch); a
+    hold on ``join``; the submitter started again adopts the jobs, names the hold in one line,
+    and once both are released runs to the end with every stage in one job."""
+    items = ["a", "b"]
+    root = tmp_path / "repo"
+    settings = {"poll_seconds": [0.5, 2.0], "default": {"cpus": 1, "mem": "200M", "time": "10"}}
+    env = dvc_project(root, {**small_raw_params, "cluster": settings}, mlflow_db=tmp_path / "store" / "mlflow.db")
+    env.update(slurm, PYTHONUNBUFFERED="1")
+    (root / "train.py").write_text(TRAIN)
+    (root / "dvc.yaml").write_text(yaml.safe_dump(_grid(items)))
+    (root / "hold-a").touch()
+    seen: list[str] = []
+    first = _start(root, env)
+    _until(first, r"submitted to Slurm", seen)
+    deadline = time.monotonic() + 300
+    while not (root / "ckpt" / "a" / "epoch").exists():
+        assert time.monotonic() < deadline and first.poll() is None, "".join(seen)
+        time.sleep(0.2)
+    first.kill()
+    first.wait()
+    queued = run_checked(["squeue", "--me", "--noheader", "--name=join", "--format=%i|%Z"], root, env).stdout
+    join = [line.split("|")[0] for line in queued.splitlines() if line.endswith(f"|{root}")]
+    assert len(join) == 1, queued
+    run_checked(["scontrol", "hold", join[0]], root, env)
+    second = _start(root, env)
+    threading.Timer(600, second.kill).start()  # (a regression that waits forever fails)
+    _until(second, rf"job {join[0]} \(join\) cannot start: JobHeld(User|Admin)", seen)  # (root's hold: an admin's)
+    assert re.search(r"^adopted +train@a \(job \d+, running\)", "".join(seen), re.MULTILINE), "".join(seen)
+    run_checked(["scontrol", "release", join[0]], root, env)
+    (root / "hold-a").unlink()
+    out = second.communicate(timeout=600)[0]
+    assert second.returncode == 0, "".join(seen) + out
+    listed = run_checked(["sacct", "-X", "-n", "-P", "--starttime=now-1hours", "--format=JobName%100,WorkDir%300"],
+                         root, env).stdout  # fmt: skip
+    names = Counter(line.split("|")[0] for line in listed.splitlines() if line.endswith(f"|{root}"))
+    assert names == Counter({"prep": 1, "train@a": 1, "train@b": 1, "join": 1}), listed
+    _assert_whole(root, env, items)

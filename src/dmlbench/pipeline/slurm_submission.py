@@ -165,6 +165,8 @@ class Submission:
         entry = self.state.submitting(stage, snapshot, attempts, fingerprint, self.weights.get(stage, 1))
         command = sbatch_command(stage, self.config, after, log, self.root, self.python,
                                  stage in self.array_waiters, self.env_file)  # fmt: skip
+        if attempts == 1:
+            log.write_text("")  # a fresh log per run of the stage (a requeued or retried job appends to it)
         result = sbatch(command)
         if result.job is None and result.unsure:  # no answer: it may be queued all the same
             found = [job for job, state in find_jobs(stage, str(self.root), entry.submitted) if state != "CANCELLED"]
@@ -176,8 +178,6 @@ class Submission:
         self.state.submitted(stage, result.job)
         self.refusals.pop(stage, None)
         self.backoff = 0.0
-        if attempts == 1:
-            log.write_text("")  # a fresh log per run of the stage (a requeued or retried job appends to it)
         self.jobs[stage] = Job(stage, result.job, log)
         self.attempts[stage], self.progress_at[stage] = attempts, fingerprint
         return 1
@@ -263,6 +263,7 @@ class Submission:
             if job is None or self.jobs.get(job.stage) is not job:  # (sent back by a retry meanwhile)
                 continue
             if found.queued:
+                self.seen.pop(job_id, None)
                 hint = never_hint(job.stage, job_id, found.reason, self.config) if found.state == "PENDING" else None
                 if hint and job_id not in self.told:
                     self.told.add(job_id)
@@ -307,17 +308,19 @@ class Submission:
         taken: list[str] = []
         for entry in entries:
             found = current.get(entry.job or "")
-            self.state.forget(entry.stage)
             if entry.job is None or found is None or entry.stage not in self.pending:
+                self.state.forget(entry.stage)
                 if entry.job is not None and found is not None and found.queued:  # no longer to run
                     cancel([entry.job])
                     _say(f"cancelled job {entry.job} ({entry.stage}): the stage is no longer to run")
                 continue
-            if found.queued or found.state == "COMPLETED":
-                taken += [entry.stage] if self._take(entry, found) else []
-            elif found.state in RETRYABLE:
+            if (found.queued or found.state == "COMPLETED") and self._take(entry, found):
+                taken.append(entry.stage)  # (its entry stays until the stage is in dvc.lock)
+                continue
+            self.state.forget(entry.stage)
+            if found.state in RETRYABLE:
                 self.attempts[entry.stage] = entry.attempts + 1
-            else:
+            elif not found.queued and found.state != "COMPLETED":
                 _say(f"{found.state:<9} {entry.stage} (job {entry.job}, while nobody watched): submitted again")
         return taken
 
@@ -334,8 +337,7 @@ class Submission:
         if found.queued:
             if book is not None:
                 book.expect(stage, entry.snapshot)
-            self.state.entries[stage] = entry
-            self.state.save()
+            self.state.save()  # (its job id, where it was found by name)
             self.attempts[stage], self.progress_at[stage] = entry.attempts, entry.progress
             _say(f"{'adopted':<9} {stage} (job {entry.job}, {found.state.lower()})")
         else:
