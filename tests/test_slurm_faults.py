@@ -334,3 +334,47 @@ def test_on_the_local_slurm_a_killed_submitter_is_taken_over(tmp_path, small_raw
     names = Counter(line.split("|")[0] for line in listed.splitlines() if line.endswith(f"|{root}"))
     assert names == Counter({"prep": 1, "train@a": 1, "train@b": 1, "join": 1}), listed
     _assert_whole(root, env, items)
+
+
+def test_a_tune_job_started_again_waits_for_its_array_and_a_stopped_one_cancels_it(tmp_path, monkeypatch):
+    from subprocess import CompletedProcess
+
+    from dmlbench import launch
+    from dmlbench.errors import DmlbenchError
+
+    monkeypatch.chdir(tmp_path)
+    calls: list[list[str]] = []
+    queued = {"left": 2}  # the earlier array is listed twice more, then gone
+
+    def run(argv, **kwargs):
+        calls.append(argv)
+        if argv[0] == "squeue" and "--me" in argv:
+            return CompletedProcess(argv, 0, f"41|{tmp_path}\n41|/elsewhere\n", "")
+        if argv[0] == "squeue":
+            queued["left"] -= 1
+            return CompletedProcess(argv, 0, "41_1\n" if queued["left"] > 0 else "", "")
+        if argv[0] == "sacct":
+            return CompletedProcess(argv, 0, "41_0|COMPLETED\n41_1|COMPLETED\n", "")
+        raise AssertionError(f"not expected: {argv}")
+
+    monkeypatch.setattr(launch.subprocess, "run", run)
+    monkeypatch.setattr(launch.time, "sleep", lambda seconds: None)
+    config = ClusterConfig()
+    launch.run_array(config, 2, ["python", "w", "{worker}"], tmp_path / "t-%a.log", "tune-s")
+    assert not [argv for argv in calls if argv[0] == "sbatch"]  # no second array
+
+    def interrupted(argv, **kwargs):
+        calls.append(argv)
+        if argv[0] == "squeue":
+            return CompletedProcess(argv, 0, "", "")
+        if argv[0] == "sbatch":
+            raise KeyboardInterrupt  # the tune job stopped while its array runs
+        return CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(launch.subprocess, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        launch.run_array(config, 2, ["python", "w", "{worker}"], tmp_path / "t-%a.log", "tune-s")
+    assert calls[-1] == ["scancel", "--me", "--name=tune-s"]
+    monkeypatch.setattr(launch.subprocess, "run", lambda argv, **kwargs: CompletedProcess(argv, 1, "", "boom"))
+    with pytest.raises(DmlbenchError, match="tune-s: the worker array"):
+        launch.run_array(config, 2, ["python", "w", "{worker}"], tmp_path / "t-%a.log", "tune-s")

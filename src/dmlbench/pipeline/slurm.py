@@ -50,7 +50,7 @@ from types import FrameType
 
 from dmlbench import paths
 from dmlbench.errors import DmlbenchError
-from dmlbench.launch import JOB_ENV_VARIABLE, tunes_as_array, write_job_environment
+from dmlbench.launch import JOB_ENV_VARIABLE, MAX_JOBS_VARIABLE, tunes_as_array, write_job_environment
 from dmlbench.params.cluster import ClusterConfig, cluster_settings
 from dmlbench.params.model import Params
 from dmlbench.params.tuning import tuning_settings
@@ -170,6 +170,7 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX, *, attach: bool 
         cluster = cluster.model_copy(update={"shares_per_gpu": shares}) if shares else cluster
     environment = job_environment(dict(os.environ), env_file)
     environment[MAX_RETRIES_VARIABLE] = str(cluster.max_retries)
+    environment[MAX_JOBS_VARIABLE] = str(cluster.max_jobs)  # a worker array's %N
     if cluster.gpu_slots > 1:  # each GPU job's share of its GPU (train/step.py sizes its GPU cache to it)
         environment[GPU_SHARE_VARIABLE] = str(cluster.gpu_slots)
     write_job_environment(env_file, environment)
