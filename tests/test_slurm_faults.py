@@ -200,7 +200,8 @@ def test_timeout_and_out_of_memory_end_with_the_setting_to_raise(tmp_path, small
     assert result.returncode == 1, out
     assert "train@a reached its time limit, cluster.stages.train.time = 10: raise it in params.yaml" in out
     assert "train@b ran out of memory, cluster.stages.train.mem = 1500M: raise it in params.yaml" in out
-    assert _names(state) == Counter({"prep": 1, "train@a": 1, "train@b": 1})  # neither submitted again
+    assert _names(state) == Counter({"prep": 1, "train@a": 1, "train@b": 1, "join": 1})  # none submitted again
+    assert Counter(start["name"] for start in started(state)) == Counter({"prep": 1, "train@a": 1, "train@b": 1})
     assert not (root / "artifacts" / "logs" / "slurm-run.json").exists()
 
 

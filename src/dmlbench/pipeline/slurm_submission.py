@@ -258,7 +258,14 @@ class Submission:
         job can never start; how many ended or went back to be submitted again."""
         by_id = {job.job_id: job for job in self.in_flight()}
         ended = 0
-        for job_id, found in sorted(current.items(), key=lambda item: item[1].state not in RETRYABLE):
+        # retries first (they take back what waits for them), then in the plan's order: an upstream stage
+        # is recorded before what depends on it, as dvc repro records them
+        order = {stage: index for index, stage in enumerate(self.order)}
+        ranked = sorted(
+            current.items(),
+            key=lambda item: (item[1].state not in RETRYABLE, order.get(getattr(by_id.get(item[0]), "stage", ""), 0)),
+        )
+        for job_id, found in ranked:
             job = by_id.get(job_id)
             if job is None or self.jobs.get(job.stage) is not job:  # (sent back by a retry meanwhile)
                 continue
@@ -269,10 +276,10 @@ class Submission:
                     self.told.add(job_id)
                     _say(f"warning: {hint}", error=True)
                 continue
+            if found.state != "COMPLETED" and self.seen.get(job_id) != found.state:
+                self.seen[job_id] = found.state  # an ending but success, seen twice: Slurm may be requeueing it
+                continue  # (--requeue, or the job's own scontrol requeue: a moment's FAILED in accounting)
             if found.state in RETRYABLE:
-                if self.seen.get(job_id) != found.state:  # once more: Slurm may be requeueing it (--requeue)
-                    self.seen[job_id] = found.state
-                    continue
                 if self._retry(job, found.state):
                     ended += 1
                     continue
@@ -293,7 +300,8 @@ class Submission:
         queued or running with the inputs it was submitted with is watched (submitted again: never);
         one that COMPLETED meanwhile is recorded when its inputs are the same now; the rest is
         submitted as usual. One line each; the stages taken over."""
-        entries = list(self.state.entries.values())
+        rank = {stage: index for index, stage in enumerate(self.order)}  # upstream recorded first
+        entries = sorted(self.state.entries.values(), key=lambda entry: rank.get(entry.stage, len(rank)))
         for entry in entries:
             if entry.job is None:  # written before an sbatch whose answer was lost: Slurm says whether it ran
                 ids = [job for job, _ in find_jobs(entry.stage, str(self.root), entry.submitted)]
