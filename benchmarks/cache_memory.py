@@ -10,7 +10,7 @@ the k processes that map it, so the sum is what the box really holds; RSS would 
     python benchmarks/cache_memory.py --images 60000 --px 342           # SOP size (21 GB on disk)
     python benchmarks/cache_memory.py --in-memory                       # each process reads its own copy
 
-Target (issue "Real scale"): eight processes on an SOP-size cache hold <= 1.2 x one cache in total.
+Target: eight processes on an SOP-size cache hold <= 1.2 x one cache in total.
 The fabricated cache is written once to ``--dir`` (default: a temporary directory).
 """
 

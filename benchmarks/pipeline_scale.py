@@ -20,7 +20,7 @@ grid it prints:
     python benchmarks/pipeline_scale.py                        # the three sizes, 2 workers
     python benchmarks/pipeline_scale.py --grids 50 --jobs 4    # one size
 
-Targets (issue "Real scale"): at 2,074 stages, total overhead < 10 min on 2 cores, per-stage cost
+Targets: at 2,074 stages, total overhead < 10 min on 2 cores, per-stage cost
 within 2x of the 50-stage grid's, ``dvc status`` < 20 s, a re-run writes nothing.
 """
 

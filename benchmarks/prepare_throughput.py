@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     if args.images < 2000:
-        print(f"note: {args.images} images (the issue's target measures >= 2,000)")
+        print(f"note: {args.images} images (the target measures >= 2,000)")
     cpus = available_cpus()
     worker_counts = args.workers or list(range(1, cpus + 1))
 

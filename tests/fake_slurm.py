@@ -7,8 +7,9 @@ runs its ``--wrap`` line with ``bash -c`` in ``--chdir``, output appended to ``-
 Slurm with ``SBATCH_EXPORT=NONE`` (``--export=NONE``), the job then gets no variable of the
 submitting shell but ``HOME`` and a system ``PATH`` (plus ``SLURM_*``); with
 ``FAKE_SLURM_NETNS=1`` the job runs in a network namespace of its own (``unshare -n``: no
-interface but a down loopback, so no route anywhere). The runners are detached: jobs outlive
-whoever submitted them, as on a cluster.
+interface but a down loopback, so no route anywhere). ``sinfo --format=%n`` lists this machine as
+the one node (the jobs run here), or the host names in ``FAKE_SLURM_NODES`` (comma-separated). The
+runners are detached: jobs outlive whoever submitted them, as on a cluster.
 
 Faults are injected with :func:`inject` (``inject.json``), each rule used up once matched:
 
@@ -32,6 +33,7 @@ import fnmatch
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -282,6 +284,10 @@ def main(argv: list[str]) -> int:
             print("sacctmgr: error: Problem talking to the database: Connection refused", file=sys.stderr)
             return 1
         print(table.read_text(), end="")
+        return 0
+    if command == "sinfo" and "--format=%n" in args:  # the nodes' host names: this machine, or FAKE_SLURM_NODES
+        nodes = os.environ.get("FAKE_SLURM_NODES") or socket.gethostname()
+        print("\n".join(nodes.split(",")))
         return 0
     if command in {"sinfo", "scontrol"}:
         print("debug")

@@ -1,4 +1,4 @@
-"""Every device, dtype and backend choice, each branch forced on the CPU (issue 17, item 3).
+"""Every device, dtype and backend choice, each branch forced on the CPU.
 
 The GPU branches are selected by monkeypatching what they ask (``torch.cuda.is_available``,
 ``is_bf16_supported``, the free GPU memory, the CPU's bf16 flags); their parts that can run on

@@ -1,4 +1,4 @@
-"""A diverging training fails in one line, also where the loss hides it (issue 26).
+"""A diverging training fails in one line, also where the loss hides it.
 
 Divergence is made certain, not hoped for: AdamW at lr 1e6 multiplies every weight by
 1 - lr * weight_decay = -99 per step (on top of steps of ~1e6), so the weights themselves pass

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
+from dmlbench.analysis import claims as cl
 from dmlbench.analysis import literature as lit
 from dmlbench.errors import DataError
 
@@ -38,8 +41,26 @@ def test_every_row_is_sourced_and_typed(literature):
     # the Reality Check tables: 3 datasets x 15 methods x (concatenated, separated) x 3 metrics
     rc = literature[(literature["paper"] == lit.REALITY_CHECK) & literature["setting"].str.startswith("rc_c")]
     assert len(rc) == 3 * 15 * 3
-    # numbers read off a figure or recalled are flagged
+    # numbers read off a figure are flagged
     assert literature[literature["setting"] == "rc_figure_mapr"]["uncertain"].all()
+
+
+def test_every_row_names_a_paper_table_or_an_official_repository_file(literature):
+    """A row's source is a paper's table, figure or section (the Reality Check, the thesis), or a
+    repository file at a commit; no row cites a work item, a memory or a reference note. A number
+    read in another paper's table than its own is flagged uncertain and says so."""
+    text = literature[["paper", "source", "note"]].astype(str).agg(" ".join, axis=1)
+    for word in ("issue", "recalled", "notes", "not checked", "Papers with Code"):
+        assert not text.str.contains(word, case=False).any(), word
+    paper = literature["source"].str.match(r"(Musgrave et al\. 2020 \(arXiv:2003\.08505\) Table [4-6]|Psomas 2020)")
+    repository = literature["source"].str.match(r"[\w-]+/[\w.-]+ \S+\.(md|png) at [0-9a-f]{7}\b")
+    assert (paper | repository).all(), literature.loc[~(paper | repository), "source"].unique()
+    secondary = literature["source"].str.contains("not read in")
+    assert literature.loc[secondary, "uncertain"].all()
+    assert set(literature.loc[literature["uncertain"] & ~secondary, "setting"]) == {"rc_figure_mapr"}
+    # SEE and every 2021+ method has its authors and title
+    recent = literature[(literature["year"] >= 2021) & (literature["loss"] != "pretrained")]
+    assert set(recent["paper"].str.split(",").str[0]) == {"Ermolov et al.", "An et al.", "Le & Woo"}
 
 
 def test_published_intervals_are_a_column_that_matches_the_notes_and_the_paper(literature):
@@ -103,91 +124,122 @@ def test_numbers_agree_with_the_sources_prose(literature):
     assert _lookup(literature, kind="claimed", loss="soft_triple", dataset="cub200") == 65.4
 
 
-def test_claimed_improvement_uses_the_papers_own_baseline_else_the_median_up_to_that_year(literature):
-    methods = lit.load_methods()
-    claims = lit.claimed_improvements(literature, "contrastive").set_index(["loss", "dataset", "backbone"])
-    # Lifted Structure (CVPR 2016) reports contrastive 26.4 on CUB next to its own 47.2
-    lifted = claims.loc[("lifted_structure", "cub200", "googlenet")]
-    assert lifted["baseline_from"] == "same paper"
-    assert lifted["improvement"] == pytest.approx(100 * (47.2 / 26.4 - 1))
-    # Multi-Similarity (2019) reports no contrastive number here: the median of every contrastive CUB
-    # baseline published up to 2019
-    baselines = literature[
-        (literature["kind"] == "baseline") & (literature["loss"] == "contrastive") & (literature["dataset"] == "cub200")
+def test_every_claim_is_counted_once_and_own_and_borrowed_baselines_apart_on_the_real_file(literature):
+    """Hand-counted on literature.csv: 39 claimed R@1 rows - ProxyNCA 1, Margin 1, Normalized Softmax 6
+    (2 sizes x 3 datasets), Multi-Similarity 4, SoftTriple 2, Proxy-Anchor 10 (4 from its paper's
+    tables + 6 from its README, of which the 4 BN-Inception 512-d ones repeat the paper's cells),
+    the thesis 3, Hyp-ViT 4, SEE 4, Unicom 4 - are 35 claims. Over contrastive, Zhai & Wu report
+    contrastive on CUB200, Cars196 and SOP (6 claims) and the thesis ran it beside its loss (3): 9
+    own; no baseline row names a backbone and a size, so none is borrowed; 26 have neither. Over
+    triplet only the thesis has its own number: 3."""
+    counts = {b: cl.count_claims(cl.claimed_improvements(literature, b)) for b in ("contrastive", "triplet")}
+    assert counts["contrastive"] == cl.ClaimCounts(
+        claims=35, rows=39, own=9, borrowed=0, none=26, papers_own=2, papers_borrowed=0
+    )
+    assert counts["triplet"] == cl.ClaimCounts(
+        claims=35, rows=39, own=3, borrowed=0, none=32, papers_own=1, papers_borrowed=0
+    )
+    contrastive = cl.claimed_improvements(literature, "contrastive")
+    # Proxy-Anchor's paper and README print the BN-Inception 512-d CUB200 cell: one claim, the paper's 68.4
+    pa = contrastive[(contrastive["loss"] == "proxy_anchor") & (contrastive["dataset"] == "cub200")]
+    assert sorted(zip(pa["backbone"], pa["value"], pa["rows"], strict=True)) == [
+        ("bn_inception", 68.4, 2),
+        ("resnet50", 69.9, 1),
     ]
-    expected = baselines[baselines["year"] <= 2019]["value"].median()
-    ms = claims.loc[("multi_similarity", "cub200", "bn_inception")]
-    assert (ms["baseline_value"] == expected).all() and expected == pytest.approx(26.8)
-    # ... a borrowed baseline, flagged with how many papers it pools; an own baseline is not borrowed
-    pooled = baselines[baselines["year"] <= 2019]["paper"].nunique()
-    assert ms["borrowed"].all() and (ms["baseline_papers"] == pooled).all()
-    assert not lifted["borrowed"] and lifted["baseline_papers"] == 1
-    assert set(claims["borrowed"]) == {True, False}
-    # the thesis's own loss is compared with the thesis's own contrastive run (63.28 at BN-Inception 512)
-    own = claims.loc[("thesis_proxy", "cub200", "bn_inception")]
-    assert own["baseline_value"] == 63.28 and own["baseline_from"] == "same paper"
-    # re-runs: Proxy-Anchor vs contrastive inside the thesis's BN-Inception 512 CUB table
-    reference = lit.reference_improvements(literature, "contrastive", methods)
-    thesis = reference[reference["series"].str.startswith("Thesis") & (reference["dataset"] == "cub200")]
-    row = thesis[thesis["loss"] == "proxy_anchor"].iloc[0]
-    assert row["improvement"] == pytest.approx(100 * (68.11 / 63.28 - 1)) and row["year"] == 2020
-    assert "pretrained" not in set(reference["loss"])  # no publication year
+    # the median over the 9 own-baseline claims, by hand: the 5th of
+    # +1.06 (77.92/77.10) +3.38 (65.42/63.28) +6.36 (84.12/79.09) +79.0 (75.2/42) +86.2 (78.2/42)
+    # +114 (56.5/26.4) +132 (61.3/26.4) +276 (81.6/21.7) +288 (84.2/21.7)
+    assert cl.median_improvement(contrastive, cl.OWN) == pytest.approx(100 * (78.2 / 42 - 1))
+    assert math.isnan(cl.median_improvement(contrastive, cl.BORROWED))
+    own = contrastive[contrastive["baseline_kind"] == cl.OWN].set_index(["loss", "dataset", "dim"])
+    assert own.loc[("thesis_proxy", "cub200", 512), "baseline_value"] == 63.28  # the thesis's own run, same cell
+    assert own.loc[("normalized_softmax", "cars196", 128), "improvement"] == pytest.approx(100 * (81.6 / 21.7 - 1))
+    none = contrastive[contrastive["baseline_kind"] == cl.NONE]
+    assert none["improvement"].isna().all() and (none["baseline_papers"] == 0).all() and not none["borrowed"].any()
 
 
-def test_a_vit_era_claim_gets_no_improvement_over_cnn_era_baselines(literature):
-    """Hyp-ViT (ViT-S/16) and Unicom (ViT-L/14) are not set against the contrastive/triplet numbers of
-    CNN papers, nor SEE and PFML, which name no backbone: their improvement is blank, and the claims
-    table says why. CNN-era claims keep their borrowed median; a ViT baseline, were one published,
-    would be used."""
-    from dmlbench.analysis.sections.papers import claims_lines
+def _synthetic(tmp_path, rows: list[tuple]) -> pd.DataFrame:
+    """A literature.csv of (loss, paper, year, dataset, backbone, dim, setting, value, kind) rows."""
+    records = []
+    for loss, paper, year, dataset, backbone, dim, setting, value, kind in rows:
+        record = dict.fromkeys(lit.LITERATURE_COLUMNS, "")
+        record.update(loss=loss, paper=paper, venue="V", year=str(year), dataset=dataset, backbone=backbone,
+                      dim=str(dim), setting=setting, metric="recall_at_1", value=str(value), kind=kind,
+                      source="paper table", uncertain="false")  # fmt: skip
+        records.append(record)
+    path = tmp_path / "literature.csv"
+    pd.DataFrame(records, columns=list(lit.LITERATURE_COLUMNS)).to_csv(path, index=False)
+    return lit.load_literature(path)
 
-    methods = lit.load_methods()
-    claimed = {}
-    for baseline in ("contrastive", "triplet"):
-        claims = lit.claimed_improvements(literature, baseline)
-        claimed[baseline] = claims.assign(display=claims["loss"].map(lambda x: lit.display_name(x, methods)))
-        vit_era = claims[claims["loss"].isin(["hyp_vit", "unicom", "see", "pfml"])]
-        assert len(vit_era) == 8 and set(vit_era["dataset"]) == {"cub200", "cars196", "sop"}
-        assert vit_era["baseline_value"].isna().all() and vit_era["improvement"].isna().all()
-        assert not vit_era["borrowed"].any() and (vit_era["baseline_papers"] == 0).all()
-        hyp = vit_era[vit_era["loss"] == "hyp_vit"]["baseline_from"]
-        assert (hyp == f"none: no {baseline} number of a ViT backbone published up to 2022").all()
-        see = vit_era[vit_era["loss"] == "see"]["baseline_from"]
-        assert see.str.startswith("none: the paper names no backbone").all()
-        # every claim up to 2020 still has its improvement (the borrowed ones: CNN papers' median)
-        assert claims[claims["year"] <= 2020]["improvement"].notna().all()
-    text = "\n".join(claims_lines(claimed))
-    hyp_row = next(r for r in text.splitlines() if r.startswith("| Hyp-ViT |") and "| CUB200 |" in r)
-    assert hyp_row.endswith("| 85.6? (vit_s16) | - | - |")  # was "+219% vs 26.8† (8 papers)"
-    assert "Hyp-ViT 2022 (vit_s16: CUB200, Cars196, SOP), Unicom 2023 (vit_l14_336: CUB200): no contrastive or " in text
-    assert "PFML 2025 (backbone not given: Cars196)" in text
-    # a contrastive CUB200 number published for a ViT before 2022 would be Hyp-ViT's borrowed baseline
-    vit_baseline = literature.iloc[[0]].assign(
-        loss="contrastive",
-        paper="A ViT paper",
-        year=2021,
-        dataset="cub200",
-        backbone="vit_b16",
-        kind="baseline",
-        value=70.0,
+
+SYNTHETIC = [
+    # P1 claims CUB200 in its table and again (better) in its README: one claim, valued 60 (its table)
+    ("multi_similarity", "P1", 2019, "cub200", "bn_inception", 512, "as_published", 60.0, "claimed"),
+    ("multi_similarity", "P1", 2019, "cub200", "bn_inception", 512, "official_readme", 62.0, "claimed"),
+    ("contrastive", "P1", 2019, "cub200", "", "", "as_published", 30.0, "baseline"),  # its own: +100%
+    # P1 claims Cars196 and reports no contrastive there: borrowed from P2 and P3 (same cell, earlier)
+    ("multi_similarity", "P1", 2019, "cars196", "bn_inception", 512, "as_published", 80.0, "claimed"),
+    ("contrastive", "P2", 2018, "cars196", "bn_inception", 512, "as_published", 40.0, "baseline"),
+    ("contrastive", "P3", 2018, "cars196", "bn_inception", 512, "as_published", 50.0, "baseline"),
+    ("contrastive", "P4", 2018, "cars196", "bn_inception", 64, "as_published", 10.0, "baseline"),  # other size
+    ("contrastive", "P5", 2020, "cars196", "bn_inception", 512, "as_published", 70.0, "baseline"),  # later
+    ("contrastive", "P6", 2018, "cars196", "", "", "as_published", 20.0, "baseline"),  # no cell named
+    ("contrastive", "P7", 2018, "cars196", "bn_inception", 512, "rc_concatenated", 65.0, "reproduction"),  # a re-run
+    # P8 claims SOP; nobody reports contrastive on SOP: neither baseline
+    ("margin", "P8", 2017, "sop", "resnet50", 128, "as_published", 70.0, "claimed"),
+    # P9 names no size: another paper's number at resnet50 without a size cannot be matched
+    ("margin", "P9", 2019, "cub200", "resnet50", "", "as_published", 50.0, "claimed"),
+    ("contrastive", "P10", 2018, "cub200", "resnet50", "", "as_published", 25.0, "baseline"),
+]
+
+
+def test_the_claim_counter_on_a_small_table_counts_each_claim_once_and_own_and_borrowed_apart(tmp_path):
+    literature = _synthetic(tmp_path, SYNTHETIC)
+    found = cl.claimed_improvements(literature, "contrastive").set_index(["paper", "dataset"])
+    assert len(found) == 4  # 5 claimed rows, the README row repeating P1's CUB200 cell
+    p1 = found.loc[("P1", "cub200")]
+    assert (p1["value"], p1["rows"], p1["setting"]) == (60.0, 2, "as_published")
+    assert (p1["baseline_kind"], p1["baseline_value"], p1["improvement"]) == (cl.OWN, 30.0, 100.0)
+    cars = found.loc[("P1", "cars196")]
+    assert (cars["baseline_kind"], cars["baseline_value"], cars["baseline_papers"]) == (cl.BORROWED, 45.0, 2)
+    assert cars["borrowed"] and cars["improvement"] == pytest.approx(100 * (80 / 45 - 1))
+    assert cars["baseline_from"] == "median of 2 other papers at bn_inception-512"
+    for key in (("P8", "sop"), ("P9", "cub200")):
+        assert found.loc[key, "baseline_kind"] == cl.NONE and math.isnan(found.loc[key, "improvement"])
+    assert found.loc[("P9", "cub200"), "baseline_from"] == (
+        "none: its paper reports no contrastive number and no other paper one at resnet50-size not given"
     )
-    claims = lit.claimed_improvements(pd.concat([literature, vit_baseline]), "contrastive").set_index(
-        ["loss", "dataset"]
+    counts = cl.count_claims(found.reset_index())
+    assert counts == cl.ClaimCounts(claims=4, rows=5, own=1, borrowed=1, none=2, papers_own=1, papers_borrowed=1)
+    assert cl.median_improvement(found.reset_index(), cl.OWN) == 100.0
+    # without P1's own CUB200 contrastive the claim has neither (no other paper reports CUB200 at its cell)
+    alone = _synthetic(tmp_path, [r for r in SYNTHETIC if r[1:4] != ("P1", 2019, "cub200") or r[-1] == "claimed"])
+    assert cl.count_claims(cl.claimed_improvements(alone, "contrastive")) == cl.ClaimCounts(4, 5, 0, 1, 3, 0, 1)
+    assert cl.count_claims(cl.claimed_improvements(literature.iloc[0:0], "contrastive")) == cl.ClaimCounts(
+        0, 0, 0, 0, 0, 0, 0
     )
-    hyp = claims.loc[("hyp_vit", "cub200")]
-    assert hyp["baseline_value"] == 70.0 and hyp["borrowed"] and hyp["baseline_papers"] == 1
-    assert hyp["improvement"] == pytest.approx(100 * (85.6 / 70 - 1))
-    ms = claims.loc[("multi_similarity", "cub200"), "baseline_value"]  # CNN claims: unchanged
-    assert list(ms) == pytest.approx([26.8] * len(ms))
 
 
-def test_the_backbone_families_match_the_data(literature):
-    """The family rule's premise: every backbone literature.csv names before 2021 is a CNN, so a row
-    of those years naming none is counted a CNN; a ViT is ``vit_...``."""
-    early = literature[(literature["year"] < lit.VIT_ERA_FROM) & (literature["backbone"] != "")]
-    assert set(early["backbone"]) == {"googlenet", "bn_inception", "resnet50"}
-    assert lit.backbone_family("", 2019) == lit.CNN and lit.backbone_family("", 2025) is None
-    assert lit.backbone_family("vit_l14_dinov2", 2024) == lit.VIT and lit.backbone_family("resnet50", 2024) == lit.CNN
+def test_a_claim_is_never_set_against_a_baseline_of_another_backbone_or_size(literature):
+    """Hyp-ViT (ViT-S/16, 384-d) gets no improvement from the CNN papers' contrastive numbers; a
+    contrastive CUB200 number published for a ViT-S/16 at 384-d before 2022 would be its borrowed
+    baseline, one at another size would not; the CNN claims keep their own baselines."""
+    claims = cl.claimed_improvements(literature, "contrastive")
+    hyp = claims[claims["loss"] == "hyp_vit"]
+    assert len(hyp) == 4 and (hyp["baseline_kind"] == cl.NONE).all()
+    vit = literature.iloc[[0]].assign(
+        loss="contrastive", paper="A ViT paper", year=2021, dataset="cub200", backbone="vit_s16", kind="baseline",
+        value=70.0, setting="as_published", metric="recall_at_1",
+    )  # fmt: skip
+    for dim, expected in ((384, cl.BORROWED), (768, cl.NONE)):
+        claims = cl.claimed_improvements(pd.concat([literature, vit.assign(dim=dim)]), "contrastive")
+        hyp = claims[(claims["loss"] == "hyp_vit") & (claims["dataset"] == "cub200")].iloc[0]
+        assert hyp["baseline_kind"] == expected, dim
+    assert hyp["improvement"] != hyp["improvement"]  # NaN at 768-d
+    hyp = cl.claimed_improvements(pd.concat([literature, vit.assign(dim=384)]), "contrastive")
+    hyp = hyp[(hyp["loss"] == "hyp_vit") & (hyp["dataset"] == "cub200")].iloc[0]
+    assert hyp["improvement"] == pytest.approx(100 * (85.6 / 70 - 1)) and hyp["baseline_papers"] == 1
+    assert cl.count_claims(claims).own == 9  # the CNN claims' own baselines are unchanged
 
 
 def test_methods_csv_says_which_2020_study_ran_each_loss_as_their_rows_show(literature):

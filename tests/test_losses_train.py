@@ -1,4 +1,4 @@
-"""Done-criterion of the training issue: every registered loss trains the tiny trunk for 2 epochs
+"""Every registered loss trains the tiny trunk for 2 epochs
 on the offline glyphs and retrieves the training classes better than the untrained model.
 
 CPU numerics differ between machines (SIMD width, AVX-512/AMX, oneDNN and ATen kernels), and a few

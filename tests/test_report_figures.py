@@ -163,7 +163,7 @@ def test_papers_vs_reality_gives_demo_runs_their_own_row():
     assert low <= -60 and high >= 160
     assert _legend_titles(fig) == ["marker = dataset", "colour = source of the number"]
     markers = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert markers == ["CUB200", "Cars196", "SOP", "glyphs", "hollow: not verified"]
+    assert markers == ["CUB200", "Cars196", "SOP", "glyphs", "hollow: not read in its own paper"]
     plt.close(fig)
 
 

@@ -1,7 +1,9 @@
 """Published numbers: what papers claimed, the baselines they beat, and fair re-runs.
 
-Two versioned data files sit next to this module; every row cites its source, and values
-that come from memory or were read off a figure are marked ``uncertain``:
+Two versioned data files sit next to this module. Every ``literature.csv`` row was read in a paper
+(its table, figure or section) or in an official repository's file at a named commit, and
+``source`` says which; a number read off a figure, or read not in the paper the row names (nor its
+official repository) but in another paper or repository that reports it, is ``uncertain``:
 
 * ``literature.csv`` - one published number per row: ``loss, paper, venue, year, dataset,
   backbone, dim, setting, metric, value, half_width, n_published, kind, source, uncertain, note``.
@@ -11,7 +13,8 @@ that come from memory or were read off a figure are marked ``uncertain``:
   (the note then says why); a note quoting "95% CI half-width x" must agree with ``half_width``.
   ``kind`` is ``claimed`` (a paper's number for its own loss), ``baseline`` (the
   number a paper reported for an older loss it claims to beat) or ``reproduction`` (a re-run
-  under one protocol for every loss: the Reality Check, the thesis, Roth et al.).
+  under one protocol for every loss: the Reality Check, the thesis; or a frozen model scored by
+  the OML zoo). What a claim is and which baseline it is set against: :mod:`dmlbench.analysis.claims`.
   ``setting`` names the protocol inside a paper (``rc_concatenated``, ``test_selection``, ...);
   numbers are comparable only within one (paper, setting, dataset, backbone, dim, metric).
 * ``methods.csv`` - one row per loss: display name, the paper that introduced it, the
@@ -81,11 +84,6 @@ PROXY_ANCHOR = "Kim et al., Proxy Anchor Loss for Deep Metric Learning"
 # The two 2020 studies that re-ran the losses of their time under one protocol (methods.csv
 # ``studies_2020`` names them by these keys): Musgrave, Belongie & Lim, ECCV 2020, and Psomas 2020.
 STUDIES_2020 = {"reality_check": REALITY_CHECK, "thesis": THESIS}
-# Backbone families of the claims table (:func:`backbone_family`): a claim's improvement is computed
-# only against a baseline number of its own family, never a CNN-era number set against a ViT's.
-CNN, VIT = "cnn", "vit"
-FAMILY_LABELS = {CNN: "CNN", VIT: "ViT"}
-VIT_ERA_FROM = 2021  # a row naming no backbone from this year on is of no known family (SEE, PFML)
 
 
 @dataclass(frozen=True)
@@ -302,82 +300,6 @@ def top1(literature: pd.DataFrame) -> pd.DataFrame:
     """Rows reporting the nearest-neighbour accuracy (R@1 = P@1), ``metric`` canonicalised."""
     rows = literature.assign(metric=literature["metric"].map(canonical_metric))
     return rows[rows["metric"] == "precision_at_1"]
-
-
-def backbone_family(backbone: str, year: int) -> str | None:
-    """``vit`` for a vision transformer (``vit_...``), ``cnn`` for any other named backbone
-    (GoogLeNet, BN-Inception, ResNet50 in ``literature.csv``), and for a row naming none: ``cnn``
-    before :data:`VIT_ERA_FROM` (every backbone ``literature.csv`` names up to 2020 is a CNN,
-    tests/test_literature.py checks) and None (unknown) from then on."""
-    if backbone:
-        return VIT if backbone.startswith("vit") else CNN
-    return CNN if year < VIT_ERA_FROM else None
-
-
-def claimed_improvements(literature: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    """Relative improvement each paper claims over ``baseline`` (e.g. contrastive), in percent.
-
-    improvement = 100 * (claimed / baseline_value - 1). ``baseline_value`` is the number the
-    claiming paper itself reports for ``baseline`` on that dataset (as a baseline or in its own
-    re-run, preferring the same backbone and size) when it reports one, else the
-    median of the numbers papers published up to that year reported (what authors compared
-    against then): a baseline *borrowed* from other papers, which the claiming paper never set its
-    number against. Either comes only from numbers of the claim's backbone family
-    (:func:`backbone_family`): a ViT-era claim is not set against CNN-era baselines. A claim with
-    no such number keeps its row with baseline_value, improvement NaN and ``baseline_from`` saying
-    why. Rows: loss, paper, year, dataset, backbone, dim, value, baseline_value, baseline_from,
-    borrowed, baseline_papers (how many papers the value comes from; 0 without one), improvement,
-    uncertain.
-    """
-    rows = top1(literature)
-    claims = rows[rows["kind"] == "claimed"]
-    reported = rows[(rows["kind"] != "claimed") & (rows["loss"] == baseline)]
-    families = [backbone_family(b, y) for b, y in zip(reported["backbone"], reported["year"], strict=True)]
-    reported = reported.assign(family=pd.Series(families, index=reported.index, dtype=object))
-    baselines = reported[reported["kind"] == "baseline"]
-    out = []
-    for claim in claims.itertuples(index=False):
-        family = backbone_family(claim.backbone, claim.year)
-        same = reported[
-            (reported["dataset"] == claim.dataset) & (reported["paper"] == claim.paper) & (reported["family"] == family)
-        ]
-        same_cell = same[(same["backbone"] == claim.backbone) & (same["dim"] == claim.dim).fillna(False)]
-        same = same_cell if len(same_cell) else same
-        if len(same):
-            base, origin, papers = float(same["value"].median()), "same paper", 1
-        else:
-            earlier = baselines[(baselines["dataset"] == claim.dataset) & (baselines["year"] <= claim.year)]
-            if earlier.empty:
-                continue
-            earlier = earlier[earlier["family"] == family]
-            if earlier.empty:
-                base, papers = math.nan, 0
-                origin = (
-                    f"none: no {baseline} number of a {FAMILY_LABELS[family]} backbone published up to {claim.year}"
-                    if family
-                    else f"none: the paper names no backbone, so no {baseline} number is known to be of its family"
-                )
-            else:
-                base, origin = float(earlier["value"].median()), f"median of papers up to {claim.year}"
-                papers = int(earlier["paper"].nunique())
-        out.append(
-            {
-                "loss": claim.loss,
-                "paper": claim.paper,
-                "year": claim.year,
-                "dataset": claim.dataset,
-                "backbone": claim.backbone,
-                "dim": claim.dim,
-                "value": claim.value,
-                "baseline_value": base,
-                "baseline_from": origin,
-                "borrowed": origin.startswith("median"),
-                "baseline_papers": papers,
-                "improvement": 100 * (claim.value / base - 1),
-                "uncertain": claim.uncertain,
-            }
-        )
-    return pd.DataFrame(out)
 
 
 def reference_improvements(literature: pd.DataFrame, baseline: str, methods: pd.DataFrame) -> pd.DataFrame:

@@ -3,7 +3,9 @@ stage call it), so that a missing input fails in seconds, not after download and
 
 * Every pinned pretrained weights file the grid needs, when the protocol is pretrained
   (:meth:`dmlbench.models.base.BackboneParams.weights_files`), is here with its sha256 or its
-  URL answers (:func:`dmlbench.models.weights.weights_file_problem`).
+  URL answers (:func:`dmlbench.models.weights.weights_file_problem`); a Hugging Face Hub file is
+  pinned in the weights lock first when it is not yet (:func:`dmlbench.models.hub.hub_file_problem`),
+  so the lock is complete before any stage runs and no stage writes it.
 * Every dataset archive the grid needs is in the drop-box ``data/`` or downloadable
   (:func:`dmlbench.pipeline.archives.missing_archives`); generated datasets (glyphs) need
   nothing, so the offline demo makes no request.
@@ -17,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.models.hub import hub_file_problem
 from dmlbench.models.weights import HEAD_TIMEOUT, WeightsError, weights_file_problem
 from dmlbench.params.model import Params
 from dmlbench.pipeline.archives import require_archives
@@ -33,7 +36,11 @@ def missing_weights(params: Params, timeout: float = HEAD_TIMEOUT) -> list[str]:
         for file in backbone_params.weights_files(backbone):
             if file.path not in seen:
                 seen.add(file.path)
-                problem = weights_file_problem(file, timeout)
+                if file.hub is not None:
+                    weights_path = file.path if file.local_only else None
+                    problem = hub_file_problem(backbone, file.hub, weights_path, timeout=timeout)
+                else:
+                    problem = weights_file_problem(file, timeout)
                 if problem:
                     problems.append(problem)
     return problems

@@ -45,5 +45,5 @@ def sbatch_command(stage: str, config: ClusterConfig, after: list[str], log: Pat
     command += list(config.extra_args)
     # exec: the batch shell becomes the wrapper, so Slurm's B:USR1 reaches it
     wrapper = f"{shlex.quote(python)} -m dmlbench.pipeline.job {shlex.quote(stage)}"
-    command.append(f"--wrap={job_script(wrapper, env_file)}")
+    command.append(f"--wrap={job_script(wrapper, env_file, res.gpus)}")  # a GPU job: DMLBENCH_DEVICE=cuda
     return command

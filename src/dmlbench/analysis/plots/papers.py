@@ -51,8 +51,9 @@ def papers_vs_reality_figure(
     """Relative improvement over each baseline by year: claimed by papers (a), re-measured (b).
 
     One encoding per channel in every panel: colour = who measured (the claiming paper, the Reality
-    Check, the thesis, our runs), marker = dataset, hollow = a value not verified; in (a) a † beside
-    a claim whose baseline is borrowed (its paper reports none: ``borrowed`` in ``claimed[b]``). Our runs on a
+    Check, the thesis, our runs), marker = dataset, hollow = ``uncertain`` in literature.csv (read
+    off a figure, or in another paper's table than its own); in (a) a † beside a claim whose
+    baseline is borrowed (its paper reports none: ``borrowed`` in ``claimed[b]``). Our runs on a
     dataset no paper reports on (the demo) get their own row (c) and its own y axis, so their wide
     intervals do not flatten the published points; on a published dataset they join (b), whose y
     axis the published points and our means set: a whisker beyond it is cut at the edge with an
@@ -132,7 +133,13 @@ def papers_vs_reality_figure(
         for d in [*[d for d in DATASET_MARKERS if d in datasets], *[d for d in datasets if d not in DATASET_MARKERS]]
     ] + [
         plt.Line2D(
-            [], [], marker="o", linestyle="none", markerfacecolor="none", color="#555", label="hollow: not verified"
+            [],
+            [],
+            marker="o",
+            linestyle="none",
+            markerfacecolor="none",
+            color="#555",
+            label="hollow: not read in its own paper",
         )
     ]
     if any("borrowed" in f.columns and f["borrowed"].any() for f in claimed.values() if len(f)):
@@ -179,7 +186,7 @@ def papers_vs_reality_figure(
 
 
 def _scatter_by_dataset(ax, frame: pd.DataFrame, column: str, colour: str, size: float, alpha: float = 1.0) -> None:
-    """Points of one source (one colour), a marker per dataset, hollow where not verified."""
+    """Points of one source (one colour), a marker per dataset, hollow where ``uncertain``."""
     uncertain = frame["uncertain"] if "uncertain" in frame.columns else pd.Series(False, index=frame.index)
     for (dataset, hollow), part in frame.assign(hollow=uncertain.astype(bool)).groupby(["dataset", "hollow"]):
         ax.scatter(
@@ -349,7 +356,7 @@ def papers_absolute(
                 marker="o",
                 linestyle="none",
                 color=SERIES_STYLE["claimed"][0],
-                label="claimed by the loss's paper (hollow: not verified)",
+                label="claimed by the loss's paper (hollow: not read in its own paper)",
             ),
             plt.Line2D(
                 [],

@@ -1,11 +1,12 @@
-"""Papers versus reality: published R@1, each claimed gain with the baseline it is set against
-(marked † where that baseline is borrowed from other papers), our relative improvements over the
-baselines, and the claimed-vs-re-measured figures."""
+"""Papers versus reality: published R@1, each claim's gain with the baseline it is set against (its
+own paper's, or marked † other papers' at the same backbone and size), our relative improvements
+over the baselines, and the claimed-vs-re-measured figures."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from dmlbench.analysis import claims as cl
 from dmlbench.analysis import literature as lit
 from dmlbench.analysis.numbers import BASELINES, Analysis, dated
 from dmlbench.analysis.plots import papers as plots
@@ -20,12 +21,13 @@ def write(analysis: Analysis, doc: Document) -> None:
         "Deep metric learning papers claim large gains over the contrastive and triplet losses; re-run under one "
         "protocol, the gains mostly vanish (Musgrave et al., *A Metric Learning Reality Check*, ECCV 2020; "
         "Psomas, *Metric Learning: A Deep Dive*, 2020). The published numbers come from "
-        "`src/dmlbench/analysis/literature.csv`: every row cites its source, and numbers recalled rather than "
-        "read from the paper are marked uncertain (hollow markers). A claim is compared with the baseline "
-        "number its own paper reports when it has one, else with the median of what other papers reported up to "
-        f"that year, a borrowed baseline marked {BORROWED} in the claims table and in the figure; either only with "
-        "numbers of the claim's backbone family (CNN or ViT), so a ViT-era claim gets no improvement over "
-        "CNN-era baselines.",
+        "`src/dmlbench/analysis/literature.csv`: every row was read in a paper (a table, figure or section) or in "
+        "an official repository's file, which its `source` column names; a number read off a figure, or read in "
+        "another paper's table rather than in the paper it belongs to, is marked uncertain (`?`, hollow "
+        "markers). Each claim is compared with the baseline number its own paper reports; where the paper reports "
+        "none, with the median of other papers' numbers for the same backbone and embedding size (a borrowed "
+        f"baseline, marked {BORROWED} in the claims table and in the figure); a claim with neither gets no gain "
+        "and counts in no median.",
         "",
     ]
     rows = []
@@ -37,8 +39,8 @@ def write(analysis: Analysis, doc: Document) -> None:
     if rows:
         lines += [
             "Published R@1 (= P@1, %) of the losses in this grid. Claimed: the loss's own paper (backbone-dim; "
-            "`?` = not verified; papers give no n and no interval), or for an old loss the range other papers "
-            "reported for it as their baseline. Reality Check: BN-Inception, 4-fold "
+            "`?` = read in another paper's table, not in its own; papers give no n and no interval), or for an old "
+            "loss the range other papers reported for it as their baseline. Reality Check: BN-Inception, 4-fold "
             "cross-validation models concatenated to 512-d, mean ± 95% CI half-width over its runs (n=10), as "
             "published. Thesis: BN-Inception 512-d, one run each.",
             "",
@@ -50,6 +52,12 @@ def write(analysis: Analysis, doc: Document) -> None:
     frames = [papers.ours[b] for b in BASELINES if len(papers.ours[b])]
     pairs = [f"n={r.interval.n_a} vs {r.interval.n_b}" for frame in frames for r in frame.itertuples()]
     shared = max(set(pairs), key=pairs.count) if pairs else ""
+    kinds = {r.interval.paired for frame in frames for r in frame.itertuples()}
+    methods = {
+        frozenset({True}): "paired over matched seeds",
+        frozenset({False}): "Welch (unpaired)",
+        frozenset({True, False}): "paired over matched seeds, Welch where seeds do not match",
+    }.get(frozenset(kinds), "")
     for baseline in BASELINES:
         frame = papers.ours[baseline]
         for r in frame.itertuples():
@@ -66,8 +74,8 @@ def write(analysis: Analysis, doc: Document) -> None:
     if ours_rows:
         lines += [
             f"Our runs: relative P@1 improvement over the baselines at dim {analysis.dim} (delta-method "
-            f"{int(analysis.params.evaluate.confidence * 100)}% t-interval; {shared.replace('n=', 'n = ')} seeds "
-            "unless a cell states its own n):",
+            f"{int(analysis.params.evaluate.confidence * 100)}% t-interval on the log ratio, {methods}; "
+            f"{shared.replace('n=', 'n = ')} seeds unless a cell states its own n):",
             "",
             markdown_table(["loss", "cell", "over", "relative improvement"], ours_rows, "lllr"),
             "",
@@ -94,8 +102,8 @@ def _figures(analysis: Analysis, doc: Document) -> None:
             compared(papers.claimed), papers.reference, {b: dated(f) for b, f in papers.ours.items()}, p, label
         ),
         "Relative R@1 improvement over contrastive (left) and triplet (right) by the year the loss was published: "
-        "(a) as claimed by papers, against the baseline number the claiming paper reports, (b) as re-measured "
-        "under one protocol by the Reality Check, the thesis and our runs - "
+        + figure_caption_claims(papers.claimed)
+        + ", (b) as re-measured under one protocol by the Reality Check, the thesis and our runs - "
         + _papers_sentence(analysis)
         + borrowed_caption(papers.claimed),
     )
@@ -111,8 +119,9 @@ def _figures(analysis: Analysis, doc: Document) -> None:
         "papers_claims",
         lambda p: plots.papers_absolute(claims, reference_rows, dated(papers.ours_absolute), p, label),
         "Absolute R@1 by year: the numbers papers claimed for their losses (red), the contrastive and triplet "
-        "numbers they compared against (grey), the same losses re-run under one protocol (blue, green), and our "
-        "runs (black) - the baselines papers reported are far below what the old losses reach when trained well.",
+        "numbers papers reported as their baselines (grey), the same losses re-run under one protocol (blue, "
+        "green), and our runs (black) - the baselines papers reported are far below what the old losses reach "
+        "when trained well.",
     )
 
 
@@ -148,22 +157,22 @@ def _published_cells(literature: pd.DataFrame, loss: str, dataset: str) -> list[
 
 
 BORROWED = plots.BORROWED
-CLAIM_KEY = ["loss", "paper", "dataset", "backbone", "dim", "value"]
+TABLE_KEY = ["loss", "paper", "dataset", "backbone", "dim", "value"]
 
 
 def _claim_rows(claimed: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per claim: its keys, year, display, uncertain, and per baseline b the columns
-    ``{b}_value``, ``{b}_borrowed``, ``{b}_papers``, ``{b}_improvement`` (NaN where b has none)."""
-    merged, shared = None, [*CLAIM_KEY, "year", "display", "uncertain"]
+    ``{b}_value``, ``{b}_kind``, ``{b}_papers``, ``{b}_improvement`` (NaN where b has none)."""
+    merged, shared = None, [*TABLE_KEY, "year", "display", "uncertain"]
     for baseline, frame in claimed.items():
         if frame.empty:
             continue
         part = frame.assign(dim=frame["dim"].astype("string"))[
-            [*shared, "baseline_value", "borrowed", "baseline_papers", "improvement"]
+            [*shared, "baseline_value", "baseline_kind", "baseline_papers", "improvement"]
         ].rename(
             columns={
                 "baseline_value": f"{baseline}_value",
-                "borrowed": f"{baseline}_borrowed",
+                "baseline_kind": f"{baseline}_kind",
                 "baseline_papers": f"{baseline}_papers",
                 "improvement": f"{baseline}_improvement",
             }
@@ -177,51 +186,65 @@ def _claim_rows(claimed: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def _gain(row: pd.Series, baseline: str) -> str:
-    if pd.isna(row.get(f"{baseline}_value")):
+    if row.get(f"{baseline}_kind") not in (cl.OWN, cl.BORROWED):
         return "-"
-    papers = int(row[f"{baseline}_papers"]) if row[f"{baseline}_borrowed"] else 0
-    mark = f"{BORROWED} ({papers} paper{'' if papers == 1 else 's'})" if papers else ""
+    papers = int(row[f"{baseline}_papers"])
+    mark = f"{BORROWED} ({papers} paper{'' if papers == 1 else 's'})" if row[f"{baseline}_kind"] == cl.BORROWED else ""
     return f"{row[f'{baseline}_improvement']:+.0f}% vs {row[f'{baseline}_value']:g}{mark}"
 
 
+def _cell(backbone: str, dim: object) -> str:
+    """``bn_inception-512``; ``n/s`` for what the source does not state."""
+    return f"{backbone or 'n/s'}-{'n/s' if pd.isna(dim) else dim}"
+
+
 def _claimed_cell(row: pd.Series) -> str:
-    cell = "-".join(part for part in (row["backbone"], "" if pd.isna(row["dim"]) else row["dim"]) if part)
-    return f"{row['value']:g}{'?' if row['uncertain'] else ''} ({cell or 'n/s'})"
+    return f"{row['value']:g}{'?' if row['uncertain'] else ''} ({_cell(row['backbone'], row['dim'])})"
 
 
 def compared(claimed: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """The claims with an improvement (a baseline of their backbone family), as the figure plots them."""
+    """The claims with an improvement (their own paper's baseline or a borrowed one), as the figure plots them."""
     return {b: f[f["improvement"].notna()] if len(f) else f for b, f in claimed.items()}
 
 
+def count_sentence(claimed: dict[str, pd.DataFrame]) -> str:
+    """``35 claims from 39 `literature.csv` rows; over contrastive 9 against their own paper's number,
+    0 borrowed, 26 with neither; over triplet ...``."""
+    counts = {b: cl.count_claims(f) for b, f in claimed.items()}
+    first = next(iter(counts.values()), cl.count_claims(pd.DataFrame()))
+    parts = [
+        f"over {b} {n.own} against their own paper's number, {n.borrowed} borrowed, {n.none} with neither"
+        for b, n in counts.items()
+    ]
+    return f"{first.claims} claims from {first.rows} `literature.csv` rows; " + "; ".join(parts)
+
+
 def _uncompared_note(rows: pd.DataFrame, baselines: list[str]) -> list[str]:
-    """A sentence naming the claims with no baseline of their own backbone family, and why."""
-    missing = rows[rows[[f"{b}_value" for b in baselines]].isna().all(axis=1)]
+    """A sentence naming the claims with no baseline at all, by paper and cell."""
+    kinds = rows[[f"{b}_kind" for b in baselines]]
+    missing = rows[(kinds == cl.NONE).all(axis=1)]
     if missing.empty:
         return []
-    reasons: dict[str, list[str]] = {}
-    for (display, year, backbone), part in missing.groupby(["display", "year", "backbone"], sort=False):
+    who = []
+    for (display, year, backbone, dim), part in missing.groupby(
+        ["display", "year", "backbone", "dim"], sort=False, dropna=False
+    ):
         datasets = ", ".join(lit.DATASET_LABELS.get(d, d) for d in part["dataset"])
-        family = lit.backbone_family(backbone, int(year))
-        reason = (
-            f"no {' or '.join(baselines)} number of a {lit.FAMILY_LABELS[family]} backbone was published up to "
-            "their year"
-            if family
-            else "the paper names no backbone"
-        )
-        who = f"{display} {year} ({backbone or 'backbone not given'}: {datasets})"
-        reasons.setdefault(reason, []).append(who)
-    parts = [f"{', '.join(who)}: {reason}" for reason, who in reasons.items()]
+        who.append(f"{display} {year} ({_cell(backbone, dim)}: {datasets})")
     return [
-        "No improvement (`-`) for claims with no baseline of their own backbone family - " + "; ".join(parts) + ".",
+        f"No gain (`-`) where the claim's own paper reports no {' or '.join(baselines)} number on that dataset and "
+        "no other paper reported one at its backbone and embedding size; with neither baseline: "
+        + "; ".join(who)
+        + ".",
         "",
     ]
 
 
 def claims_lines(claimed: dict[str, pd.DataFrame]) -> list[str]:
-    """The claims table: per claim, the gain over each baseline and the baseline number it is set
-    against, marked † where the claiming paper reports none (borrowed from other papers), ``-`` where
-    no baseline of the claim's backbone family exists (named in a note below the table)."""
+    """The claims table: one row per claim (:mod:`dmlbench.analysis.claims`), its gain over each
+    baseline and the baseline number it is set against - its own paper's, or marked † the median of
+    other papers' numbers at the same backbone and embedding size - and ``-`` where neither exists
+    (named in a note below the table)."""
     rows = _claim_rows(claimed)
     if rows.empty:
         return []
@@ -236,17 +259,14 @@ def claims_lines(claimed: dict[str, pd.DataFrame]) -> list[str]:
         ]
         for _, r in rows.iterrows()
     ]
-    counts = "; ".join(
-        f"over {b}: {int(rows[f'{b}_borrowed'].fillna(False).astype(bool).sum())} of "
-        f"{int(rows[f'{b}_value'].notna().sum())}"
-        for b in baselines
-    )
     return [
         "Claimed gains (relative R@1 improvement, as plotted in panel (a) of the figure below) and the baseline "
-        f"R@1 each is computed against. {BORROWED} = borrowed baseline: the claiming paper reports no number for "
-        "that baseline on that dataset, so the gain is computed against the median of the numbers other papers "
-        "(how many: in brackets) reported for it up to the claim's year, all backbones of the claim's family "
-        f"(CNN or ViT) and sizes pooled - a comparison the claiming paper never made ({counts} claims).",
+        "R@1 each is computed against. A claim is one paper's R@1 for its loss on one dataset, backbone and "
+        "embedding size, counted once however many places print it (a paper's table and its README: one claim, "
+        "valued by the paper's table). Its baseline is the number its own paper reports for that baseline on "
+        f"that dataset; {BORROWED} = borrowed: its paper reports none, so the gain is computed against the median "
+        "of the numbers other papers (how many: in brackets) reported up to its year at the same backbone and "
+        f"embedding size - a comparison the claiming paper never made ({count_sentence(claimed)}).",
         "",
         markdown_table(
             ["loss", "paper", "dataset", "claimed R@1", *[f"over {b}" for b in baselines]],
@@ -259,9 +279,8 @@ def claims_lines(claimed: dict[str, pd.DataFrame]) -> list[str]:
 
 
 def borrowed_caption(claimed: dict[str, pd.DataFrame]) -> str:
-    """The caption's per-claim account of panel (a)'s borrowed baselines, e.g. `` Points marked † in
-    (a) set a claim against ...: over contrastive N-pair, Margin (CUB200, Cars196) (k of n claims);
-    over triplet ...``; empty when every claim has its own paper's baseline."""
+    """The caption's account of panel (a)'s borrowed baselines, e.g. `` Points marked † set a claim
+    against ...: over contrastive Margin (CUB200) (1 of 9 claims); ...``; empty when no claim has one."""
     parts = []
     for baseline, frame in compared(claimed).items():
         if frame.empty or not frame["borrowed"].any():
@@ -271,18 +290,28 @@ def borrowed_caption(claimed: dict[str, pd.DataFrame]) -> str:
             borrowed = claims[claims["borrowed"]]
             if borrowed.empty:
                 continue
-            if len(borrowed) == len(claims):
-                names.append(display)
-            else:
-                datasets = ", ".join(dict.fromkeys(lit.DATASET_LABELS.get(d, d) for d in borrowed["dataset"]))
-                names.append(f"{display} ({datasets})")
+            datasets = ", ".join(dict.fromkeys(lit.DATASET_LABELS.get(d, d) for d in borrowed["dataset"]))
+            names.append(f"{display} ({datasets})")
         parts.append(f"over {baseline} {', '.join(names)} ({int(frame['borrowed'].sum())} of {len(frame)} claims)")
     if not parts:
         return ""
     return (
-        f" Points marked {BORROWED} in (a) set a claim against the median of other papers' numbers up to its "
-        f"year because its own paper reports none (claims table above): {'; '.join(parts)}."
+        f" Points marked {BORROWED} in (a) set a claim against the median of other papers' numbers at its backbone "
+        f"and embedding size because its own paper reports none (claims table above): {'; '.join(parts)}."
     )
+
+
+def figure_caption_claims(claimed: dict[str, pd.DataFrame]) -> str:
+    """Panel (a)'s part of the caption: what each point is set against, with the counts."""
+    counts = {b: cl.count_claims(f) for b, f in claimed.items()}
+    own = ", ".join(f"over {b} {n.own} of {n.claims} claims" for b, n in counts.items())
+    text = (
+        f"(a) as claimed by papers, each point one claim set against the baseline number its own paper reports ({own})"
+    )
+    if any(n.borrowed for n in counts.values()):
+        text += f" or, marked {BORROWED}, against other papers' numbers at the same backbone and size"
+    left_out = ", ".join(f"over {b} {n.none}" for b, n in counts.items() if n.none)
+    return text + (f"; claims with neither are not plotted ({left_out})" if left_out else "")
 
 
 def ours_label(analysis: Analysis) -> str:
