@@ -26,6 +26,8 @@ import subprocess
 from dataclasses import dataclass
 from datetime import datetime
 
+from dmlbench.gres import gres_counts, per_gpu
+
 SBATCH_SECONDS = 120.0  # a controller that does not answer sbatch in this time: a refusal (tried again)
 # states in which Slurm still holds the job (it may start, run or be requeued); the rest are endings
 IN_QUEUE = {
@@ -182,21 +184,12 @@ def site_max_jobs(qos: str | None = None) -> int | None:
     return max(1, min(limits) - mine)
 
 
-_GRES = re.compile(r"^(\w+)(?::[^:(,]+)?:(\d+)")
-
-
 def gres_per_gpu(name: str, partition: str | None = None) -> int | None:
     """The site's count of gres ``name`` (``shard``, ``mps``) per GPU, the smallest over its nodes
-    (``sinfo --format=%G``: ``gpu:a100:4(S:0-1),shard:a100:32(S:0-1)`` -> 8); None when no node says."""
+    (``sinfo --format=%G``: ``gpu:a100:4(S:0-1),shard:a100:32(S:0-1)`` -> 8; :mod:`dmlbench.gres`);
+    None when no node says."""
     argv = ["sinfo", "--noheader", "--format=%G", *([f"--partition={partition}"] if partition else [])]
     shown = _run(argv, timeout=30)
-    found: list[int] = []
-    for line in shown.stdout.splitlines() if shown is not None and shown.returncode == 0 else []:
-        counts: dict[str, int] = {}
-        for item in line.strip().split(","):
-            match = _GRES.match(item)
-            if match:
-                counts[match.group(1)] = counts.get(match.group(1), 0) + int(match.group(2))
-        if counts.get("gpu") and counts.get(name):
-            found.append(counts[name] // counts["gpu"])
+    lines = shown.stdout.splitlines() if shown is not None and shown.returncode == 0 else []
+    found = [count for count in (per_gpu(gres_counts(line), name) for line in lines) if count is not None]
     return min(found) if found and min(found) > 0 else None
