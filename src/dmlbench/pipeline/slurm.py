@@ -35,10 +35,12 @@ The command watches the jobs (one ``squeue`` per poll for all of them, then ``sa
 ends) to report which stage failed, its state and its log (``artifacts/logs/<stage>.log``), and
 which were cancelled because of it. Refused in one line before anything is submitted: no Slurm, an
 MLflow SQLite store on a network file system (:mod:`dmlbench.pipeline.cluster_checks`), or a store
-the compute nodes cannot reach (:mod:`dmlbench.pipeline.reachability`); then one short probe job
-with the GPU kind's resources checks a compute node's GPU, driver, torch build and tracking store
-before the grid is submitted (:mod:`dmlbench.pipeline.probe`). A job that asked for a GPU runs with
-``DMLBENCH_DEVICE=cuda``: it refuses in one line where it finds none (:func:`dmlbench.launch.job_script`).
+the compute nodes cannot reach (:mod:`dmlbench.pipeline.reachability`); then, when there is
+something to submit, one short probe job with the GPU kind's resources checks a compute node's GPU,
+driver, torch build and tracking store before the grid is submitted (:mod:`dmlbench.pipeline.probe`;
+no probe when a re-attached run only adopts jobs already in Slurm). A job that asked for a GPU runs
+with ``DMLBENCH_DEVICE=cuda``: it refuses in one line where it finds none
+(:func:`dmlbench.launch.job_script`).
 """
 
 from __future__ import annotations
@@ -184,7 +186,10 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX, *, attach: bool 
     if cluster.gpu_slots > 1:  # a GPU job's share where it cannot read it from Slurm (devices.gpu_share)
         environment[GPU_SHARE_VARIABLE] = str(cluster.gpu_slots)
     write_job_environment(env_file, environment)
-    probe_grid(params, cluster, [stage for stage in plan.order if stage not in here], env_file, LOG_DIR, states)
+    # the probe only for stages this start submits afresh: jobs an earlier run left in Slurm's hands (the state
+    # file) passed its probe and are adopted at once; a re-attach with nothing new to submit probes nothing
+    fresh = [stage for stage in plan.order if stage not in here and stage not in state.entries]
+    probe_grid(params, cluster, fresh, env_file, LOG_DIR, states)
     with StageBook(".") as book:  # this process records every stage (DVC's lock held meanwhile)
         submission = Submission(plan.order, plan.waits_for, cluster, Path("."), LOG_DIR, array_waiters=waiters,
                                 env_file=env_file, book=book, here=here, here_env=here_environment(environment),
