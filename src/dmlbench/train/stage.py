@@ -107,7 +107,7 @@ def _kept(config: RunConfig, data: PreparedDataset, folds: list[int | None], exp
         return infos
     if any(one is None or one.info.status != "FINISHED" for one in found):
         return None
-    return [{**info, "mlflow_run_id": one.info.run_id} for info, one in zip(infos, found, strict=False)]
+    return [{**info, "mlflow_run_id": one.info.run_id} for info, one in zip(infos, found, strict=False) if one]
 
 
 def train_stage(params: Params, run: RunSpec, device: torch.device | None = None) -> dict[str, Any]:
