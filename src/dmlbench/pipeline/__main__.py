@@ -33,7 +33,8 @@ are stale), ordered by ``afterok`` dependencies, resources from ``params.yaml``'
 log, then checks with ``dvc status`` (never a ``dvc repro``, which would run a stale stage on the
 login node) that nothing is left. The run outlives the command: SIGTERM or SIGHUP detach (the jobs go
 on), ``--detach`` returns once what can be submitted now is, and the command started again (or
-``--attach``) takes over the jobs and records what completed meanwhile.
+``--attach``) takes over the jobs and records what completed meanwhile (without a new probe job
+when it submits nothing afresh).
 
 ``--preset <name>`` runs ``presets/<name>.yaml`` (:mod:`dmlbench.params.presets`) the same way, after
 the same checks, in a workspace of its own (:mod:`dmlbench.pipeline.workspace`): the main checkout's
