@@ -1,5 +1,7 @@
 # dmlbench: every target sets itself up (creates .venv, installs pinned dependencies).
 #   make repro   run the DVC pipeline on params.yaml (the offline demo by default)
+#   make plan    what `make repro` would cost, before anything runs: stages by kind, device-hours, wall
+#                time, memory, disk (same PRESET/GPUS/GPU_SLOTS/JOBS/EXECUTOR/DEVICE; docs/pipeline.md)
 #   make test    run the test suite
 #   make ui      MLflow UI on http://127.0.0.1:$(PORT) over the project's tracking store (prints the
 #                address of the runs table)
@@ -43,7 +45,7 @@ ORIGINAL_PATH := $(subst $(CURDIR)/$(BIN):,,$(PATH))# without the venv, also whe
 GPU_PYTHON ?= python3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup repro test ui status clean-venv gpu-check example-report cluster-up cluster-down server fetch
+.PHONY: setup repro plan test ui status clean-venv gpu-check example-report cluster-up cluster-down server fetch
 
 setup: $(STAMP)
 
@@ -58,6 +60,9 @@ $(STAMP): pyproject.toml requirements.lock
 
 repro: $(STAMP)
 	python -m dmlbench.pipeline $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(PRESET),--preset $(PRESET)) $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS)) $(if $(GPU_SLOTS),--gpu-slots $(GPU_SLOTS)) $(if $(filter 1 yes true,$(MPS)),--mps) $(if $(DEVICE),--device $(DEVICE)) $(if $(filter 1 yes true,$(ATTACH)),--attach) $(if $(filter 1 yes true,$(DETACH)),--detach)
+
+plan: $(STAMP)
+	@python -m dmlbench.pipeline --plan $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(PRESET),--preset $(PRESET)) $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS)) $(if $(GPU_SLOTS),--gpu-slots $(GPU_SLOTS)) $(if $(DEVICE),--device $(DEVICE))
 
 fetch: $(STAMP)
 	python -m dmlbench.pipeline --fetch-only $(if $(PRESET),--preset $(PRESET))

@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 from fabricate import (
     CATEGORY_AND_ATTRIBUTE,
@@ -162,7 +163,7 @@ def test_a_subset_and_left_out_images_are_said_in_the_report_setup(small_params)
     info = {"splits": {"train": {"images": 197, "classes": 100}}, "image_size": 16, "counts": counts}
     analysis = SimpleNamespace(
         params=small_params,
-        results=SimpleNamespace(datasets={"cub200": info}),
+        results=SimpleNamespace(datasets={"cub200": info}, selections=pd.DataFrame()),
         names={loss: loss for loss in small_params.losses},
     )
     doc = Document(Path("."))

@@ -1,4 +1,4 @@
-"""The evaluate and pretrained-baseline stages: files of contract 5, MLflow runs, settings per dataset."""
+"""The evaluate and pretrained-baseline stages: the files the report reads, MLflow runs, settings per dataset."""
 
 from __future__ import annotations
 

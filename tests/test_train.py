@@ -42,9 +42,9 @@ def _train_r_at_1(params, run, data, state=None):
 def test_each_demo_loss_beats_its_untrained_model_on_training_classes(small_raw_params, prepared_glyphs, loss):
     # CPU numerics differ between machines (SIMD width, AVX-512/AMX, oneDNN and ATen kernels), and
     # a few rounding differences send a run down another trajectory: the learned margin must be far
-    # larger than what one trajectory can lose. 4 epochs of one pass (15 iterations) were not:
-    # triplet gained +0.050 on an AVX2 Zen (the old threshold, exactly), +0.058 to +0.117 there
-    # with other oneDNN / ATen kernels forced, +0.029 on an Intel AMX machine. 4 epochs of 60
+    # larger than what one trajectory can lose. 4 epochs of one pass (15 iterations) are not:
+    # triplet gains +0.050 on an AVX2 Zen, +0.058 to +0.117 there with other oneDNN / ATen
+    # kernels forced, +0.029 on an Intel AMX machine. 4 epochs of 60
     # iterations (4 passes each) gain +0.47 to +0.72 over seeds 0-5 of the four losses, and
     # >= +0.49 for seed 0 under seven kernel / thread settings, against the +0.20 asserted.
     _, data = prepared_glyphs

@@ -28,6 +28,15 @@ def one_line(exc: ValidationError, source: str, prefix: str, model: type[BaseMod
     return f"{source}: {where}{message}"
 
 
+def first_error(exc: ValidationError, with_location: bool = True) -> str:
+    """Pydantic's first error as ``dotted.key: what is wrong`` (``what is wrong`` alone without
+    ``with_location`` or when it has none), for values checked inside a model's own validator."""
+    err = exc.errors(include_url=False)[0]
+    key = ".".join(str(part) for part in err["loc"])
+    message = err["msg"].replace("Value error, ", "")
+    return f"{key}: {message}" if key and with_location else message
+
+
 def allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
     """Field names of the (possibly nested) model that ``loc`` points into."""
     current: Any = model

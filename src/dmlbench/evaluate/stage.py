@@ -6,7 +6,7 @@ query/gallery datasets (In-Shop); Recall@K with the dataset's K (``evaluate.reca
 and AMI when ``evaluate.clustering_for(dataset)``. Each run also gets a bootstrap interval over
 its test classes (n = classes; the queries of one class are not independent).
 
-Outputs (contract 5; keys may be added, never renamed):
+Outputs (the report and the results index read them: keys may be added, never renamed):
 
 * ``artifacts/evaluation/<combo>/runs.json`` = {"combo", "runs": {"seed<k>": {"seed", "metrics",
   "num_queries", "grid_key", "config_hash", "embeddings", "embeddings_md5", "mode", "bootstrap"}}} and

@@ -24,6 +24,8 @@ from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from dmlbench.messages import first_error
+
 
 @dataclass(frozen=True)
 class FloatRange:
@@ -118,8 +120,7 @@ def check_dimension(model: type[BaseModel], key: str, dimension: Dimension) -> N
         try:
             adapter.validate_python(value, strict=True)
         except ValidationError as exc:
-            error = exc.errors(include_url=False)[0]["msg"]
-            raise ValueError(f"value {value!r} is not allowed ({error})") from None
+            raise ValueError(f"value {value!r} is not allowed ({first_error(exc, with_location=False)})") from None
 
 
 def check_space(loss: str, model: type[BaseModel], space: SearchSpace, where: str) -> None:

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from dmlbench.messages import first_error
 from dmlbench.schema import StrictModel
 
 SELECTION_METRICS = ("precision_at_1", "r_precision", "map_at_r")
@@ -252,9 +253,7 @@ class Protocol(StrictModel):
             try:
                 self.with_override(override)
             except ValidationError as exc:
-                err = exc.errors(include_url=False)[0]
-                where = "".join(f"{part}: " for part in [".".join(str(p) for p in err["loc"])] if part)
-                raise ValueError(f"overrides[{index}]: {where}{err['msg'].replace('Value error, ', '')}") from None
+                raise ValueError(f"overrides[{index}]: {first_error(exc)}") from None
         return self
 
     def with_override(self, override: ProtocolOverride) -> Protocol:

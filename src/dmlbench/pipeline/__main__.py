@@ -58,6 +58,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from dmlbench import paths
+from dmlbench.cost.plan import plan_eta, show_plan
 from dmlbench.errors import DmlbenchError
 from dmlbench.launch import worker_environment
 from dmlbench.params.complete import load_complete
@@ -92,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--preset", help="run presets/<name>.yaml in its own workspace (artifacts/presets/<name>)")
     parser.add_argument("--list-presets", action="store_true", help="list the presets and exit")
+    parser.add_argument("--plan", action="store_true",
+                        help="print the grid's stages, GPU-hours, wall time, memory and disk, then stop")  # fmt: skip
     parser.add_argument("--fetch-only", action="store_true",
                         help="download and verify every archive and weights file of the grid, then stop")  # fmt: skip
     parser.add_argument("--attach", action="store_true",
@@ -129,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
             params = preset.params
         else:
             params = load_complete(params_file)  # bad input fails here, in one line, before any stage runs
+        if args.plan:  # before anything runs: the price of the grid for these options (dmlbench.cost)
+            print(show_plan(params_file.parent, params, preset, args))
+            return 0
         preflight(  # so do missing weights and archives, and a GPU grid without a usable GPU
             params, params_file.parent / paths.DROPBOX, [g.strip() for g in args.gpus.split(",") if g.strip()],
             args.device, check_device=args.executor == "local" and not args.fetch_only,
@@ -191,9 +197,10 @@ def main(argv: list[str] | None = None) -> int:
             daemon: AbstractContextManager[dict[str, str]] = (
                 mps_daemon(LOG_DIR / "mps") if args.mps else nullcontext(no_daemon)
             )
+            eta = plan_eta(params, plan.order, args, jobs)  # the ETA on the progress bar (dmlbench.cost)
             try:
                 with daemon as environment:
-                    failed = run_parallel(plan, jobs, workers_gpus, environment=environment)
+                    failed = run_parallel(plan, jobs, workers_gpus, environment=environment, progress_note=eta)
             except DmlbenchError as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2

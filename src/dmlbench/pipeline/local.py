@@ -27,7 +27,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
@@ -195,9 +195,12 @@ def run_parallel(
     record_every: float = 10.0,
     progress: bool = True,
     environment: Mapping[str, str] | None = None,
+    progress_note: Callable[[str | None, float | None], str] | None = None,
 ) -> list[str]:
     """Run the plan with ``jobs`` workers (``gpus``: one id per worker, see :func:`worker_gpus`;
-    ``environment``: variables every stage gets, e.g. an MPS daemon's, :mod:`dmlbench.pipeline.mps`);
+    ``environment``: variables every stage gets, e.g. an MPS daemon's, :mod:`dmlbench.pipeline.mps`;
+    ``progress_note``: the progress bar's postfix after each stage ends (its name and seconds, None
+    when skipped) and at the start (None, None), e.g. the ETA of :class:`dmlbench.cost.plan.RunnerEta`);
     return the stages that failed (empty on success). Finished stages are in ``dvc.lock`` when it
     returns, also after Ctrl-C or SIGTERM (then re-raised as KeyboardInterrupt)."""
     from tqdm import tqdm
@@ -239,6 +242,8 @@ def run_parallel(
             book.on_written = _clear_notes
             recorder = _Recorder(book, record_every)
             recorder.start()
+            note = progress_note or (lambda _stage, _seconds: "")
+            bar.set_postfix_str(note(None, None))
             try:
                 while pending or running:
                     if not failed:
@@ -249,6 +254,7 @@ def run_parallel(
                             pending.remove(stage)
                             if stage not in stale and not book.is_changed(stage):
                                 done.add(stage)  # its upstream re-ran to the same outputs
+                                bar.set_postfix_str(note(stage, None), refresh=False)
                                 bar.update(1)
                                 continue
                             running[pool.submit(_run_stage, book, workers, stage, slots, threads, gpus, env)] = stage
@@ -260,6 +266,7 @@ def run_parallel(
                     for future in finished:
                         stage, code, seconds, problem = future.result()
                         del running[future]
+                        bar.set_postfix_str(note(stage, seconds if code == 0 else None), refresh=False)
                         bar.update(1)
                         if code == 0:
                             done.add(stage)

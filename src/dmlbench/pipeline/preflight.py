@@ -9,6 +9,8 @@ stage call it), so that a missing input fails in seconds, not after download and
 * Every dataset archive the grid needs is in the drop-box ``data/`` or downloadable
   (:func:`dmlbench.pipeline.archives.missing_archives`); generated datasets (glyphs) need
   nothing, so the offline demo makes no request.
+* ``evaluate.backend: faiss`` has the faiss module installed (:func:`require_backend`), so a
+  missing extra fails before training, not when the first evaluation starts.
 
 The runner adds the device check (:mod:`dmlbench.pipeline.device_check`, kept apart so that the
 ``validate`` stage, which runs these checks, does not depend on the device code).
@@ -16,6 +18,7 @@ The runner adds the device check (:mod:`dmlbench.pipeline.device_check`, kept ap
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from dmlbench.errors import DmlbenchError
@@ -56,10 +59,20 @@ def require_weights(params: Params, timeout: float = HEAD_TIMEOUT) -> None:
         )
 
 
+def require_backend(params: Params) -> None:
+    """Raise :class:`DmlbenchError` when ``evaluate.backend`` names faiss and faiss is not installed."""
+    if params.evaluate.backend == "faiss" and importlib.util.find_spec("faiss") is None:
+        raise DmlbenchError(
+            "evaluate.backend: faiss, but the faiss module is not installed here; install the project's "
+            "cpu or gpu extra (make setup EXTRAS=cpu,test or EXTRAS=gpu,test) or set backend to one of "
+            "auto, torch, screened"
+        )
+
+
 def preflight(params: Params, dropbox: Path) -> None:
     """Every pre-flight check, all problems reported at once (one line each), before any stage."""
     problems = []
-    for check, arguments in ((require_weights, ()), (require_archives, (dropbox,))):
+    for check, arguments in ((require_backend, ()), (require_weights, ()), (require_archives, (dropbox,))):
         try:
             check(params, *arguments)
         except DmlbenchError as exc:

@@ -118,13 +118,35 @@ def store_lock() -> Any:
     return FileLock(str(db) + ".lock")
 
 
+def _create_sqlite_store(db: Path) -> None:
+    """Create a new sqlite store whole or not at all: MLflow builds its tables by running every
+    migration in turn, and a process killed midway leaves a file MLflow then refuses ("out-of-date
+    database schema"). So the tables are built in a temporary file beside ``db``, which is renamed
+    into place once complete. Call under :func:`store_lock`."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    for left in db.parent.glob(f".{db.name}.*.partial"):  # by a process killed here (we hold the lock)
+        left.unlink(missing_ok=True)
+    partial = db.with_name(f".{db.name}.{os.getpid()}.partial")
+    try:
+        store = SqlAlchemyStore(f"sqlite:///{partial}", (db.parent / "mlruns").as_uri())
+        store.engine.dispose()
+        os.replace(partial, db)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
 def client() -> Any:
-    """An ``MlflowClient`` on :func:`tracking_uri`; a new sqlite store is created under the lock."""
+    """An ``MlflowClient`` on :func:`tracking_uri`; a new sqlite store is created whole under the lock."""
     configure_environment()
     from mlflow.tracking import MlflowClient
 
-    with store_lock():  # the constructor opens (and for a new file creates) the store
-        return MlflowClient(tracking_uri=tracking_uri())
+    uri = tracking_uri()
+    db = sqlite_path(uri)
+    with store_lock():  # the constructor opens the store
+        if db is not None and not db.exists():
+            _create_sqlite_store(db)
+        return MlflowClient(tracking_uri=uri)
 
 
 def ensure_experiment(name: str, mlflow_client: Any | None = None) -> str:

@@ -93,6 +93,7 @@ class Throughput:
     compiled_graphs: int | None = None  # graphs torch.compile made (a recompilation adds one)
     graph_breaks: int | None = None  # where dynamo split the model (0: one graph for the forward)
     cudagraph_skips: int | None = None  # compiled graphs that reduce-overhead ran without a CUDA graph
+    precision: str | None = None  # the step's arithmetic (FastPath.precision: bf16, fp16, fp32, ...)
 
     @property
     def ratio(self) -> float:
@@ -171,6 +172,7 @@ class BenchmarkSteps:
     model_only: Callable[[], torch.Tensor]
     placement: str
     train_flops_per_image: float
+    precision: str = "fp32"  # the step's arithmetic (FastPath.precision)
 
 
 def benchmark_steps(
@@ -227,7 +229,7 @@ def benchmark_steps(
     def model_step() -> torch.Tensor:
         return step(synthetic, synthetic_labels)
 
-    return BenchmarkSteps(full_step, model_step, source.placement, flops)
+    return BenchmarkSteps(full_step, model_step, source.placement, flops, fast.precision)
 
 
 def measure_throughput(
@@ -263,6 +265,7 @@ def measure_throughput(
         peak_memory_mib=peak_memory,
         compile_mode=compile_mode,
         first_step_seconds=first,
+        precision=steps_of.precision,
         **({key: value - before[key] for key, value in _compile_counts().items()} if compile_mode else {}),
     )
 

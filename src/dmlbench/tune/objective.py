@@ -23,6 +23,7 @@ from dmlbench.grid import RunSpec
 from dmlbench.losses import LOSSES
 from dmlbench.losses.base import ParametricLossParams
 from dmlbench.losses.search import Dimension
+from dmlbench.messages import first_error
 from dmlbench.params.model import Params
 from dmlbench.params.protocol import Protocol
 from dmlbench.params.run import RunConfig, resolve_run, with_loss_params
@@ -72,7 +73,7 @@ class Search:
         try:
             return type(self.published).model_validate({**base, **values})
         except ValidationError as exc:
-            raise InvalidTrial(exc.errors(include_url=False)[0]["msg"].replace("Value error, ", "")) from None
+            raise InvalidTrial(first_error(exc, with_location=False)) from None
 
     def config(self, loss_params: BaseModel) -> RunConfig:
         return with_loss_params(self.base, loss_params)

@@ -1,0 +1,61 @@
+"""The stages of a grid, exactly as DVC expands ``dvc.yaml``'s ``foreach``/``matrix`` entries over
+its params (``dvc.parsing.DataResolver``, as ``dvc stage list`` does): no count of our own.
+
+A preset's params (:func:`dmlbench.params.presets.params_text`) are written to a scratch folder that
+DVC's parser reads as the params file, so a preset is counted without creating its workspace.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PIPELINE_FILE = "dvc.yaml"
+
+
+@dataclass(frozen=True)
+class PlannedStage:
+    """One stage DVC generates: its name (``train@glyphs-tiny_cnn-contrastive-32-0``), its
+    ``dvc.yaml`` entry (the kind: ``train``) and its matrix/foreach item (``{}`` for a plain stage)."""
+
+    name: str
+    kind: str
+    item: dict[str, Any]
+
+
+def expand_stages(root: Path, params_text: str | None = None) -> list[PlannedStage]:
+    """Every stage of ``root``'s ``dvc.yaml`` over ``root/params.yaml``, or over ``params_text``
+    (a preset's composed params) when given, in ``dvc.yaml`` order."""
+    from dvc.parsing import DataResolver, ForeachDefinition, MatrixDefinition
+    from dvc.repo import Repo
+
+    definition = yaml.safe_load((root / PIPELINE_FILE).read_text())
+    with tempfile.TemporaryDirectory(prefix="dmlbench-plan-") as scratch, Repo(str(root)) as repo:
+        wdir = str(root.resolve())
+        if params_text is not None:
+            Path(scratch, "params.yaml").write_text(params_text)
+            wdir = scratch
+        resolver = DataResolver(repo, wdir, definition)
+        stages: list[PlannedStage] = []
+        for kind, entry in resolver.definitions.items():
+            if isinstance(entry, MatrixDefinition):
+                stages += [
+                    PlannedStage(f"{kind}@{key}", kind, {k: _plain(v) for k, v in item.items()})
+                    for key, item in entry.normalized_iterable.items()
+                ]
+            elif isinstance(entry, ForeachDefinition):
+                iterable = entry.normalized_iterable
+                keys = iterable if not isinstance(iterable, dict) else list(iterable)
+                stages += [PlannedStage(f"{kind}@{key}", kind, {"key": _plain(key)}) for key in keys]
+            else:
+                stages.append(PlannedStage(kind, kind, {}))
+    return stages
+
+
+def _plain(value: Any) -> Any:
+    """A matrix value as Python (DVC wraps them in its context's ``Value`` nodes)."""
+    return getattr(value, "value", value)
