@@ -75,6 +75,9 @@ class StageResources(StrictModel):
 DEFAULT = StageResources(cpus=2, gpus=0, mem="8G", time="4:00:00")
 
 
+DEFAULT_MAX_JOBS = 50  # queued or running at once when neither cluster.max_jobs nor sacctmgr says
+
+
 class ClusterConfig(StrictModel):
     partition: str | None = Field(None, min_length=1, pattern=r"^\S+$")
     account: str | None = Field(None, min_length=1, pattern=r"^\S+$")
@@ -83,7 +86,7 @@ class ClusterConfig(StrictModel):
     signal_seconds: PositiveInt = 120
     requeue: bool = True
     extra_args: list[str] = Field(default_factory=list)
-    max_jobs: PositiveInt | None = None  # None: what sacctmgr allows this user, else 50
+    max_jobs: PositiveInt | None = None  # None: what sacctmgr allows this user, else DEFAULT_MAX_JOBS
     max_retries: NonNegativeInt = 3  # a job PREEMPTED, NODE_FAILed or BOOT_FAILed: submitted again this often
     # several small stages on one GPU: a job that asks for 1 GPU asks for 1 of gpu_slots shares of
     # one instead, through Slurm's GPU sharding (shared_gres: shard, --gres=shard:1,

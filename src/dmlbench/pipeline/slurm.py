@@ -57,7 +57,7 @@ from types import FrameType
 from dmlbench import paths
 from dmlbench.errors import DmlbenchError
 from dmlbench.launch import JOB_ENV_VARIABLE, MAX_JOBS_VARIABLE, tunes_as_array, write_job_environment
-from dmlbench.params.cluster import ClusterConfig, cluster_settings
+from dmlbench.params.cluster import DEFAULT_MAX_JOBS, ClusterConfig, cluster_settings
 from dmlbench.params.model import Params
 from dmlbench.params.tuning import tuning_settings
 from dmlbench.pipeline.cluster_checks import require_array_storage, require_slurm, require_tracking_for_cluster
@@ -73,7 +73,7 @@ from dmlbench.pipeline.slurm_command import HERE, Detached, Job, sbatch_command,
 from dmlbench.pipeline.slurm_endings import DONE, FAILED, ending_hint
 from dmlbench.pipeline.slurm_queries import cancel, gres_per_gpu, site_max_jobs, states
 from dmlbench.pipeline.slurm_state import STATE_FILE, RunState
-from dmlbench.pipeline.slurm_submission import DEFAULT_MAX_JOBS, Submission
+from dmlbench.pipeline.slurm_submission import Submission
 from dmlbench.tracking.store import ensure_experiment, tracking_uri
 
 __all__ = ["Job", "Submission", "failure_report", "job_environment", "run_on_slurm", "sbatch_command", "states",

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench.errors import DmlbenchError
-from dmlbench.params.cluster import ClusterConfig
+from dmlbench.params.cluster import DEFAULT_MAX_JOBS, ClusterConfig
 from dmlbench.pipeline.checkpoints import progress
 from dmlbench.pipeline.job import spec_path
 from dmlbench.pipeline.record import RecordError, StageBook
@@ -34,7 +34,6 @@ from dmlbench.pipeline.slurm_endings import DONE, FAILED, RETRYABLE, UNCHANGED, 
 from dmlbench.pipeline.slurm_queries import JobState, Submitted, cancel, find_jobs, poll, sbatch
 from dmlbench.pipeline.slurm_state import Entry, RunState
 
-DEFAULT_MAX_JOBS = 50  # queued or running at once when neither cluster.max_jobs nor sacctmgr says
 REFUSALS_TOLD = 3  # a stage's sbatch refused this many times: one line with Slurm's reason
 
 
