@@ -67,3 +67,19 @@ pg_bindir() {
 }
 
 as_postgres() { runuser -u "$PG_SUPERUSER" -- "$@"; }
+
+# The name Slurm's compute nodes reach the MLflow server by: DMLBENCH_MLFLOW_PUBLIC_HOST, else this
+# machine's fully qualified name.
+mlflow_public_name() { echo "${DMLBENCH_MLFLOW_PUBLIC_HOST:-$(hostname -f 2>/dev/null || hostname)}"; }
+
+# The MLflow server's addresses for `--host $1 --port $2`: "<this machine's> <the compute nodes'>",
+# the second "-" when it listens on a loopback address only.
+mlflow_addresses() {
+    local host="$1" port="$2"
+    case "$host" in
+        127.* | localhost) echo "http://$host:$port -" ;;
+        ::1 | "[::1]") echo "http://[::1]:$port -" ;;
+        0.0.0.0 | :: | "[::]") echo "http://127.0.0.1:$port http://$(mlflow_public_name):$port" ;;
+        *) echo "http://$host:$port http://${DMLBENCH_MLFLOW_PUBLIC_HOST:-$host}:$port" ;;
+    esac
+}

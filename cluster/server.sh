@@ -15,8 +15,13 @@
 #   - MLFLOW_FLASK_SERVER_SECRET_KEY (basic-auth's CSRF key): from the environment or generated once.
 # MLflow's job runner (GenAI jobs, a few worker processes) is off unless MLFLOW_SERVER_ENABLE_JOB_EXECUTION=true.
 # Settings: DMLBENCH_MLFLOW_PORT (5001), DMLBENCH_MLFLOW_HOST (127.0.0.1; 0.0.0.0 to serve other
-# machines), DMLBENCH_MLFLOW_ARTIFACTS (default .cluster/mlflow/artifacts; a shared file system
-# path or s3://bucket/prefix), DMLBENCH_MLFLOW_WORKERS (2), MLFLOW_BIN (the venv's mlflow).
+# machines: Slurm's compute nodes), DMLBENCH_MLFLOW_PUBLIC_HOST (the name they reach it by; default
+# hostname -f), DMLBENCH_MLFLOW_ALLOWED_HOSTS (the Host headers MLflow's security middleware accepts
+# when serving others; default that name, localhost and private addresses), DMLBENCH_MLFLOW_ARTIFACTS
+# (default .cluster/mlflow/artifacts; a shared file system path or s3://bucket/prefix),
+# DMLBENCH_MLFLOW_WORKERS (2), MLFLOW_BIN (the venv's mlflow). It prints both addresses: this
+# machine's, and the compute nodes' (the one `make repro EXECUTOR=slurm` needs: a loopback
+# MLFLOW_TRACKING_URI is refused there, docs/cluster.md), which .cluster/env then exports.
 #
 # Without root and without the local cluster, on a site's existing PostgreSQL database:
 #   make server DATABASE_URL=postgresql://<user>@<host>[:<port>]/<db>   (DMLBENCH_DATABASE_URL)
@@ -50,7 +55,13 @@ ARTIFACTS="${DMLBENCH_MLFLOW_ARTIFACTS:-$CLUSTER_DIR/mlflow/artifacts}"
 WORKERS="${DMLBENCH_MLFLOW_WORKERS:-2}"
 MLFLOW_BIN="${MLFLOW_BIN:-$REPO/.venv/bin/mlflow}"
 ADMIN="${MLFLOW_AUTH_ADMIN_USERNAME:-admin}"
-URL="http://127.0.0.1:$MLFLOW_PORT"
+read -r URL NODES_URL <<<"$(mlflow_addresses "$HOST" "$MLFLOW_PORT")"
+SERVE_ARGS=()
+if [[ "$NODES_URL" != - ]]; then  # MLflow's security middleware accepts only these Host headers
+    public="${NODES_URL#http://}"
+    public="${public%:*}"
+    SERVE_ARGS=(--allowed-hosts "${DMLBENCH_MLFLOW_ALLOWED_HOSTS:-$public:*,${public%%.*}:*,localhost:*,127.0.0.1:*,10.*,172.*,192.168.*}")
+fi
 
 if pid="$(running_pid mlflow)"; then
     log "MLflow server already running (pid $pid) on $URL"
@@ -86,13 +97,14 @@ log "starting the MLflow server on $URL (store ${DATABASE_URL}, artifacts: $ARTI
         MLFLOW_FLASK_SERVER_SECRET_KEY="$SECRET_KEY" MLFLOW_DISABLE_TELEMETRY=true \
         MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}" \
         setsid "$MLFLOW_BIN" server --host "$HOST" --port "$MLFLOW_PORT" --workers "$WORKERS" \
-        --backend-store-uri "$DATABASE_URL" \
+        "${SERVE_ARGS[@]}" --backend-store-uri "$DATABASE_URL" \
         --artifacts-destination "$ARTIFACTS" --app-name basic-auth
 ) </dev/null >>"$LOGS/mlflow.log" 2>&1 &
 echo $! >"$RUN/mlflow.pid"
 # what clients and tests need to know of this server (.cluster/env sources it)
+# (the compute nodes' address where it serves them: what Slurm jobs and this machine both reach)
 cat >"$CLUSTER_DIR/mlflow/server.env" <<EOF
-export MLFLOW_TRACKING_URI=$URL
+export MLFLOW_TRACKING_URI=$([[ "$NODES_URL" != - ]] && echo "$NODES_URL" || echo "$URL")
 export DMLBENCH_MLFLOW_ARTIFACTS=$ARTIFACTS
 export DMLBENCH_MLFLOW_LOG=$LOGS/mlflow.log
 EOF
@@ -108,7 +120,14 @@ for ((i = 0; i < 600; i++)); do
     sleep 0.2
 done
 case "$code" in
-    200) log "MLflow server up in $((SECONDS - START)) s (pid $(cat "$RUN/mlflow.pid")): MLFLOW_TRACKING_URI=$URL, user $ADMIN (source $CLUSTER_DIR/env)" ;;
+    200)
+        log "MLflow server up in $((SECONDS - START)) s (pid $(cat "$RUN/mlflow.pid")), user $ADMIN (source $CLUSTER_DIR/env)"
+        log "  this machine:   MLFLOW_TRACKING_URI=$URL"
+        if [[ "$NODES_URL" != - ]]; then
+            log "  compute nodes:  MLFLOW_TRACKING_URI=$NODES_URL (for make repro EXECUTOR=slurm)"
+        else
+            log "  compute nodes:  none (it listens on $HOST only; with DMLBENCH_MLFLOW_HOST=0.0.0.0 it serves them at http://$(mlflow_public_name):$MLFLOW_PORT)"
+        fi ;;
     401) die "the server refuses user $ADMIN: its user store keeps the admin password of its first start (MLFLOW_AUTH_ADMIN_PASSWORD, or .cluster/secrets/mlflow_admin_password)" ;;
     *) die "the MLflow server did not answer within 120 s (HTTP $code; log: $LOGS/mlflow.log)" ;;
 esac

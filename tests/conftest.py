@@ -149,6 +149,27 @@ def hub_dir(tmp_path, monkeypatch) -> Path:
     return tmp_path / "hub"
 
 
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
+
+
+@pytest.fixture
+def fake_hub(tmp_path, monkeypatch):
+    """A stand-in Hugging Face Hub on 127.0.0.1 (:mod:`fake_hub`) as ``HF_ENDPOINT``, with an empty
+    Hub cache and weights lock of this test's own (``hub.cache``, ``hub.lock``), online."""
+    from fake_hub import FakeHub
+
+    hub = FakeHub()
+    hub.cache, hub.lock = tmp_path / "hf-cache", tmp_path / "weights.lock"
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub.cache))
+    monkeypatch.setenv("DMLBENCH_WEIGHTS_LOCK", str(hub.lock))
+    for name in ("DMLBENCH_OFFLINE", "HF_HUB_OFFLINE", "DMLBENCH_SKIP_URL_CHECK", "HF_TOKEN", *PROXY_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    yield hub
+    hub.close()
+
+
 @pytest.fixture
 def mlflow_store(tmp_path, monkeypatch) -> str:
     """A fresh sqlite tracking store for one test."""

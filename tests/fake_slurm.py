@@ -7,13 +7,15 @@ runs its ``--wrap`` line with ``bash -c`` in ``--chdir``, output appended to ``-
 Slurm with ``SBATCH_EXPORT=NONE`` (``--export=NONE``), the job then gets no variable of the
 submitting shell but ``HOME`` and a system ``PATH`` (plus ``SLURM_*``); with
 ``FAKE_SLURM_NETNS=1`` the job runs in a network namespace of its own (``unshare -n``: no
-interface but a down loopback, so no route anywhere)."""
+interface but a down loopback, so no route anywhere). ``sinfo --format=%n`` lists this machine as
+the one node (the jobs run here), or the host names in ``FAKE_SLURM_NODES`` (comma-separated)."""
 
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -119,6 +121,10 @@ def main(argv: list[str]) -> int:
         for job in args:
             if _state(job) not in ENDED:
                 _set(job, "CANCELLED")
+        return 0
+    if command == "sinfo" and "--format=%n" in args:  # the nodes' host names: this machine, or FAKE_SLURM_NODES
+        nodes = os.environ.get("FAKE_SLURM_NODES") or socket.gethostname()
+        print("\n".join(nodes.split(",")))
         return 0
     if command in {"sinfo", "scontrol"}:
         print("debug")

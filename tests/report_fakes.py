@@ -42,7 +42,11 @@ def fake_outputs(params, prepared_glyphs, with_feedback: bool = True) -> None:
                     entry["test_feedback/map_at_r"] = 0.6 * base + (0.03 if epoch == 2 else 0.0)
                 history.append(entry)
             write_json(paths.model_dir(run) / "history.json", history)
-            info = {"selection": {"split": "val", "metric": "map_at_r", "epoch": 3, "value": base}, "device": "cpu"}
+            info = {
+                "selection": {"split": "val", "metric": "map_at_r", "epoch": 3, "value": base},
+                "device": "cpu",
+                "precision": "fp32",
+            }
             write_json(paths.model_dir(run) / "run.json", info)
             centres = rng.normal(size=(test.labels.max() + 1, combo.dim)) * (1 + 4 * QUALITY[combo.loss])
             embeddings = centres[test.labels] + rng.normal(size=(len(test), combo.dim))

@@ -205,10 +205,11 @@ def test_warmup_freezes_trunk_but_not_head_and_frozen_bn_stays_frozen():
     from dmlbench.train.loop import set_warmup
 
     model = build_model("tiny_cnn", BACKBONES["tiny_cnn"].params(width=4), dim=8, frozen_bn=True)
-    set_warmup(model, True)
+    trunk = [p for p in model.trunk_parameters() if p.requires_grad]  # as the training builds it
+    set_warmup(trunk, True)
     assert all(not p.requires_grad for p in model.trunk.parameters())
     assert all(p.requires_grad for p in model.head_parameters())
-    set_warmup(model, False)
+    set_warmup(trunk, False)
     convs = [m.weight for m in model.trunk.modules() if isinstance(m, torch.nn.Conv2d)]
     assert all(p.requires_grad for p in convs)
     assert all(not p.requires_grad for layer in model.batchnorm_layers() for p in layer.parameters())

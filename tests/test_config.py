@@ -70,7 +70,7 @@ def test_unknown_hyperparameter_lists_allowed_keys(default_raw_params):
 def test_protocol_errors(default_raw_params):
     raw = copy.deepcopy(default_raw_params)
     raw["protocol"] = "thesis_v2"
-    assert "protocol: 'thesis_v2' is not a key of protocols; valid: demo" in _error(raw)
+    assert "protocol: 'thesis_v2' is not a key of protocols; valid: berton2025, demo, " in _error(raw)
 
     raw = copy.deepcopy(default_raw_params)
     raw["protocols"]["demo"]["optimizer"]["name"] = "adagrad"

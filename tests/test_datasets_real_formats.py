@@ -25,7 +25,9 @@ from dmlbench.params.load import parse_params
 
 
 def make_params(base: dict, dataset: str, source: dict, split: dict | None = None, **entry):
+    """params.yaml with ``dataset`` alone; these small archives are deliberate subsets (``allow_subset``)."""
     raw = copy.deepcopy(base)
+    source = {"allow_subset": True, **source}
     raw["datasets"] = {dataset: {"source": source, "image_size": 16, "split": split or {"scheme": "standard"}, **entry}}
     raw["protocols"][raw["protocol"]]["hyperparameters"] = "published"  # a 'standard' split has no validation classes
     raw["tuning"]["baselines"] = []  # nothing to compare a published grid with
@@ -114,13 +116,14 @@ def test_cub200_rc_cv_folds_in_the_manifest(in_project, real_format_archives, de
     assert not set(data.split("test").labels) & set(range(1, 101))
 
 
-def test_cars196_without_files_is_one_line_naming_both_layouts(in_project, default_raw_params):
+def test_cars196_without_files_is_one_line_naming_the_layouts(in_project, default_raw_params):
     params = make_params(default_raw_params, "cars196", {})
     with pytest.raises(DataError) as error:
         download_stage("cars196", params.datasets["cars196"])
     assert str(error.value) == (
-        "cars196: place stanford_cars.zip (the Kaggle/torchvision layout) or car_ims.tgz + cars_annos.mat in data/; "
-        "no public download since 2023 (docs/datasets.md#cars196-layouts)"
+        "cars196: no Cars196 files in data/ (no public download since 2023): place those of one route of "
+        "docs/datasets.md#cars196-layouts there, e.g. car_ims.tgz + cars_annos.mat, or Kaggle's "
+        "stanford-cars-dataset.zip + standford-cars-dataset-meta.zip"
     )
     (in_project / "data").mkdir()
     (in_project / "data" / "car_ims.tgz").write_bytes(b"x")  # half of the Stanford layout
@@ -132,16 +135,14 @@ def test_cars196_without_files_is_one_line_naming_both_layouts(in_project, defau
     assert "\n" not in str(error.value) and not (in_project / "artifacts").exists()
 
 
-def test_cars196_kaggle_layout_through_the_download_and_prepare_stages(
-    in_project, file_server, default_raw_params, tmp_path_factory, monkeypatch
+def test_cars196_layout_zip_through_the_download_and_prepare_stages(
+    in_project, file_server, default_raw_params, tmp_path_factory
 ):
-    from test_cars_layouts import build_devkit, zip_tree
+    from fabricate import CAR_LABELS, CarsRelease
 
-    from dmlbench.data import cars196
-
-    monkeypatch.setattr(cars196, "PUBLISHED_IMAGES", {"cars_train": 196, "cars_test": 196})  # 196 classes stay
-    out = tmp_path_factory.mktemp("kaggle")
-    zip_tree(build_devkit(out, nested=True), file_server.root / "stanford_cars.zip")
+    out = tmp_path_factory.mktemp("layout")
+    CarsRelease(out).torchvision_folder(out / "stanford_cars")
+    shutil.make_archive(str(file_server.root / "stanford_cars"), "zip", out, "stanford_cars")
     source = {"stanford_cars": {"url": f"{file_server.url}/drop/stanford_cars.zip"}}
     params = make_params(default_raw_params, "cars196", source, split={"scheme": "rc_cv"})
     download_stage("cars196", params.datasets["cars196"])
@@ -149,9 +150,9 @@ def test_cars196_kaggle_layout_through_the_download_and_prepare_stages(
     assert (in_project / "data" / "stanford_cars.zip.sha256").exists()
     prepare_stage("cars196", params.datasets["cars196"], workers=1)
     data = PreparedDataset.load(in_project / "artifacts/prepared/cars196")
-    assert classes(data.manifest, "train") == set(range(1, 99))
-    assert classes(data.manifest, "test") == set(range(99, 197))
-    assert data.manifest.path.str.startswith("stanford_cars/cars_t").all() and len(data.manifest) == 392
+    assert classes(data.manifest, "train") | classes(data.manifest, "test") == set(CAR_LABELS)
+    assert max(classes(data.manifest, "train")) <= 98 < min(classes(data.manifest, "test"))
+    assert data.manifest.path.str.startswith("stanford_cars/cars_t").all() and len(data.manifest) == 20
     check_cache(data)
 
 
@@ -221,16 +222,22 @@ def test_inshop_from_the_dropbox_with_query_and_gallery(in_project, real_format_
     assert manifest.class_name[manifest.label == 3].tolist() == ["id_00000003"]
 
 
-def test_inshop_partition_count_is_checked(in_project, real_format_archives, default_raw_params):
+def test_inshop_partition_count_is_checked_before_anything_is_recorded(
+    in_project, real_format_archives, default_raw_params
+):
     place_in_dropbox(in_project, real_format_archives, "inshop")
     partition = in_project / "data" / "list_eval_partition.txt"
     lines = partition.read_text().splitlines()
     partition.write_text("\n".join(lines[:-1]) + "\n")  # one image fewer than line 1 declares
     params = make_params(default_raw_params, "inshop", {})
-    download_stage("inshop", params.datasets["inshop"])
     declared = real_format_archives["inshop"]["images"]
-    with pytest.raises(DataError, match=rf"line 1 declares {declared} images, the file lists {declared - 1}"):
-        prepare_stage("inshop", params.datasets["inshop"], workers=1)
+    with pytest.raises(DataError) as error:
+        download_stage("inshop", params.datasets["inshop"])
+    assert str(error.value) == (
+        f"inshop: img.zip + list_eval_partition.txt: list_eval_partition.txt: line 1 declares {declared} images, "
+        f"the file lists {declared - 1}"
+    )
+    assert not (in_project / "artifacts/raw/inshop").exists() and not list((in_project / "data").glob("*.sha256"))
 
 
 def test_dropbox_archive_is_used_without_any_request(in_project, file_server, real_format_archives, default_raw_params):
@@ -286,12 +293,13 @@ def test_download_stage_cli_prints_the_cars_error_in_one_line(tmp_path, default_
         [sys.executable, str(ROOT / "stages" / "download.py"), "--dataset", "cars196"],
         capture_output=True,
         text=True,
-        cwd=tmp_path, check=False,
+        cwd=tmp_path,
+        check=False,
     )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: cars196: place stanford_cars.zip (the Kaggle/torchvision")
-    assert "car_ims.tgz + cars_annos.mat in data/" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("error: cars196: no Cars196 files in data/ (no public download")
+    assert "docs/datasets.md#cars196-layouts" in lines[0]
 
 
 def test_source_must_be_written_for_dvc(default_raw_params):
@@ -305,5 +313,7 @@ def test_source_must_be_written_for_dvc(default_raw_params):
     with pytest.raises(ConfigError, match=r"datasets.cub200.source.archive.url: String should match pattern"):
         parse_params(raw)
     raw["datasets"] = {"cub200": {"source": {"mirror": {}}}}
-    with pytest.raises(ConfigError, match=r"datasets.cub200.source.mirror: unknown key; allowed: archive"):
+    with pytest.raises(
+        ConfigError, match=r"datasets.cub200.source.mirror: unknown key; allowed: allow_subset, archive"
+    ):
         parse_params(raw)

@@ -161,12 +161,19 @@ def test_a_stage_under_device_cuda_refuses_instead_of_falling_back_to_the_cpu(de
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert default_device() == torch.device("cpu")  # auto (unset): the CPU where there is no GPU
     monkeypatch.setenv(DEVICE_ENV, "cuda")
-    with pytest.raises(DeviceError) as refused:
-        default_device()
-    assert isinstance(refused.value, DmlbenchError) and "\n" not in str(refused.value)  # a stage prints one line
-    assert str(refused.value).startswith("the grid needs a CUDA GPU (DMLBENCH_DEVICE=cuda, the protocol's device)")
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu07")
+    for facts in (NO_CUDA, V100_ON_CU130, OLD_DRIVER):  # no GPU seen, a GPU the build lacks, a driver too old
+        monkeypatch.setattr(devices, "cuda_facts", lambda facts=facts: facts)
+        with pytest.raises(DeviceError) as refused:
+            default_device()
+        assert isinstance(refused.value, DmlbenchError) and "\n" not in str(refused.value)  # a stage prints one line
+        assert str(refused.value) == (
+            "Slurm job 42 on node gpu07 needs a CUDA GPU (DMLBENCH_DEVICE=cuda: the protocol's device, or a Slurm job "
+            f"that asked for a GPU) but {cuda_problem(facts)}"
+        )
     assert default_device("cpu") == torch.device("cpu")  # a device named by the caller wins
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(devices, "cuda_facts", lambda: H100_OK)
     assert default_device() == torch.device("cuda")
     monkeypatch.setenv(DEVICE_ENV, "cpu")
     assert default_device() == torch.device("cpu")  # the CPU knowingly, though a GPU is there

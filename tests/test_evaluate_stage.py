@@ -1,4 +1,4 @@
-"""The evaluate and pretrained-baseline stages: files of contract 5, MLflow runs, settings per dataset."""
+"""The evaluate and pretrained-baseline stages: the files the report reads, MLflow runs, settings per dataset."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dmlbench import paths
 from dmlbench.data import DATASETS
 from dmlbench.errors import ConfigError, DataError
 from dmlbench.evaluate.embed import EMBEDDINGS, META, embed_pretrained_stage
-from dmlbench.evaluate.intervals import bounded_t_interval
+from dmlbench.evaluate.intervals import bounded_t_interval, t_interval
 from dmlbench.evaluate.metrics import retrieval_metrics
 from dmlbench.evaluate.stage import evaluate_arrays, evaluate_pretrained_stage, evaluate_stage
 from dmlbench.grid import Combo
@@ -89,19 +89,30 @@ def test_evaluate_stage_writes_contract_files_and_logs_mlflow(in_project, mlflow
         assert info["grid_key"] == COMBO.with_seed(seed).grid_key and info["config_hash"] == f"hash{seed}"
         assert len(info["embeddings_md5"]) == 32 and info["recall_at"] == [1, 2, 4, 8]
         boot = info["bootstrap"]["map_at_r"]
-        assert boot["low"] <= info["metrics"]["map_at_r"] <= boot["high"] and boot["n"] == 120
+        classes = len(np.unique(data[seed][1]))  # the bootstrap resamples the test classes
+        assert boot["low"] <= info["metrics"]["map_at_r"] <= boot["high"] and (boot["n"], boot["queries"]) == (
+            classes,
+            120,
+        )
+        assert boot["interval"] == "class-bootstrap-percentile" and classes < 120
     with np.load(paths.evaluation_dir(COMBO) / "per_query.npz") as per_query:
         assert per_query["seed0/map_at_r"].mean() == pytest.approx(runs["runs"]["seed0"]["metrics"]["map_at_r"])
+        labels = data[0][1]
+        assert np.array_equal(per_query["seed0/query_label"], labels[per_query["seed0/query_index"]])
 
     on_disk = read_json(paths.metrics_file(COMBO))
     assert on_disk == summary and on_disk["n_runs"] == 3 and on_disk["confidence"] == 0.95
     entry = on_disk["test"]["map_at_r"]
     values = [runs["runs"][f"seed{s}"]["metrics"]["map_at_r"] for s in params.seeds]
-    assert entry["mean"] == pytest.approx(np.mean(values)) and entry["n"] == 3 and entry["interval"] == "t-logit"
+    plain = t_interval(values)  # clipped where it leaves [0, 1], and labelled so
+    clipped = plain.low < 0 or plain.high > 1
+    assert entry["mean"] == pytest.approx(np.mean(values)) and entry["n"] == 3
+    assert entry["interval"] == ("t-clipped" if clipped else "t")
     expected = bounded_t_interval(values, 0.95, 0.0, 1.0)  # a score stays in [0, 1]
     assert (entry["low"], entry["high"]) == pytest.approx((expected.low, expected.high))
     assert 0 <= entry["low"] < entry["mean"] < entry["high"] <= 1
-    assert on_disk["test"]["ami"]["interval"] == "t"  # AMI can be negative: the plain t-interval
+    ami = t_interval([runs["runs"][f"seed{s}"]["metrics"]["ami"] for s in params.seeds])
+    assert on_disk["test"]["ami"]["low"] == pytest.approx(ami.low)  # AMI can be negative: never cut below
     assert set(on_disk["test"]) == {"precision_at_1", "r_precision", "map_at_r", "nmi", "ami", "f1"} | {
         f"recall_at_{k}" for k in (1, 2, 4, 8)
     }
@@ -202,7 +213,10 @@ def test_pretrained_baseline_embeds_untrained_trunk_and_reports_bootstrap(
     CpuEvaluationPaths.assert_took(auto_cpu_path[1], auto_cpu_path[0])
     assert summary["n_runs"] == 1 and summary["mode"] == "test"
     entry = summary["test"]["map_at_r"]
-    assert entry["interval"] == "bootstrap-percentile" and entry["n"] == summary["num_queries"] > 100
+    assert entry["interval"] == "class-bootstrap-percentile" and entry["queries"] == summary["num_queries"] > 100
+    with np.load(paths.pretrained_embedding_dir("glyphs", "tiny_cnn") / EMBEDDINGS) as stored:
+        classes = len(np.unique(stored["test_labels"]))
+    assert entry["n"] == classes < entry["queries"]  # n counts the test classes the bootstrap resamples
     assert entry["low"] < entry["mean"] < entry["high"]
     assert summary["test"]["nmi"]["interval"] == "none" and summary["test"]["nmi"]["low"] is None
     assert read_json(paths.pretrained_metrics_file("glyphs", "tiny_cnn")) == summary

@@ -76,7 +76,7 @@ def test_results_frame_has_every_run_and_every_cell_with_bounded_intervals():
     assert (cells["n"] == 3).all() and cells["seed"].isna().all()
     bounded = cells[cells["metric"] != "ami"]
     assert ((bounded["low"] > 0) & (bounded["high"] < 1) & (bounded["low"] < bounded["value"])).all()
-    assert set(bounded["interval"]) == {"t-logit"} and set(cells.loc[cells["metric"] == "ami", "interval"]) == {"t"}
+    assert set(bounded["interval"]) == {"t"} and set(cells.loc[cells["metric"] == "ami", "interval"]) == {"t"}
     mean = cells[(cells["loss"] == "triplet") & (cells["dim"] == 64) & (cells["metric"] == "map_at_r")]["value"]
     assert mean.item() == pytest.approx(0.62)
     assert set(frame["dmlbench_version"]) == {__version__} and set(frame["git_commit"]) == {"abc123"}
@@ -92,8 +92,8 @@ def test_interval_labels_name_the_method_per_cell():
     ]
     frame = results_frame(_analysis_of(runs), _codes(runs), "c")
     cells = frame[frame["level"] == "cell"].set_index(["loss", "dim", "metric"])["interval"]
-    assert cells[("triplet", 32, "map_at_r")] == "t-truncated"  # a seed scored exactly 0
-    assert cells[("triplet", 64, "map_at_r")] == "t-logit" and cells[("contrastive", 32, "ami")] == "t"
+    assert cells[("triplet", 32, "map_at_r")] == "t-clipped"  # 0.1 -/+ 4.303 x 0.1 / sqrt(3): cut at 0
+    assert cells[("triplet", 64, "map_at_r")] == "t" and cells[("contrastive", 32, "ami")] == "t"
 
 
 def test_two_code_versions_are_named_with_their_run_counts():

@@ -166,3 +166,44 @@ def test_kill_and_resume_on_the_gpu_gives_the_same_selection(tmp_path, prepared_
         assert ours["train/loss"] == pytest.approx(theirs["train/loss"], rel=RESUME_LOSS_RTOL)
         for key in ("val/map_at_r", "val/precision_at_1"):
             assert ours[key] == pytest.approx(theirs[key], abs=RESUME_METRIC_ATOL), (ours["epoch"], key)
+
+
+def test_compiled_gpu_training_matches_eager_and_resumes(tmp_path, prepared_glyphs, small_raw_params, monkeypatch):
+    # compile: on through the real loop (Inductor, CUDA graphs) against the eager loop, in fp32
+    # without TF32 so that the two differ by summation order only; epoch 1 warms up with a frozen
+    # trunk (a second graph after it); the compiled run is killed after epoch 2 and resumed
+    # compiled from its checkpoint. Same tolerances as the eager kill-and-resume above.
+    from dmlbench.grid import RunSpec
+    from dmlbench.params.load import parse_params
+    from dmlbench.params.run import run_config
+    from dmlbench.train.checkpoint import load_checkpoint
+    from dmlbench.train.loop import train
+
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    assert torch.get_float32_matmul_precision() == "highest"  # torch's default: no TF32 matrix products
+    _, data = prepared_glyphs
+    run = RunSpec("glyphs", "tiny_cnn", "proxy_anchor", 32, 0)
+    configs = {}
+    for setting in ("on", "off"):
+        raw = copy.deepcopy(small_raw_params)
+        raw["protocols"][raw["protocol"]].update(
+            epochs=3, warmup_epochs=1, iterations_per_epoch=10, amp="none", compile=setting
+        )
+        configs[setting] = run_config(parse_params(raw), run)
+    eager = train(configs["off"], data, device=CUDA)
+
+    def killed_after_epoch_2(epoch, metrics):
+        if epoch == 2:
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        train(configs["on"], data, checkpoint_dir=tmp_path, on_epoch=killed_after_epoch_2, device=CUDA)
+    checkpoint = load_checkpoint(tmp_path, configs["on"].config_hash)
+    assert checkpoint is not None and checkpoint.epoch == 2
+    resumed = train(configs["on"], data, checkpoint_dir=tmp_path, resume=checkpoint, device=CUDA)
+    torch._dynamo.reset()
+    assert resumed.compiled == "on (reduce-overhead)" and resumed.precision == "fp32"
+    assert [h["epoch"] for h in resumed.history] == [1, 2, 3]
+    for ours, theirs in zip(resumed.history, eager.history, strict=True):
+        assert ours["train/loss"] == pytest.approx(theirs["train/loss"], rel=RESUME_LOSS_RTOL)
+        assert ours["val/map_at_r"] == pytest.approx(theirs["val/map_at_r"], abs=RESUME_METRIC_ATOL), ours["epoch"]

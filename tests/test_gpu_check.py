@@ -26,7 +26,8 @@ def test_gpu_check_refuses_in_one_line_without_a_gpu(tmp_path):
         cwd=ROOT,
         env=env,
         capture_output=True,
-        text=True, check=False,
+        text=True,
+        check=False,
     )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -49,7 +50,8 @@ def test_make_gpu_check_uses_the_python_that_is_there_not_the_venv():
         cwd=ROOT,
         env=env,
         capture_output=True,
-        text=True, check=False,
+        text=True,
+        check=False,
     )  # under `make test` this make is a sub-make: no "Entering directory" lines
     assert dry.returncode == 0, dry.stderr
     [command] = [line for line in dry.stdout.splitlines() if "dmlbench.gpu_check" in line]
@@ -123,7 +125,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 </testsuite></testsuites>"""
 
 
-def _report(tests, ratio=0.9, total=1.5, decreased=True):
+def _report(tests, ratio=0.9, total=0.9, decreased=True):
     setting = {"name": "thesis", "backbone": "resnet50", "crop": 224, "batch": 100}
     return {
         "environment": {"gpu": "G", "gpu_memory_gib": 80, "packages": {"torch": "2"}, "cuda": "13", "date": "d"},
@@ -156,7 +158,7 @@ def test_junit_rows_verdicts_and_the_table(tmp_path):
         {"name": "test_gpu::test_x", "outcome": "skipped"},
     ]
     assert not gpu_check.verdicts(_report(unknown_skip))["tests"]
-    bad = gpu_check.verdicts(_report(rows, ratio=0.59, total=2.0, decreased=False))
+    bad = gpu_check.verdicts(_report(rows, ratio=0.59, total=1.0, decreased=False))
     assert bad == dict.fromkeys(("tests", "throughput", "eval_speed", "real_size"), False)
     table = gpu_check.format_table(_report(rows, ratio=0.5))
     lines = table.splitlines()
@@ -169,3 +171,79 @@ def test_junit_rows_verdicts_and_the_table(tmp_path):
 def test_gpu_test_files_are_found_by_their_marker():
     names = {p.name for p in gpu_check.gpu_test_files()}
     assert "test_gpu.py" in names and "test_gpu_check.py" not in names
+
+
+def test_throughput_rows_eager_then_compiled_with_errors_and_the_budget(monkeypatch):
+    from dmlbench.train.throughput import Throughput
+
+    settings = [ThroughputSetting("demo", "tiny_cnn", 32, 16, 4, 16, image_size=36), ThroughputSetting(
+        "thesis", "tiny_cnn", 32, 20, 5, 16, image_size=36)]  # fmt: skip
+    plan = gpu_check.throughput_plan(settings, ["reduce-overhead", "default"])
+    assert [(s.name, mode) for s, mode in plan] == [
+        ("demo", None),
+        ("thesis", None),
+        ("demo", "reduce-overhead"),
+        ("thesis", "reduce-overhead"),
+        ("demo", "default"),
+        ("thesis", "default"),
+    ]  # fmt: skip  (eager first, then mode by mode: a budget cuts the extra modes first)
+    monkeypatch.setattr(gpu_check, "protocol_settings", lambda: settings)
+    monkeypatch.setattr("dmlbench.train.throughput.matmul_peak_flops", lambda device: 1e12)
+    rates = {None: 100.0, "reduce-overhead": 300.0}
+
+    def fake_measure(setting, device, steps, warmup, peak_flops, compile_mode):
+        if compile_mode == "default":
+            raise RuntimeError("inductor failed\nlong traceback")
+        rate = rates[compile_mode]
+        return Throughput(setting, "cpu", "cpu memory", rate, rate * 1.1, 1e9, peak_flops, 1024.0, compile_mode,
+                          12.0 if compile_mode else 0.1, 2 if compile_mode else None)  # fmt: skip
+
+    monkeypatch.setattr("dmlbench.train.throughput.measure_throughput", fake_measure)
+    rows = gpu_check.run_throughput(2, 1, ["reduce-overhead", "default"], device_name="cpu")
+    assert [r.get("compile_mode") for r in rows] == [
+        None,
+        None,
+        "reduce-overhead",
+        "reduce-overhead",
+        "default",
+        "default",
+    ]
+    assert rows[2]["speedup"] == pytest.approx(3.0) and "speedup" not in rows[0]
+    assert rows[4]["error"] == "RuntimeError: inductor failed"  # one line; the other rows went on
+    table = [gpu_check.throughput_row(r) for r in rows]
+    assert table[2] == (
+        "train demo tiny_cnn 32 px b16, compiled reduce-overhead",
+        "300 img/s full / 330 synthetic = 91%, MFU 30%, 1.0 GiB; x3.00 eager's full step, first step 12 s, 2 graph(s)",
+        ">= 60%",
+        "ok",
+    )
+    assert table[4][1:] == ("RuntimeError: inductor failed", ">= 60%", "FAIL")
+    assert not gpu_check.verdicts({"throughput": rows})["throughput"]
+    # a deadline already past: the eager rows are measured, every compiled row says it was skipped
+    rows = gpu_check.run_throughput(2, 1, ["reduce-overhead"], deadline=0.0, device_name="cpu")
+    assert [("skipped" in r, r["compile_mode"]) for r in rows] == [
+        (False, None), (False, None), (True, "reduce-overhead"), (True, "reduce-overhead")
+    ]  # fmt: skip
+    assert rows[2]["skipped"] == "time budget (a compiled row takes ~90 s)"
+    assert gpu_check.throughput_row(rows[2])[1:] == (
+        "skipped: time budget (a compiled row takes ~90 s)",
+        ">= 60%",
+        "skip",
+    )
+    assert gpu_check.verdicts({"throughput": rows})["throughput"]  # skipped rows neither pass nor fail
+
+
+def test_throughput_of_a_compiled_step_on_the_cpu(monkeypatch):
+    # the real measurement with the model compiled (dynamo's aot_eager backend on the CPU): one
+    # graph, made during the first step, and the same images/s bookkeeping as eager
+    from dmlbench.train import compiling
+
+    monkeypatch.setattr(compiling, "COMPILE_BACKEND", "aot_eager")
+    setting = ThroughputSetting("demo", "tiny_cnn", 32, 16, 4, 16, image_size=36)
+    result = measure_throughput(
+        setting, torch.device("cpu"), steps=2, warmup=1, images=64, classes=8, compile_mode="default"
+    )
+    torch._dynamo.reset()
+    assert result.compile_mode == "default" and result.compiled_graphs == 1 and result.graph_breaks == 0
+    assert result.first_step_seconds > 0 and result.full_images_per_s > 0
+    assert result.as_dict()["compile_mode"] == "default"

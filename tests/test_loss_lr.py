@@ -32,7 +32,7 @@ MULTIPLIERS = {  # loss: x the protocol lr (sources with no absolute value)
     "proxy_anchor": 100.0,  # Proxy-Anchor's official code; thesis Table 4 gives no proxy lr
     "thesis_proxy": 100.0,  # the thesis code's own loss (ch. 6)
     "cosface": 1.0,  # not in the thesis: the protocol lr
-    "subcenter_arcface": 1.0,  # not in the thesis: the protocol lr, as CosFace's weights
+    "subcenter_arcface": 100.0,  # not in the thesis: class proxies at a proxy's lr, as Proxy-Anchor's
     "normalized_softmax": 1.0,
 }
 PARAMETRIC = sorted(name for name, spec in LOSSES.items() if spec.has_parameters)

@@ -54,7 +54,7 @@ def test_the_new_losses_are_registered_with_what_they_need():
     assert (defaults["tuplet_margin"].margin, defaults["tuplet_margin"].scale) == (5.73, 64.0)
     sub = defaults["subcenter_arcface"]
     assert (sub.margin, sub.scale, sub.sub_centers) == (28.6, 64.0, 3)
-    assert sub.optimizer_lr(6e-4, None) == pytest.approx(6e-4)  # the protocol lr, as CosFace's weights
+    assert sub.optimizer_lr(6e-4, None) == pytest.approx(6e-2)  # 100 x the protocol lr, as Proxy-Anchor's proxies
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -255,7 +255,7 @@ def test_subcenter_arcface_takes_the_nearest_sub_centre_of_each_class():
 
 def test_subcenter_arcface_trains_its_sub_centres_with_their_own_optimiser(small_raw_params):
     """Training's parts: the model's optimiser holds the model, the loss optimiser the sub-centres at
-    the protocol lr; stepping both lowers the loss on a fixed batch."""
+    100 x the protocol lr (a proxy's, as Proxy-Anchor's); stepping both lowers the loss on a fixed batch."""
     from dmlbench.grid import RunSpec
     from dmlbench.params.load import parse_params
     from dmlbench.params.run import run_config
@@ -271,7 +271,7 @@ def test_subcenter_arcface_trains_its_sub_centres_with_their_own_optimiser(small
     model_optimiser = make_optimizer(protocol.optimizer, [points], protocol.optimizer.lr)
     loss_optimiser = make_loss_optimizer(protocol, config.loss_params, loss_fn.parameters())
     (group,) = loss_optimiser.param_groups
-    assert [p is loss_fn.W for p in group["params"]] == [True] and group["lr"] == protocol.optimizer.lr
+    assert [p is loss_fn.W for p in group["params"]] == [True] and group["lr"] == 100 * protocol.optimizer.lr
     assert loss_fn.W.shape == (16, 6 * 3)
     assert all(p is not loss_fn.W for g in model_optimiser.param_groups for p in g["params"])
     labels = torch.arange(6).repeat_interleave(4)

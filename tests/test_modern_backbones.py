@@ -1,6 +1,6 @@
-"""Modern backbones and the `modern` protocol's code paths, on the CPU: preprocessing from the
-weights' timm config, CLS vs averaged-token pooling, layer-wise learning rates, the amp key, and
-``tiny_vit`` end to end through the train and embed stages."""
+"""Modern backbones and the modern protocols' code paths, on the CPU: preprocessing from the
+weights' timm config, CLS vs averaged-token pooling, the amp key, and ``tiny_vit`` end to end
+through the train and embed stages (layer-wise learning rates: tests/test_optim_groups.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,10 @@ from dmlbench.params.protocol import Protocol
 from dmlbench.train.optim import make_model_optimizer
 from dmlbench.train.step import FastPath, TrainStep
 
-MODERN = ("dinov2_vits14", "dinov2_vitb14", "dino_vits16", "clip_vitb16", "convnext_tiny")
+MODERN = (
+    "dinov2_vits14", "dinov2_vitb14", "dinov2_vits14_reg4", "dinov2_vitb14_reg4", "dinov3_vits16", "dinov3_vitb16",
+    "dino_vits16", "clip_vitb16", "siglip2_vitb16", "in21k_vits16", "in21k_vitb16", "convnext_tiny",
+)  # fmt: skip
 
 
 def test_the_modern_backbones_are_registered_with_a_locked_hub_file():
@@ -33,17 +36,10 @@ def test_the_modern_backbones_are_registered_with_a_locked_hub_file():
 @pytest.mark.parametrize("module", [dinov2_vits14, clip_vitb16, convnext_tiny])
 def test_preprocessing_comes_from_the_weights_config(module):
     cfg = timm.models.get_pretrained_cfg(module.MODEL_NAME)  # what timm publishes for these weights
-    model = build_model(module.SPEC.name, module.SPEC.params(), 8, pooling="gap")
+    model = build_model(module.SPEC.name, module.SPEC.params(), 8, pooling="native")
     torch.testing.assert_close(model.normalize.mean.flatten(), torch.tensor(cfg.mean))
     torch.testing.assert_close(model.normalize.std.flatten(), torch.tensor(cfg.std))
     assert model.interpolation == cfg.interpolation == "bicubic"
-
-
-def test_dinov2_is_built_at_the_protocols_resolution_not_518():
-    model = build_model("dinov2_vits14", BACKBONES["dinov2_vits14"].params(), 8, pooling="cls")
-    assert model.trunk.net.pos_embed.shape == (1, 1 + 16 * 16, 384)  # 224 px / 14 px patches
-    with torch.no_grad():  # any crop_size a protocol sets (position embeddings interpolated)
-        assert model(torch.rand(1, 3, 112, 112)).shape == (1, 8)
 
 
 def test_bicubic_transforms_differ_from_bilinear_and_stay_in_range():
@@ -61,18 +57,18 @@ def test_bicubic_transforms_differ_from_bilinear_and_stay_in_range():
 
 
 def test_cls_and_averaged_token_pooling_differ_and_have_the_trunks_width():
-    torch.manual_seed(0)
-    model = build_model("tiny_vit", BACKBONES["tiny_vit"].params(), 8, pooling="cls").eval()
     images = torch.rand(3, 3, 32, 32)
-    with torch.no_grad():
-        tokens = model.trunk(model.normalize(images))  # N x C x (1 + 64) x 1, class token first
-        cls = model.features(images)
-        model.pool.kind = "gap"
-        avg = model.features(images)
-    assert tokens.shape == (3, 64, 65, 1) and cls.shape == avg.shape == (3, 64)
-    torch.testing.assert_close(cls, tokens[:, :, 0, 0])
-    torch.testing.assert_close(avg, tokens[:, :, 1:, 0].mean(dim=2))  # patch tokens only (timm's "avg")
-    assert not torch.allclose(cls, avg)
+    features = {}
+    for pooling in ("cls", "gap"):
+        torch.manual_seed(0)  # the same weights
+        model = build_model("tiny_vit", BACKBONES["tiny_vit"].params(), 8, pooling=pooling).eval()
+        with torch.no_grad():
+            features[pooling] = model.features(images)
+            tokens = model.trunk.net.forward_features(model.normalize(images))  # N x (1 + 64) x C, class token first
+    assert tokens.shape == (3, 65, 64) and features["cls"].shape == features["gap"].shape == (3, 64)
+    torch.testing.assert_close(features["cls"], tokens[:, 0])
+    torch.testing.assert_close(features["gap"], tokens[:, 1:].mean(dim=1))  # patch tokens only (timm's "avg")
+    assert not torch.allclose(features["cls"], features["gap"])
 
 
 def test_cls_pooling_on_a_backbone_without_a_class_token_fails_in_one_line():
@@ -91,26 +87,6 @@ def _protocol(**keys) -> Protocol:
     return Protocol.model_validate({**base, **keys})
 
 
-def test_layer_wise_learning_rates_build_one_group_per_trunk_layer():
-    model = build_model("tiny_vit", BACKBONES["tiny_vit"].params(), 8, pooling="cls")
-    protocol = _protocol(backbone_lr_multiplier=0.5, layer_decay=0.5, pooling="cls")
-    optimizer = make_model_optimizer(protocol, model)
-    groups = optimizer.param_groups
-    depth = len(model.trunk.net.blocks)  # embeddings, each block (the final norm joins the last)
-    assert [g["name"] for g in groups] == ["head"] + [f"trunk.{i}" for i in range(depth + 1)]
-    assert groups[0]["lr"] == 0.001
-    expected = [0.001 * 0.5 * 0.5 ** (depth - i) for i in range(depth + 1)]
-    assert [g["lr"] for g in groups[1:]] == pytest.approx(expected)
-    names = {id(p): n for n, p in model.named_parameters()}
-    assert {names[id(p)] for p in groups[1]["params"]} >= {"trunk.net.cls_token", "trunk.net.patch_embed.proj.weight"}
-    assert any(names[id(p)] == "trunk.net.norm.weight" for p in groups[-1]["params"])
-    every = [id(p) for g in groups for p in g["params"]]
-    assert sorted(every) == sorted(id(p) for p in model.parameters()) and len(set(every)) == len(every)
-    # the defaults keep the one-lr optimiser every other protocol trains with
-    (single,) = make_model_optimizer(_protocol(), model).param_groups
-    assert single["lr"] == 0.001 and len(single["params"]) == len(list(model.parameters()))
-
-
 def test_the_amp_key_is_validated_and_sets_the_autocast_dtype():
     for amp, dtype in (("none", None), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
         assert _protocol(amp=amp).amp == amp
@@ -120,6 +96,22 @@ def test_the_amp_key_is_validated_and_sets_the_autocast_dtype():
         _protocol(amp="fp8")
     assert FastPath.for_device(torch.device("cpu"), None, "fp16").grad_scaler() is not None
     assert FastPath.for_device(torch.device("cpu"), None, "bf16").grad_scaler() is None
+
+
+def test_amp_fp32_turns_tensorfloat32_off_and_the_others_restore_torchs_default():
+    """``amp: fp32`` (the published 2020 protocols): no autocast and TF32 off for the process; any
+    other setting puts torch's defaults back (cuDNN TF32 on, matrix products without it)."""
+    fast = FastPath.for_device(torch.device("cpu"), None, "fp32")
+    assert fast.amp_dtype is None and fast.strict_fp32 and fast.precision == "fp32"
+    assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    assert not FastPath.for_device(torch.device("cpu"), None, "bf16").strict_fp32
+    assert torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    from dmlbench.params.load import load_params
+
+    published = load_params().protocols
+    assert {name: published[name].amp for name in ("reality_check", "thesis", "proxy_anchor")} == dict.fromkeys(
+        ("reality_check", "thesis", "proxy_anchor"), "fp32"
+    )
 
 
 @pytest.mark.parametrize("amp", ["bf16", "fp16"])
@@ -137,13 +129,13 @@ def test_a_mixed_precision_step_trains_the_tiny_vit_on_the_cpu(amp):
     assert not torch.equal(before, model.trunk.net.blocks[0].attn.qkv.weight)
 
 
-def test_the_modern_protocol_is_the_cited_recipe(default_raw_params):
-    protocol = Protocol.model_validate(default_raw_params["protocols"]["modern"])
+@pytest.mark.parametrize("name", ["hyp_vit", "berton2025"])
+def test_the_modern_protocols_train_the_modern_trunks_on_a_gpu(name, default_raw_params):
+    """Their values against their sources: tests/test_recipes.py."""
+    protocol = Protocol.model_validate(default_raw_params["protocols"][name])
     assert protocol.pooling == "cls" and protocol.pretrained and protocol.device == "cuda"
-    assert protocol.optimizer.name == "adamw" and protocol.augment.crop_size == 224
-    assert protocol.augment.crop_scale == (0.2, 1.0) and protocol.samples_per_class == 2
-    assert protocol.amp == "fp16" and protocol.selection_metric == "precision_at_1"
-    assert set(protocol.backbones or []) <= set(MODERN)
+    assert protocol.selection_metric == "precision_at_1" and protocol.hyperparameters == "published"
+    assert {b for b in protocol.backbones or [] if not b.startswith("timm_")} <= set(MODERN)
 
 
 def test_tiny_vit_runs_through_the_train_and_embed_stages(small_raw_params, prepared_glyphs, in_project, mlflow_store):

@@ -82,7 +82,7 @@ def test_pipeline_produces_report_metrics_and_one_mlflow_run_per_training(projec
     mean = cell["test"]["map_at_r"]["mean"]
     assert cell["n_runs"] == 2 and cell["test"]["map_at_r"]["low"] <= mean <= cell["test"]["map_at_r"]["high"]
     baseline = json.loads((root / "artifacts/metrics/glyphs/tiny_cnn/pretrained.json").read_text())
-    assert baseline["n_runs"] == 1 and baseline["test"]["map_at_r"]["interval"] == "bootstrap-percentile"
+    assert baseline["n_runs"] == 1 and baseline["test"]["map_at_r"]["interval"] == "class-bootstrap-percentile"
     results = pd.read_csv(root / "reports" / "results.csv")
     assert set(results["level"]) == {"run", "cell"} and len(results[results["level"] == "run"]["seed"].unique()) == 2
     # nothing left to do, nothing to commit: dvc status is clean (the repository ships no data.dvc)

@@ -196,3 +196,22 @@ def test_gpus_reach_the_sequential_stages(default_raw_params, tmp_path, monkeypa
     monkeypatch.setattr(devices, "cuda_facts", lambda: gpu)  # --gpus: the device pre-flight finds a usable GPU
     assert pipeline.main(["--params", str(tmp_path / "params.yaml"), *argv]) == 1
     assert seen == [(["dvc", "repro"], visible)]
+
+
+def test_the_faiss_backend_without_faiss_fails_before_any_stage_in_one_line(default_raw_params, monkeypatch):
+    import importlib.util
+
+    from dmlbench.errors import DmlbenchError
+    from dmlbench.pipeline.preflight import require_backend
+
+    raw = copy.deepcopy(default_raw_params)
+    raw["evaluate"]["backend"] = "faiss"
+    params = parse_params(raw)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "faiss" else real_find_spec(name, *a)
+    )
+    with pytest.raises(DmlbenchError, match=r"^evaluate.backend: faiss, .* not installed .* auto, torch, screened$"):
+        require_backend(params)
+    raw["evaluate"]["backend"] = "torch"
+    require_backend(parse_params(raw))  # the others need nothing beyond the base install

@@ -130,7 +130,8 @@ PAPER_METRIC = {  # protocol: the metric its paper ranks by
     "proxy_anchor": "precision_at_1",  # R@1: Proxy-Anchor's Tables 1-2
     "reality_check": "map_at_r",  # MAP@R: the Reality Check's headline (Tables 4-6)
     "glyphs_pretrained": "map_at_r",  # no paper: the demo's ranking metric (params.yaml report.primary_metric)
-    "modern": "precision_at_1",  # R@1: Hyp-ViT's Tables (github.com/htdt/hyp_metric)
+    "hyp_vit": "precision_at_1",  # R@1: Hyp-ViT's results table (github.com/htdt/hyp_metric results.png)
+    "berton2025": "precision_at_1",  # P@1: what gmberton/image-retrieval selects and tests with
 }
 
 
@@ -212,7 +213,8 @@ def test_a_real_preset_without_weights_or_archives_stops_at_the_preflight_checks
         assert lines and all(f"in {dropbox}/" in line and len(line) < 400 for line in lines), lines
     if "cars196" in params.datasets:  # no public URL: the layouts users have, in one line
         assert any(
-            "cars196: place stanford_cars.zip (the Kaggle/torchvision layout) or car_ims.tgz" in line for line in err
+            f"cars196: no Cars196 files in {dropbox}/ (no public download since 2023): place" in line
+            for line in err
         )
     assert not (project_copy / "artifacts").exists()
 
@@ -233,7 +235,7 @@ def test_archive_check_asks_head_only_for_archives_not_in_the_dropbox(default_ra
     assert len(problems) == 2
     port = url.rsplit(":", 1)[1]
     assert problems[0].startswith(f"sop: Stanford_Online_Products.zip cannot be downloaded (127.0.0.1:{port}: HTTP 404")
-    assert problems[1].startswith("cars196: place stanford_cars.zip (the Kaggle/torchvision layout) or car_ims.tgz")
+    assert problems[1].startswith(f"cars196: no Cars196 files in {dropbox}/ (no public download since 2023)")
     for name in ("Stanford_Online_Products.zip", "car_ims.tgz", "cars_annos.mat"):  # in the drop-box: no check
         (dropbox / name).write_bytes(b"x")
     requests.clear()

@@ -93,7 +93,9 @@ def test_report_has_every_section_figure_and_interval(in_project, small_params, 
         for c in line.split("|")[3:-1]
     ]
     assert len(cells) == len(small_params.combos()) * 6
-    assert "Every trained cell: mean over n = 3 seeds [95% interval]." in table
+    assert (
+        "Every trained cell: mean over n = 3 seeds [95% t-interval over seeds, clipped to the metric's range]." in table
+    )
     bounds = [re.fullmatch(r"(\d+\.\d) \[(\d+\.\d), (\d+\.\d)\]", c) for c in cells]
     assert all(bounds), cells[:3]
     assert all(0 <= float(m[2]) <= float(m[1]) <= float(m[3]) <= 100 for m in bounds)
@@ -104,9 +106,10 @@ def test_report_has_every_section_figure_and_interval(in_project, small_params, 
     # 1 dataset (1 backbone x 2 dims = 2 experiments): no Friedman test, and the report says why
     tests = _section(text, "## Statistical tests")
     why = (
-        "they need at least 5 independent blocks, and the independent unit is the dataset (Demšar 2006): "
+        "they need at least 2 independent blocks, and the independent unit is the dataset (Demšar 2006): "
         "backbones and embedding sizes on one dataset share its training and test images, so they are repeated "
-        "measures of one block; this grid has 1 dataset (2 experiments: 1 backbone x 2 embedding sizes); add datasets"
+        "measures of one block; this grid has 1 dataset (2 experiments: 1 backbone x 2 embedding sizes), so only "
+        "the per-experiment tests over seeds apply; add datasets"
     )
     assert f"> Friedman and Nemenyi tests not run: {why}." in tests and "chi2(" not in tests
     summary = _section(text, "## Summary")
@@ -121,8 +124,10 @@ def test_report_has_every_section_figure_and_interval(in_project, small_params, 
     assert "Tournament winner" not in summary
     assert "Blocks: the datasets, the independent unit of Demšar (2006)" in tests
     # no win rates over 1 dataset: the sign test counts independent blocks
-    assert "### Win rates\n\nNot run: win rates and their sign tests count wins over independent blocks" in tests
-    assert "Holm" not in tests
+    assert (
+        "### Win rates\n\nNot run: win rates and their Holm-adjusted sign tests are pairwise comparisons after" in tests
+    )
+    assert "Holm p (m =" not in tests  # no table of Holm-adjusted sign tests
     # the tournament's interval is over datasets: 1 here, so none
     tournament_text = _section(text, "## Tournament of losses")
     assert "mean rank over datasets [95% CI] (n = 1)" in tournament_text
@@ -134,9 +139,14 @@ def test_report_has_every_section_figure_and_interval(in_project, small_params, 
     # Test-set feedback: the best test epoch beats the selected one by 3 points of MAP@R in every run
     feedback = _section(text, "## Test-set feedback")
     # n counts seeds: each seed's value averages its 2 runs (2 embedding sizes; no folds here)
-    assert "mean over n = 3 seeds [95% interval] unless a cell states its own n; each seed's value is the mean " \
-        "of its 2 models (2 embedding sizes)" in feedback
-    assert "(n = 3 seeds; each seed's value is the mean of its 8 models over every loss and embedding size)" in summary
+    assert (
+        "mean over n = 3 seeds [95% t-interval over seeds, clipped to the range] unless a cell states its own n; "
+        "each seed's value is the mean of its 2 models (2 embedding sizes)" in feedback
+    )
+    assert (
+        "(95% t-interval over n = 3 seeds, clipped at 0; each seed's value is the mean of its 8 models over every "
+        "loss and embedding size)" in summary
+    )
     assert "| 3.0 [3.0, 3.0] |" in feedback  # every run gains exactly 3 points: a zero-width interval
     for figure in FIGURES:
         assert f"(figures/{figure}.png)" in text, figure
@@ -147,6 +157,9 @@ def test_report_has_every_section_figure_and_interval(in_project, small_params, 
     assert "offline demo dataset" in text and "no 512-d embedding" in text
     # where each loss's hyperparameters come from (the demo protocol sets Proxy-Anchor's proxy lr)
     setup = _section(text, "## Setup")
+    n = len(small_params.combos()) * len(small_params.seeds)
+    precision = f"- Training arithmetic (protocol `amp: auto`; per model in `run.json`): float32: {n} models (cpu)."
+    assert precision in setup
     assert "  - Proxy-Anchor: param_lr_multiplier 10 (from protocol `demo`);" in setup
     assert (
         "  - Contrastive, Triplet, Multi-Similarity (+miner): the defaults (protocol `demo` publishes no values "
@@ -216,13 +229,16 @@ def test_report_shows_the_untrained_baseline_with_its_bootstrap_interval(
     row = next(line for line in table.splitlines() if line.startswith("| *Pretrained*"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
     p1 = summary["test"]["precision_at_1"]
-    # n (test queries, the same for every bootstrap interval) stated once, in the row's label
-    assert cells[0] == f"*Pretrained* (random initialisation (torch seed 0), no training; n = {p1['n']} test queries)"
+    # n (test classes, the unit the bootstrap resamples, the same for every metric) stated once, in the row's label
+    label = f"n = {p1['n']} test classes; {p1['queries']:,} queries"
+    assert cells[0] == f"*Pretrained* (random initialisation (torch seed 0), no training; {label})"
     assert int(cells[1]) == read_json(paths.pretrained_embedding_dir("glyphs", "tiny_cnn") / "meta.json")["dim"]
     assert cells[2] == f"{100 * p1['mean']:.1f} [{100 * p1['low']:.1f}, {100 * p1['high']:.1f}]"
-    assert p1["n"] == len(prepared_glyphs[1].split("test")) and p1["low"] <= p1["mean"] <= p1["high"]
+    test_split = prepared_glyphs[1].split("test")
+    assert (p1["n"], p1["queries"]) == (len(np.unique(test_split.labels)), len(test_split))  # classes, queries
+    assert p1["low"] <= p1["mean"] <= p1["high"]
     assert all(re.fullmatch(r"\d+\.\d \[\d+\.\d, \d+\.\d\]", c) for c in cells[2:]), cells
-    assert "per-query bootstrap interval with n = test queries" in table
+    assert "bootstrap interval over the test classes (each drawn with all its queries" in table
 
 
 def test_results_columns_follow_the_metrics_of_each_dataset():
@@ -391,12 +407,14 @@ def test_report_with_one_dataset_and_five_dims_runs_no_test_across_experiments(
     text = report_stage(params, log_to_mlflow=False).read_text()
     tests = _section(text, "## Statistical tests")
     assert "chi2(" not in tests and "critical_difference" not in tests
-    assert "this grid has 1 dataset (5 experiments: 1 backbone x 5 embedding sizes); add datasets" in tests
+    assert (
+        "this grid has 1 dataset (5 experiments: 1 backbone x 5 embedding sizes), so only the per-experiment" in tests
+    )
     assert [row for row in _table_rows(tests, "") if len(row) > 1 and row[1] == "across datasets"] == []
     assert "Across datasets: not run" in tests and "### Win rates\n\nNot run:" in tests
     assert "Tournament winner" not in _section(text, "## Summary")
-    assert "1 dataset: too few independent blocks for the Friedman, Nemenyi and sign tests" in _section(
-        text, "## Limitations"
+    assert "1 dataset: no independent blocks to compare the losses across, so only the per-experiment tests" in (
+        _section(text, "## Limitations")
     )
     assert not (in_project / "reports" / "figures" / "critical_difference.png").exists()
 
@@ -426,14 +444,13 @@ def test_cross_validation_table_shows_fold_models_like_the_thesis_and_the_ensemb
         [{**cell, "seed": s, "metric": "precision_at_1", "value": v} for s, v in ((0, 0.66), (1, 0.68))]
     )
     rows = cross_validation_table(runs, folds, lit.load_literature(), {"multi_similarity": "MS"}, 0.95)
-    # over 2 seeds on the logit scale: logit(0.67) -/+ t(0.975, 1) x sem / (0.67 x 0.33), sem = 0.01,
-    # t = 12.706: 0.708 -/+ 0.575, mapped back: [53.3, 78.3] (a plain t-interval: 67.0 -/+ 12.7)
+    # over 2 seeds: 67.0 -/+ t(0.975, 1) x sem = 67.0 -/+ 12.706 x 1.0 = [54.3, 79.7], inside [0, 100]
     assert rows == [
         [
             "MS",
             "`cub200` / `bn_inception`",
             "512",
-            "67.0 [53.3, 78.3] (n=2 seeds)",
+            "67.0 [54.3, 79.7] (n=2 seeds)",
             "63.6 ± 0.6 sd (n=10 models)",
             "63.61 (Table 12)",
         ]
@@ -447,9 +464,9 @@ def test_a_winner_only_when_the_tests_separate_it_from_every_other_loss():
     import pandas as pd
 
     from dmlbench.analysis import bayesian as bz
+    from dmlbench.analysis.friedman import FriedmanResult
     from dmlbench.analysis.numbers import Tests
     from dmlbench.analysis.sections.summary import tournament_headline
-    from dmlbench.analysis.statistics import FriedmanResult
     from dmlbench.analysis.tournament import experiment_ranks, tournament
 
     names = {"a": "A", "b": "B", "c": "C"}

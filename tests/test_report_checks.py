@@ -4,6 +4,7 @@ demo's limits where its numbers are, and published numbers checked against our i
 
 from __future__ import annotations
 
+import math
 import re
 from types import SimpleNamespace
 
@@ -112,7 +113,7 @@ def test_demo_note_only_for_the_demo(small_params):
 
 def test_published_numbers_are_classified_against_our_interval():
     """A thesis grid: the thesis's Table-5 number for contrastive on CUB200 (BN-Inception, 512-d) is
-    one run (no interval), so our interval alone is tested against it (one-sample t and TOST)."""
+    one run (no interval), judged by the prediction interval of one run (and TOST)."""
     published = lit.published_for(lit.load_literature(), "thesis")
     row = published[
         (published["loss"] == "contrastive")
@@ -139,11 +140,14 @@ def test_published_numbers_are_classified_against_our_interval():
         ]
     )
     table = reproduction_table(summary, published).set_index(["loss", "dim"])
-    # 0.5 points above, se = 1.5 / t(0.975, 2) points: neither equivalent within 1 point nor different
+    # 0.5 points above, se = 1.5 / t(0.975, 2) points; one published run: se x sqrt(1 + 3), half-width
+    # t(0.975, 2) x 3 = 3.0 points: neither equivalent within 1 point nor different
     close = table.loc[("contrastive", 512)]
-    assert close["outcome"] == INCONCLUSIVE and close["verdict"] == "inconclusive (published value has no interval)"
-    assert close["difference"] == pytest.approx(0.5) and close["difference_low"] == pytest.approx(-1.0)
-    assert close["df"] == 2  # one-sample: our n - 1
+    assert close["outcome"] == INCONCLUSIVE
+    assert close["verdict"] == "inconclusive (published value without interval: one run, prediction interval)"
+    assert close["difference"] == pytest.approx(0.5) and close["difference_low"] == pytest.approx(-2.5)
+    assert close["df"] == 2  # only our s is estimated: n - 1
+    assert close["test_selected"] and math.isnan(close["best_difference"])  # the thesis kept its best test epoch
     outside = table.loc[("contrastive", 64)]
     thesis_64 = published[
         (published["loss"] == "contrastive")
@@ -200,14 +204,25 @@ def test_reproduction_table_in_the_report_says_per_cell_whether_and_by_how_much(
     )
     text = "\n".join(reproduction_lines(analysis))
     # the thesis's 63.28 (one run, no interval) against our 60.0 [58.0, 62.0], n = 3: ours - published
-    # = -3.3 points, one-sample t-interval -3.28 +/- 2.0 = [-5.3, -1.3] (our interval shifted, as se_p = 0)
+    # = -3.28 points; one published run: prediction se = s sqrt(1/3 + 1) = (2 / 4.303) sqrt(3) sqrt(4/3)
+    # = 0.930 points, half-width 4.303 x 0.930 = 4.0: [-7.3, +0.7]; TOST p = P(T_2 > -2.28 / 0.930) = 0.93
     row = (
-        "| Contrastive | cub200/bn_inception/512 | P@1 = R@1 | 63.28 (thesis) | 60.0 [58.0, 62.0] | -3.3 [-5.3, -1.3] "
-        "| 0.98 | ours lower (published value has no interval) |"
+        "| Contrastive | cub200/bn_inception/512 | P@1 = R@1 | 63.28 (thesis) | 60.0 [58.0, 62.0] | -3.3 [-7.3, +0.7] "
+        "| 0.93 | inconclusive (published value without interval: one run, prediction interval) |"
     )
-    assert row in text and "0 of 1 published numbers reproduced; 1 ours lower." in text and "n = 3 seeds" in text
+    assert row in text and "0 of 1 published numbers reproduced; 1 inconclusive." in text and "n = 3 seeds" in text
     assert "within ± 1 point (`report.rope`)" in text and "se = h / t(0.975, n - 1)" in text
     assert "published (± 95% half-width, n runs)" in text and "(1 of 1 here)" in text
+    assert "se = s sqrt(1/n + 1)" in text and "best test epoch" not in text  # source "thesis": not a setup label
+    # under the thesis setup's own label the number kept its best test epoch: a like-with-like column
+    label = "thesis (epoch picked on the test set)"
+    best = pd.DataFrame([{**cell, "seed": s, "best_value": v} for s, v in enumerate((0.62, 0.63, 0.64))])
+    analysis.reproduction = reproduction_table(summary, published.assign(source=label), best=best)
+    text = "\n".join(reproduction_lines(analysis))
+    # best-epoch mean 63.0, sd 1 point: 63.0 -/+ 4.303 / sqrt(3) = [60.5, 65.5];
+    # -0.28 -/+ 4.303 sqrt(1/3 + 1) = [-5.25, +4.69]
+    assert "ours at best test epoch" in text and "Sec. 3.5.2" in text
+    assert "| 63.0 [60.5, 65.5] | -0.3 [-5.2, +4.7] | inconclusive (published value without interval" in text
     # a Reality Check number carries its half-width and n into the table and the Welch test
     analysis.params.protocol_name = "reality_check"
     rc = lit.published_for(lit.load_literature(), "reality_check")

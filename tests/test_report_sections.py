@@ -110,3 +110,34 @@ def test_figures_draw_the_mean_where_there_is_no_interval():
     assert three.bounds_or_mean() == (three.low, three.high) and three.low < 0.5 < three.high
     assert RatioInterval(0.2, float("nan"), float("nan"), 1, 3).bounds_or_estimate() == (0.2, 0.2)
     assert RatioInterval(0.2, 0.1, 0.3, 3, 3).bounds_or_estimate() == (0.1, 0.3)
+
+
+def test_cost_intervals_are_over_seeds_with_embedding_sizes_averaged_within_each(tmp_path, monkeypatch):
+    """Two embedding sizes are two cells, not repeats: seed s's value is the mean of its 32-d and 64-d
+    runs. Seconds (32, 64) per seed: (10, 14), (12, 16), (11, 15) -> 12, 14, 13: mean 13, sd 1,
+    13 -/+ t(0.975, 2) / sqrt(3) = [10.5, 15.5] with n = 3 seeds (pooled as 6 runs: [10.7, 15.3], n = 6)."""
+    from dmlbench.analysis.sections import cost
+    from dmlbench.analysis.sections.base import Document
+
+    monkeypatch.setattr(cost.plots, "cost", lambda costs, path, order: path)  # the figure is not what is tested
+    seconds = {(0, 32): 10.0, (0, 64): 14.0, (1, 32): 12.0, (1, 64): 16.0, (2, 32): 11.0, (2, 64): 15.0}
+    costs = pd.DataFrame(
+        [
+            {"dataset": "glyphs", "backbone": "tiny", "loss": "Triplet", "dim": dim, "seed": seed,
+             "train_seconds": value, "images_per_second": 1000.0 + value, "epochs": 3, "device": "cpu"}
+            for (seed, dim), value in seconds.items()
+        ]
+    )  # fmt: skip
+    analysis = SimpleNamespace(
+        results=SimpleNamespace(timings=True, selections=pd.DataFrame(columns=["dataset"])),
+        costs=costs,
+        display=lambda frame: frame,
+        order=["Triplet"],
+        params=SimpleNamespace(evaluate=SimpleNamespace(confidence=0.95)),
+    )
+    doc = Document(tmp_path)
+    cost.write(analysis, doc)
+    text = doc.text()
+    assert "mean over n = 3 seeds per loss [95% t-interval over seeds, clipped at 0]" in text
+    assert "each seed's value is the mean of its 2 runs (2 embedding sizes)" in text
+    assert "| Triplet | 13.0 [10.5, 15.5] | 1013 [1011, 1015] |" in text

@@ -17,9 +17,10 @@ CELL = {"dataset": "cub200", "backbone": "bn_inception", "loss": "contrastive", 
 
 
 def _summary(values, **cell) -> pd.DataFrame:
-    """Our summary row as ``numbers.summarize`` builds it: mean and logit-t interval over seeds."""
+    """Our summary row as ``numbers.summarize`` builds it: mean, clipped t-interval and sd over seeds."""
     interval = bounded_t_interval(values, 0.95, 0.0, 1.0)
-    row = {"mean": interval.mean, "low": interval.low, "high": interval.high, "n": interval.n}
+    sd = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+    row = {"mean": interval.mean, "low": interval.low, "high": interval.high, "n": interval.n, "sd": sd}
     return pd.DataFrame([{**CELL, **cell, **row}])
 
 
@@ -55,12 +56,15 @@ def _row(values, published) -> pd.Series:
     [_seeds(0.265, 0.004), [0.01, 0.02, 0.05], [0.0, 0.1, 0.2], [1.0, 0.9, 0.95], [0.5, 0.5, 0.5], [0.4, 0.6], [0.7]],
 )
 def test_our_standard_error_is_recovered_from_our_interval(values):
-    """s/sqrt(n) behind every kind of interval ``bounded_t_interval`` returns: t-logit, truncated
-    at a bound, every value equal, a mean of 0.5, one value (none)."""
+    """s/sqrt(n) behind every kind of interval ``bounded_t_interval`` returns: inside the range, cut at
+    one bound, every value equal, one value (none); cut at both (two seeds of 0.4 and 0.6: t_1 = 12.7)
+    leaves nothing to recover it from, so the table takes the sd the summary carries."""
     interval = bounded_t_interval(values, 0.95, 0.0, 1.0)
     se = rp.standard_error(interval.mean, interval.low, interval.high, interval.n, 0.95)
-    if len(values) == 1:
+    if len(values) == 1 or (interval.low, interval.high) == (0.0, 1.0):
         assert math.isnan(se)
+        row = _row(values, _published(50.0, 1.0, 10))
+        assert len(values) == 1 or row["se"] == pytest.approx(stats.sem(values))
     else:
         assert se == pytest.approx(stats.sem(values), rel=1e-9, abs=1e-15)
 
@@ -89,33 +93,60 @@ def test_a_small_difference_inside_the_margin_is_reproduced_not_lower():
     # with a margin of 0.1 points neither equivalence nor a difference is shown
     strict = rp.judge(rp.reproduction_table(summary, _published(26.53, 0.29, 10)), 0.001, 0.95).iloc[0]
     assert strict["outcome"] == rp.INCONCLUSIVE
-    # taken as exact (the old check), the same number would read "ours lower" at that margin
-    exact = rp.judge(rp.reproduction_table(summary, _published(26.53)), 0.001, 0.95).iloc[0]
-    assert exact["verdict"] == "ours lower (published value has no interval)"
+    # without its interval, the number is one published run: judged by the prediction interval of one run
+    # (se = s sqrt(1/n + 1)), not as an exact mean (which read "ours lower" at that margin)
+    single = rp.judge(rp.reproduction_table(summary, _published(26.53)), 0.001, 0.95).iloc[0]
+    assert single["verdict"] == "inconclusive (published value without interval: one run, prediction interval)"
+    as_exact = 100 * stats.t.ppf(0.975, 9) * stats.sem(values)  # the old half-width: 0.14, so -0.3 was "lower"
+    assert single["difference_high"] - single["difference"] > as_exact and single["difference_high"] > 0
 
 
 def test_clearly_different_means_read_lower_or_higher():
     assert _row(_seeds(0.23, 0.004), _published(26.53, 0.29, 10))["outcome"] == rp.LOWER
     assert _row(_seeds(0.30, 0.004), _published(26.53, 0.29, 10))["outcome"] == rp.HIGHER
     higher = _row(_seeds(0.30, 0.004), _published(26.53))
-    assert higher["verdict"] == "ours higher (published value has no interval)"
+    assert higher["verdict"] == "ours higher (published value without interval: one run, prediction interval)"
 
 
-def test_a_published_number_without_an_interval_is_tested_against_ours_only_and_labelled():
+def test_a_published_number_without_an_interval_is_one_run_judged_by_a_prediction_interval():
+    """Hand-computed: 10 seeds, sd 0.4 points; one published run varies like one of ours, so
+    se = s sqrt(1/10 + 1) = 0.4 x 1.0488 = 0.4195 points, t_{0.975, 9} = 2.2622: half-width 0.949
+    points (as an exact mean it was s / sqrt(10) x t = 0.286)."""
     values = _seeds(0.2653, 0.004)
     row = _row(values, _published(26.53))
-    assert row["verdict"].endswith("(published value has no interval)") and math.isnan(row["se_published"])
-    # the one-sample t-test: our interval shifted by the published number, n - 1 degrees of freedom
-    assert row["df"] == 9
-    interval = bounded_t_interval(values, 0.95, 0.0, 1.0)
-    quantile = stats.t.ppf(0.975, 9)
-    assert row["difference_low"] == pytest.approx(row["difference"] - 100 * quantile * stats.sem(values))
-    test = stats.ttest_1samp(values, 0.2653)
-    assert (test.pvalue < 0.05) == (row["outcome"] in (rp.LOWER, rp.HIGHER))
-    assert interval.n == 10
-    # one seed: nothing to test, and the verdict says why
+    assert row["verdict"].endswith("(published value without interval: one run, prediction interval)")
+    assert math.isnan(row["se_published"]) and row["df"] == 9
+    half = (row["difference_high"] - row["difference_low"]) / 2
+    assert half == pytest.approx(100 * 2.262157 * 0.004 * math.sqrt(1 / 10 + 1), rel=1e-5)  # 0.949 points
+    assert row["difference"] == pytest.approx(0.0, abs=1e-9) and row["outcome"] == rp.REPRODUCED  # 90%: ± 0.769
+    # a run 1.5 points below: outside our mean's own interval, inside one run's spread? 1.5 > 0.949: lower
+    assert _row(_seeds(0.2503, 0.004), _published(26.53))["outcome"] == rp.LOWER
+    assert _row(_seeds(0.2593, 0.004), _published(26.53))["outcome"] == rp.INCONCLUSIVE  # 0.6 < 0.949
+    # one seed: nothing to test (no spread to predict with), and the verdict says why
     alone = _row([0.26], _published(26.53, 0.29, 10))
     assert alone["outcome"] == rp.NO_TEST and alone["verdict"] == "no test (one seed)"
+
+
+def test_test_selected_numbers_are_also_compared_with_our_best_test_epoch():
+    """The thesis and Proxy-Anchor kept the epoch of best test score: their numbers are also compared
+    with each run's best test score (the feedback record), like with like; others are not."""
+    from dmlbench.analysis import literature as lit
+
+    label = next(s.label for s in lit.PROTOCOL_SOURCES["thesis"])
+    values = _seeds(0.640, 0.004, n=3)
+    best = pd.DataFrame(
+        [{**CELL, "seed": s, "best_value": v + 0.012} for s, v in enumerate(values)]  # +1.2 points at its best epoch
+    )
+    published = _published(65.2).assign(source=label)
+    row = rp.reproduction_table(_summary(values), published, best=best).iloc[0]
+    assert row["test_selected"] and row["best_n"] == 3 and row["best_mean"] == pytest.approx(0.652)
+    assert row["difference"] == pytest.approx(-1.2) and row["best_difference"] == pytest.approx(0.0, abs=1e-9)
+    half = 100 * stats.t.ppf(0.975, 2) * 0.004 * math.sqrt(1 / 3 + 1)
+    assert row["best_difference_high"] == pytest.approx(half)
+    assert row["best_outcome"] == rp.INCONCLUSIVE and row["outcome"] in (rp.INCONCLUSIVE, rp.LOWER)
+    assert "Sec. 3.5.2" in rp.selection_evidence(label)
+    other = rp.reproduction_table(_summary(values), _published(65.2), best=best).iloc[0]  # source "paper"
+    assert not other["test_selected"] and other["best_verdict"] == "" and math.isnan(other["best_difference"])
 
 
 def test_the_published_standard_error_uses_the_papers_n():

@@ -204,7 +204,8 @@ def test_jobs_run_with_the_network_cut_after_the_fetch(tmp_path, small_raw_param
     (file_server.root / archive.name).write_bytes(archive.read_bytes())
     raw = copy.deepcopy(small_raw_params)
     raw["datasets"] = {"cub200": {"source": {"archive": {"url": f"{file_server.url}/{archive.name}",
-                                                         "md5": md5_file(archive)}}}}  # fmt: skip
+                                                         "md5": md5_file(archive)},
+                                             "allow_subset": True}}}  # fmt: skip
     cluster = {"poll_seconds": [0.2, 1.0], "default": {"cpus": 1, "mem": "1G", "time": "10"}}
     root, env, state = _slurm_project(tmp_path, raw, cluster)
     pipeline = yaml.safe_load((ROOT / "dvc.yaml").read_text())

@@ -167,7 +167,8 @@ def test_the_slurm_executor_hands_the_record_only_stages_to_its_submission(defau
     raw["tuning"].update(workers=2, storage="postgresql://u@db/optuna")  # tune jobs as worker arrays
     params = parse_params(raw)
     order = ["tune@glyphs-tiny_cnn-contrastive", "tune@glyphs-tiny_cnn-triplet", "train@glyphs-tiny_cnn-triplet-32-0"]
-    for name in ("require_slurm", "require_tracking_for_cluster", "require_fetched", "ensure_experiment"):
+    for name in ("require_slurm", "require_tracking_for_cluster", "require_reachable_stores", "require_fetched",
+                 "ensure_experiment", "probe_grid"):  # fmt: skip
         monkeypatch.setattr(slurm, name, lambda *args, **kwargs: None)
     monkeypatch.setattr(slurm, "plan_after_validate", lambda: Plan(order, {order[2]: {order[1]}}))
     monkeypatch.setattr(slurm, "StageBook", lambda root: nullcontext())

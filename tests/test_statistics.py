@@ -10,17 +10,16 @@ import pandas as pd
 import pytest
 
 from dmlbench.analysis import bayesian as bz
+from dmlbench.analysis.friedman import MIN_FRIEDMAN_BLOCKS, friedman, mean_ranks
 from dmlbench.analysis.statistics import (
     MIN_BLOCKS,
     critical_difference,
     dataset_blocks,
     dataset_means,
     experiment_scores,
-    friedman,
     friedman_shortfall,
     grid_text,
     holm,
-    mean_ranks,
     nemenyi,
     relative_improvement,
     seed_scores,
@@ -34,13 +33,16 @@ def _blocks(values: np.ndarray, losses: list[str]) -> pd.DataFrame:
 
 def test_friedman_on_a_perfect_ordering_matches_the_closed_form():
     # 10 blocks, a > b > c in every block: mean ranks 1, 2, 3 and
-    # chi2 = 12 N / (k (k + 1)) * sum R_j^2 - 3 N (k + 1) = 10 * 14 - 120 = 20, p = exp(-20 / 2) (2 df).
+    # chi2 = 12 N / (k (k + 1)) * sum R_j^2 - 3 N (k + 1) = 10 * 14 - 120 = 20 (scipy's statistic). Exact p:
+    # only the 6 arrangements with one order in every block reach it, 6 of 6^10: p = 6^-9 (chi2(2): exp(-10)).
     rng = np.random.default_rng(0)
     base = rng.uniform(0.2, 0.6, size=(10, 1))
     scores = _blocks(base + np.array([0.3, 0.2, 0.1]), ["a", "b", "c"])
     result = friedman(scores)
-    assert result.statistic == pytest.approx(20.0)
-    assert result.pvalue == pytest.approx(math.exp(-10))
+    from scipy.stats import friedmanchisquare
+
+    assert result.statistic == pytest.approx(20.0) == friedmanchisquare(*scores.to_numpy().T).statistic
+    assert result.method == "exact" and result.pvalue == pytest.approx(6.0**-9) == result.min_pvalue
     assert list(result.mean_ranks.index) == ["a", "b", "c"]
     assert list(result.mean_ranks) == [1.0, 2.0, 3.0]
     assert (result.n_blocks, result.n_losses) == (10, 3)
@@ -48,9 +50,9 @@ def test_friedman_on_a_perfect_ordering_matches_the_closed_form():
 
 def test_friedman_keeps_its_level_when_losses_do_not_differ():
     rng = np.random.default_rng(1)
-    pvalues = [friedman(_blocks(rng.normal(size=(8, 4)), list("abcd"))).pvalue for _ in range(400)]
+    pvalues = [friedman(_blocks(rng.normal(size=(4, 4)), list("abcd"))).pvalue for _ in range(400)]
     false_positives = np.mean(np.array(pvalues) < 0.05)
-    assert 0.01 <= false_positives <= 0.09
+    assert 0.01 <= false_positives <= 0.06  # exact: at most 0.05 (a discrete test stays below its level)
     # and it detects a real shift of one loss
     shifted = [
         friedman(_blocks(rng.normal(size=(8, 4)) + [2.5, 0, 0, 0], list("abcd"))).pvalue < 0.05 for _ in range(100)
@@ -214,21 +216,18 @@ def test_seed_scores_and_grid_text():
     )
 
 
-def test_friedman_needs_five_independent_blocks_and_three_losses():
-    assert MIN_BLOCKS == 5
-    four = _blocks(np.ones((4, 3)), ["a", "b", "c"])
-    why = friedman_shortfall(four, "4 datasets (4 experiments: 1 backbone x 1 embedding size)")
+def test_friedman_needs_two_independent_blocks_and_three_losses():
+    assert MIN_FRIEDMAN_BLOCKS == 2 and MIN_BLOCKS == 5  # MIN_BLOCKS: the sign tests and the Bayesian test
+    one = _blocks(np.ones((1, 3)), ["a", "b", "c"])
+    why = friedman_shortfall(one, "1 dataset (2 experiments: 1 backbone x 2 embedding sizes)")
     assert why == (
-        "they need at least 5 independent blocks, and the independent unit is the dataset (Demšar 2006): "
+        "they need at least 2 independent blocks, and the independent unit is the dataset (Demšar 2006): "
         "backbones and embedding sizes on one dataset share its training and test images, so they are repeated "
-        "measures of one block; this grid has 4 datasets (4 experiments: 1 backbone x 1 embedding size); add datasets"
+        "measures of one block; this grid has 1 dataset (2 experiments: 1 backbone x 2 embedding sizes), so only "
+        "the per-experiment tests over seeds apply; add datasets"
     )
-    assert friedman_shortfall(_blocks(np.ones((5, 3)), ["a", "b", "c"])) is None
+    assert friedman_shortfall(_blocks(np.ones((2, 3)), ["a", "b", "c"])) is None
     assert "at least 3 losses; the grid has 2" in friedman_shortfall(_blocks(np.ones((9, 2)), ["a", "b"]))
-    # why 5: with N blocks a perfect ordering of k = 4 losses gives chi2 = N (k - 1); N = 2 cannot reach 0.05
-    from scipy.stats import chi2
-
-    assert chi2.sf(2 * 3, 3) > 0.05 > chi2.sf(MIN_BLOCKS * 3, 3)
 
 
 def _grid(datasets: int, dims: tuple[int, ...], quality: dict[str, float], noise: float, seed: int = 0) -> pd.DataFrame:
@@ -250,7 +249,8 @@ def test_one_dataset_with_three_dims_refuses_the_tests_and_says_why():
     assert tests.friedman is None and tests.nemenyi is None and tests.cd is None and tests.wins is None
     assert (tests.datasets, tests.experiments) == (1, 3)
     assert tests.skipped.endswith(
-        "this grid has 1 dataset (3 experiments: 1 backbone x 3 embedding sizes); add datasets"
+        "this grid has 1 dataset (3 experiments: 1 backbone x 3 embedding sizes), so only the per-experiment "
+        "tests over seeds apply; add datasets"
     )
     assert bz.ACROSS not in set(tests.bayes["experiment"])  # 3 experiments of one dataset are not pooled
     intervals = rank_intervals(tests.blocks, 0.95)

@@ -28,6 +28,31 @@ def test_concurrent_processes_share_one_fresh_store(tmp_path, mlflow_store):
     assert sqlite_path(mlflow_store) == tmp_path / "mlflow.db"
 
 
+# A process killed while MLflow builds a new store's tables: it stops one migration short of the
+# head, the state a slow machine's killed `dvc repro` once left ("out-of-date database schema").
+HALF_BUILT = """
+import os
+from alembic import command
+real_upgrade = command.upgrade
+def killed_midway(config, revision, **kwargs):
+    real_upgrade(config, "75868b020152")
+    os._exit(9)
+command.upgrade = killed_midway
+from dmlbench.tracking.store import client
+client()
+"""
+
+
+def test_a_process_killed_while_creating_the_store_leaves_none_behind(tmp_path, mlflow_store):
+    killed = subprocess.run(
+        [sys.executable, "-c", HALF_BUILT], check=False, capture_output=True, text=True, timeout=120
+    )
+    assert killed.returncode == 9, killed.stderr[-800:]
+    assert not (tmp_path / "mlflow.db").exists()  # the half-built tables stayed in the temporary file
+    assert ensure_experiment("after-a-kill")  # the next process builds the store whole and uses it
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == []
+
+
 def test_training_run_logs_identity_params_and_tags(mlflow_store, monkeypatch):
     monkeypatch.setenv("DVC_STAGE", "train@glyphs-tiny_cnn-contrastive-32-0")
     tracked = start_training_run(RUN, RESOLVED, "hash1", "exp")

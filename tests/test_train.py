@@ -42,9 +42,9 @@ def _train_r_at_1(params, run, data, state=None):
 def test_each_demo_loss_beats_its_untrained_model_on_training_classes(small_raw_params, prepared_glyphs, loss):
     # CPU numerics differ between machines (SIMD width, AVX-512/AMX, oneDNN and ATen kernels), and
     # a few rounding differences send a run down another trajectory: the learned margin must be far
-    # larger than what one trajectory can lose. 4 epochs of one pass (15 iterations) were not:
-    # triplet gained +0.050 on an AVX2 Zen (the old threshold, exactly), +0.058 to +0.117 there
-    # with other oneDNN / ATen kernels forced, +0.029 on an Intel AMX machine. 4 epochs of 60
+    # larger than what one trajectory can lose. 4 epochs of one pass (15 iterations) are not:
+    # triplet gains +0.050 on an AVX2 Zen, +0.058 to +0.117 there with other oneDNN / ATen
+    # kernels forced, +0.029 on an Intel AMX machine. 4 epochs of 60
     # iterations (4 passes each) gain +0.47 to +0.72 over seeds 0-5 of the four losses, and
     # >= +0.49 for seed 0 under seven kernel / thread settings, against the +0.20 asserted.
     _, data = prepared_glyphs
@@ -272,31 +272,31 @@ def test_diverged_run_is_failed_in_mlflow(small_raw_params, prepared_glyphs, in_
 def test_stage_resumes_into_the_same_mlflow_run_logging_each_epoch_once(
     small_raw_params, prepared_glyphs, in_project, mlflow_store, monkeypatch
 ):
-    """A crash after epoch 2's checkpoint but before its metrics reached MLflow: the re-run logs
-    epoch 2 (from the checkpoint) and 3, into the same run, with no step logged twice."""
+    """A crash after epoch 2's checkpoint but before its metrics reached MLflow (or its spool): the
+    re-run logs epoch 2 (from the checkpoint) and 3, into the same run, with no step logged twice."""
     import json
 
-    from dmlbench.tracking import runs
+    from dmlbench.tracking.record import TrainingRecord
     from dmlbench.tracking.store import client
     from dmlbench.train.stage import train_stage
 
     _project_with_glyphs(in_project, prepared_glyphs)
     params = _params(small_raw_params, epochs=3)
     run = RunSpec("glyphs", "tiny_cnn", "multi_similarity", 32, 0)
-    real_log = runs.TrackedRun.log_metrics
+    real_log = TrainingRecord.log_epoch
 
     class Crash(BaseException):
         pass
 
-    def crash_at_epoch_2(self, metrics, step=None):
-        if step == 2:
+    def crash_at_epoch_2(self, epoch, metrics):
+        if epoch == 2:
             raise Crash
-        real_log(self, metrics, step)
+        real_log(self, epoch, metrics)
 
-    monkeypatch.setattr(runs.TrackedRun, "log_metrics", crash_at_epoch_2)
+    monkeypatch.setattr(TrainingRecord, "log_epoch", crash_at_epoch_2)
     with pytest.raises(Crash):
         train_stage(params, run, device=torch.device("cpu"))
-    monkeypatch.setattr(runs.TrackedRun, "log_metrics", real_log)
+    monkeypatch.setattr(TrainingRecord, "log_epoch", real_log)
     info = train_stage(params, run, device=torch.device("cpu"))
     assert info["resumed_from_epoch"] == 2
 

@@ -1,4 +1,4 @@
-"""Tuned vs published on the test classes: the gain's Welch interval, ranks and swapped pairs,
+"""Tuned vs published on the test classes: the gain's paired (or Welch) interval, ranks and swapped pairs,
 and the baseline cells read back from their evaluation files."""
 
 from __future__ import annotations
@@ -40,6 +40,30 @@ def test_difference_interval_is_welchs_and_stays_in_range():
     assert all(math.isnan(x) for x in difference_interval(np.array([0.3, 0.3]), np.array([0.2, 0.2]), 0.95, 1.0)[1:])
 
 
+def test_difference_interval_pairs_matched_seeds():
+    """Hand-computed: differences per seed 0.06, 0.08, 0.08: mean 0.0733, sd 0.011547, se 0.0066667,
+    t_{0.975, 2} = 4.302653: 0.0733 -/+ 0.02868 = [0.0447, 0.1020], far narrower than Welch's
+    (the seeds' shared luck cancels)."""
+    a, b = np.array([0.31, 0.35, 0.30]), np.array([0.25, 0.27, 0.22])
+    estimate, low, high, p = difference_interval(a, b, 0.95, 1.0, paired=True)
+    half = 4.302653 * 0.011547005 / math.sqrt(3)
+    assert (estimate, low, high) == pytest.approx((0.22 / 3, 0.22 / 3 - half, 0.22 / 3 + half), abs=1e-6)
+    assert p == pytest.approx(stats.ttest_rel(a, b).pvalue)
+    welch = difference_interval(a, b, 0.95, 1.0)
+    assert welch[2] - welch[1] > 2 * (high - low)
+    # equal differences: no spread to build an interval on
+    assert math.isnan(difference_interval(a, a - 0.1, 0.95, 1.0, paired=True)[1])
+
+
+def test_the_search_seed_is_left_out_of_what_tuning_bought():
+    """A grid seed that is also the search's seed repeats the trial the search picked: left out of both sides."""
+    published = _runs({"contrastive": [0.30, 0.31, 0.29]})
+    tuned = _runs({"contrastive": [0.40, 0.31, 0.30]})  # seed 0 carries the search's luck
+    kept = tuning_gain(tuned, published, "map_at_r", 0.95, exclude_seeds=(0,)).iloc[0]
+    assert (kept["tuned_n"], kept["baseline_n"]) == (2, 2) and kept["gain"] == pytest.approx(0.005)
+    assert tuning_gain(tuned, published, "map_at_r", 0.95).iloc[0]["gain"] == pytest.approx(0.11 / 3)
+
+
 def _runs(values: dict[str, list[float]], dim: int = 64) -> pd.DataFrame:
     return pd.DataFrame(
         [
@@ -63,11 +87,12 @@ def test_gain_ranks_and_swaps():
         {"contrastive": [0.30, 0.31, 0.29], "triplet": [0.25, 0.26, 0.24], "proxy_anchor": [0.20, 0.22, 0.21]}
     )
     tuned = pd.concat([
-        _runs({"contrastive": [0.30, 0.30, 0.31], "triplet": [0.25, 0.27, 0.25], "proxy_anchor": [0.33, 0.35, 0.34]}),
+        _runs({"contrastive": [0.30, 0.30, 0.31], "triplet": [0.25, 0.27, 0.25], "proxy_anchor": [0.33, 0.36, 0.34]}),
         _runs({"contrastive": [0.9, 0.9, 0.9]}, dim=32),  # another dim of the grid: not compared
     ])  # fmt: skip
     gains = tuning_gain(tuned, published, "map_at_r", 0.95).set_index("loss")
-    assert gains.loc["proxy_anchor", "gain"] == pytest.approx(0.13)
+    assert gains.loc["proxy_anchor", "gain"] == pytest.approx(0.40 / 3)
+    assert gains["paired"].all()  # the same seeds on both sides: paired over them
     assert gains.loc["proxy_anchor", "p_value"] < 0.01 and gains.loc["contrastive", "p_value"] > 0.05
     assert gains.loc["proxy_anchor", "tuned_low"] < 0.34 < gains.loc["proxy_anchor", "tuned_high"]
     assert 0 <= gains.loc["proxy_anchor", "baseline_low"] and gains.loc["proxy_anchor", "tuned_n"] == 3

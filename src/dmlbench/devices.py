@@ -2,9 +2,13 @@
 
 * :func:`default_device`: the device every stage and library call uses when none is named. The
   runner (``python -m dmlbench.pipeline``) exports the grid's device as ``DMLBENCH_DEVICE``
-  (the protocol's ``device`` key, or ``--device`` / ``make repro DEVICE=cpu``): ``cuda`` refuses
-  without a CUDA GPU instead of silently training on the CPU; ``cpu`` runs on the CPU even where
-  a GPU is; ``auto`` (or unset) takes a GPU when torch sees one, else the CPU.
+  (the protocol's ``device`` key, or ``--device`` / ``make repro DEVICE=cpu``); on Slurm every job
+  that asked for a GPU runs with ``cuda`` (:func:`dmlbench.launch.job_script`). ``cuda`` refuses in
+  one line (:func:`cuda_problem`: no GPU seen, a driver too old for the build, a GPU the build has
+  no code for) instead of silently training on the CPU; ``cpu`` runs on the CPU even where a GPU
+  is; ``auto`` (or unset) takes a GPU when torch sees one, else the CPU.
+* :func:`gpu_share`: how many trainings share this process's GPU, read from Slurm inside a job
+  (its shards of the node's, its MPS percentage), else from the local executor.
 * :func:`cuda_facts`: what torch and the NVIDIA driver report, read in one function (tests fake
   it), and :func:`cuda_problem`: the one-line refusal when the build, the driver and the GPUs do
   not fit together, naming the fix (the CUDA build knob ``TORCH_BACKEND``, docs/gpu.md, or
@@ -24,7 +28,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -56,23 +62,77 @@ def requested_device() -> str:
     return value
 
 
+def where() -> str:
+    """Where this process runs, for a refusal: ``Slurm job 42 on node gpu07`` or ``host gpu07``."""
+    job = os.environ.get("SLURM_JOB_ID")
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    return f"Slurm job {job} on node {node}" if job else f"host {node}"
+
+
 def default_device(device: str | torch.device | None = None) -> torch.device:
     """``device`` as given; else as :func:`requested_device` says: ``cpu``; ``cuda`` (refused in
-    one line when torch sees no CUDA GPU); ``auto``: CUDA when torch sees a GPU, else the CPU."""
+    one line when torch cannot use a CUDA GPU here, :func:`cuda_problem`); ``auto``: CUDA when
+    torch sees a GPU, else the CPU."""
     if device is not None:
         return torch.device(device)
     requested = requested_device()
     if requested == "cpu":
         return torch.device("cpu")
-    if torch.cuda.is_available():
-        return torch.device("cuda")
     if requested == "cuda":
-        build = torch.version.cuda or "none, a CPU-only build"
-        raise DeviceError(
-            f"the grid needs a CUDA GPU ({DEVICE_ENV}=cuda, the protocol's device) but torch {torch.__version__} "
-            f"(CUDA build: {build}) sees none; docs/gpu.md says which build fits which GPU and driver; {CPU_FIX}"
-        )
-    return torch.device("cpu")
+        problem = cuda_problem(cuda_facts())
+        if problem is not None:
+            raise DeviceError(
+                f"{where()} needs a CUDA GPU ({DEVICE_ENV}=cuda: the protocol's device, or a Slurm job that asked "
+                f"for a GPU) but {problem}"
+            )
+        return torch.device("cuda")
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+SHARE_VARIABLE = "DMLBENCH_GPU_SHARE"  # the local executor's: how many workers share this one's GPU
+SHARDS_VARIABLE = "SLURM_SHARDS_ON_NODE"  # a Slurm job's shards of the node's GPUs (--gres=shard:N)
+MPS_PERCENT_VARIABLE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"  # set by Slurm's MPS plugin (--gres=mps:N)
+
+
+def node_gres(node: str) -> dict[str, int]:
+    """The generic resources ``scontrol show node`` lists for ``node`` (``Gres=gpu:h100:4(S:0-1),
+    shard:h100:32``): count per name, summed over types; empty when it cannot be asked."""
+    try:
+        shown = subprocess.run(["scontrol", "--oneliner", "show", "node", node], capture_output=True, text=True,
+                               timeout=20, check=False).stdout  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    match = re.search(r"(?:^|\s)Gres=(\S+)", shown)
+    counts: dict[str, int] = {}
+    for entry in re.sub(r"\([^)]*\)", "", match[1]).split(",") if match else []:
+        fields = entry.split(":")
+        if len(fields) >= 2 and fields[-1].isdigit():
+            counts[fields[0]] = counts.get(fields[0], 0) + int(fields[-1])
+    return counts
+
+
+def gpu_share(environ: Mapping[str, str] | None = None) -> float:
+    """How many trainings share this process's GPU, as the divisor of its free memory
+    (:func:`dmlbench.train.step.cache_fits`). In a Slurm job it is read from Slurm: under MPS,
+    ``100 / CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (the job's percentage of the GPU, which Slurm
+    computes from the site's MPS count per GPU; https://slurm.schedmd.com/gres.html#MPS_Management);
+    with shards, the node's shards per GPU over the job's ``SLURM_SHARDS_ON_NODE``
+    (https://slurm.schedmd.com/gres.html#Sharding; the node's counts from ``scontrol show node``);
+    a whole GPU otherwise. Outside a job (or where the node cannot be asked): the local executor's
+    ``DMLBENCH_GPU_SHARE``; 1 without it."""
+    env = os.environ if environ is None else environ
+    percent = env.get(MPS_PERCENT_VARIABLE, "")
+    if percent.replace(".", "", 1).isdigit() and 0 < float(percent) <= 100:
+        return 100.0 / float(percent)
+    shards = env.get(SHARDS_VARIABLE, "")
+    if env.get("SLURM_JOB_ID") and shards.isdigit() and int(shards) > 0:
+        gres = node_gres(env.get("SLURMD_NODENAME") or socket.gethostname())
+        if gres.get("shard") and gres.get("gpu"):
+            return max(1.0, gres["shard"] / gres["gpu"] / int(shards))
+    elif env.get("SLURM_JOB_ID"):
+        return 1.0  # a job without shards or MPS has its GPUs to itself
+    value = env.get(SHARE_VARIABLE, "1")
+    return float(value) if value.isdigit() and int(value) > 0 else 1.0
 
 
 @dataclass(frozen=True)

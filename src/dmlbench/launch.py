@@ -94,16 +94,21 @@ def resource_args(config: ClusterConfig, resources: StageResources) -> list[str]
     return args
 
 
-def job_script(command: str, env_file: Path | None = None) -> str:
+def job_script(command: str, env_file: Path | None = None, gpus: int | None = 0) -> str:
     """The shell line a Slurm job runs (``sbatch --wrap``): this interpreter's ``bin/`` first on
     ``PATH`` (``python stages/...`` in dvc.yaml finds the venv), the variables of ``env_file``
     (:func:`write_job_environment`) exported when it exists, then ``exec command``. It needs nothing
     of the submitting shell's environment, so jobs run the same under ``SBATCH_EXPORT=NONE``
-    (``--export=NONE``, https://slurm.schedmd.com/sbatch.html#OPT_export)."""
+    (``--export=NONE``, https://slurm.schedmd.com/sbatch.html#OPT_export). A job that asked for
+    ``gpus`` runs with ``DMLBENCH_DEVICE=cuda`` (unless the run said ``cpu``, knowingly): its stage
+    refuses in one line where it finds no usable GPU (:func:`dmlbench.devices.default_device`)
+    instead of training on the CPU."""
     prelude = [f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"']
     if env_file is not None:
         quoted = shlex.quote(str(env_file))
         prelude.append(f"if [ -r {quoted} ]; then set -a; . {quoted}; set +a; fi")
+    if gpus:
+        prelude.append('export DMLBENCH_DEVICE="${DMLBENCH_DEVICE:-cuda}"')
     return "; ".join([*prelude, f"exec {command}"])
 
 
@@ -129,7 +134,7 @@ def array_command(config: ClusterConfig, count: int, command: list[str], log: Pa
     return [
         "sbatch", "--wait", "--parsable", f"--array=0-{count - 1}{limit}", f"--job-name={name}", f"--output={log}",
         f"--chdir={Path.cwd()}", *resource_args(config, config.resources("tune")), *config.extra_args,
-        f"--wrap={job_script(task, env_file)}",
+        f"--wrap={job_script(task, env_file, config.resources('tune').gpus)}",
     ]  # fmt: skip
 
 

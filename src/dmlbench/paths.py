@@ -8,6 +8,7 @@ artifacts/runlog/<ds>/<bb>/<loss>/<dim>/seed<k>.json   train: timings, device, h
     (not a DVC output: what differs between two executions of the same training stays out of
     the outputs, whose hashes are then the same on every clone; missing where outputs were
     restored from a DVC cache)
+artifacts/runlog/spool/<...>/seed<k>/          train: its tracking records until the server has them (not a DVC output)
 artifacts/tuning/<ds>/<bb>/<loss>/             tune: best.yaml (read by train), trials.csv, study.json
 artifacts/tuning/<ds>/<bb>/<loss>/study/       tune: the Optuna journal (persist: a killed study resumes)
 artifacts/runlog/tuning/<ds>/<bb>/<loss>.json  tune: timings per trial (not a DVC output)
@@ -78,6 +79,15 @@ def runlog_file(run: RunSpec, fold: int | None = None) -> Path:
     """The run's execution record (``fold``: one fold model's, ``seed<k>/fold<f>.json``)."""
     base = ARTIFACTS / "runlog" / run.relpath
     return base.with_suffix(".json") if fold is None else base / f"fold{fold}.json"
+
+
+SPOOLS = ARTIFACTS / "runlog" / "spool"
+
+
+def spool_dir(run: RunSpec) -> Path:
+    """Where a training stage's tracking records wait until sent (:mod:`dmlbench.tracking.spool`):
+    one folder per stage, its fold models' records included."""
+    return SPOOLS / run.relpath
 
 
 def embedding_dir(run: RunSpec, fold: int | None = None) -> Path:

@@ -1,5 +1,5 @@
 """The base of every params model (a leaf module: the registries' parameter models and the
-params schema in ``config.py`` both build on it)."""
+params schema in ``params/`` both build on it)."""
 
 from __future__ import annotations
 

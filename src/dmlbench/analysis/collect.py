@@ -34,7 +34,8 @@ from dmlbench.tracking.runlog import TIMING_KEYS, read_runlog
 class Results:
     runs: pd.DataFrame  # dataset, backbone, loss, dim, seed, metric, value
     history: pd.DataFrame  # dataset, backbone, loss, dim, seed, epoch, train/*, val/*, test_feedback/*
-    selections: pd.DataFrame  # dataset, backbone, loss, dim, seed, selected_epoch, selection_metric, tf_*, device
+    # dataset, backbone, loss, dim, seed, selected_epoch, selection_metric, tf_*, device, precision
+    selections: pd.DataFrame
     datasets: dict[str, dict[str, Any]]
     # the untrained trunk ("Pretrained" row): dataset, backbone, weights, dim, metric, mean, low, high, n (queries)
     baselines: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -89,6 +90,7 @@ def collect_results(params: Params) -> Results:
                         "tf_best_value": feedback.get("best_value"),
                         "tf_selected_value": feedback.get("selected_value"),
                         "device": info.get("device", "unknown device"),
+                        "precision": info.get("precision", "not recorded"),
                     }
                 )
     datasets = {}
@@ -119,8 +121,9 @@ def collect_results(params: Params) -> Results:
 
 
 def collect_baselines(params: Params) -> pd.DataFrame:
-    """The ``evaluate_pretrained`` results of every dataset x backbone: one evaluation each, with the
-    per-query bootstrap interval (n = test queries); a missing one is left out of the report."""
+    """The ``evaluate_pretrained`` results of every dataset x backbone: one evaluation each, with its
+    bootstrap interval (``n`` in ``unit``: test classes, or queries for an evaluation written before
+    the class bootstrap; ``queries``); a missing one is left out of the report."""
     rows = []
     for dataset in params.datasets:
         for backbone in params.backbones:
@@ -133,6 +136,7 @@ def collect_baselines(params: Params) -> pd.DataFrame:
                 for metric, value in info["metrics"].items():
                     bounds = info.get("bootstrap", {}).get(metric) or {}
                     low, high = bounds.get("low"), bounds.get("high")
+                    n = int(bounds.get("n", info.get("num_queries", 1)))
                     rows.append(
                         {
                             "dataset": dataset,
@@ -143,7 +147,10 @@ def collect_baselines(params: Params) -> pd.DataFrame:
                             "mean": value,
                             "low": math.nan if low is None else low,
                             "high": math.nan if high is None else high,
-                            "n": int(bounds.get("n", info.get("num_queries", 1))),
+                            "n": n,
+                            # a class-cluster interval records its queries; an older query bootstrap's n were queries
+                            "unit": "classes" if "queries" in bounds else "queries",
+                            "queries": int(bounds.get("queries", n)),
                         }
                     )
     return pd.DataFrame(rows)
@@ -163,3 +170,15 @@ def per_query_scores(evaluation_dir: Path, run: str, metric: str) -> tuple[np.nd
         if index not in stored.files or values not in stored.files:
             return None
         return stored[index], stored[values]
+
+
+def per_query_labels(evaluation_dir: Path, run: str) -> np.ndarray | None:
+    """The class label of each query of one run (same order as :func:`per_query_scores`), the unit
+    that interval bootstraps resample; None where the file predates the labels (re-run its evaluate
+    stage) or the run is missing."""
+    file = Path(evaluation_dir) / PER_QUERY
+    if not file.exists():
+        return None
+    with np.load(file) as stored:
+        key = f"{run}/query_label"
+        return stored[key] if key in stored.files else None

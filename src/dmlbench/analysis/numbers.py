@@ -8,11 +8,10 @@ Sections only format these numbers.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from dmlbench.analysis import bayesian as bz
@@ -20,8 +19,11 @@ from dmlbench.analysis import claims as claims_of
 from dmlbench.analysis import literature as lit
 from dmlbench.analysis import statistics as st
 from dmlbench.analysis.collect import Results
+from dmlbench.analysis.friedman import FriedmanResult, friedman
 from dmlbench.analysis.reproduction import reproduction_table
+from dmlbench.analysis.run_records import feedback_bias, run_costs
 from dmlbench.analysis.tournament import experiment_ranks, tournament
+from dmlbench.data import DATASETS
 from dmlbench.evaluate.intervals import bounded_t_interval
 from dmlbench.evaluate.metrics import metric_range
 from dmlbench.params.model import Params
@@ -52,8 +54,8 @@ def fold_models_per_seed(frame: pd.DataFrame) -> int:
 
 
 def summarize(runs: pd.DataFrame, confidence: float) -> pd.DataFrame:
-    """Mean, t-interval inside the metric's range (:func:`~dmlbench.evaluate.metrics.metric_range`) and n per
-    (dataset, backbone, loss, dim, metric)."""
+    """Mean, t-interval clipped to the metric's range (:func:`~dmlbench.evaluate.metrics.metric_range`), n
+    and the sample sd over seeds per (dataset, backbone, loss, dim, metric)."""
     rows = []
     for key, group in runs.groupby(["dataset", "backbone", "loss", "dim", "metric"], sort=False):
         interval = bounded_t_interval(group["value"].to_numpy(), confidence, *metric_range(key[-1]))
@@ -64,6 +66,7 @@ def summarize(runs: pd.DataFrame, confidence: float) -> pd.DataFrame:
                 low=interval.low,
                 high=interval.high,
                 n=interval.n,
+                sd=float(group["value"].std(ddof=1)) if len(group) > 1 else math.nan,
             )
         )
     return pd.DataFrame(rows)
@@ -84,93 +87,18 @@ def focus_dim(params: Params) -> int:
     return 512 if 512 in params.dims else max(params.dims)
 
 
-def feedback_bias(results: Results) -> pd.DataFrame:
-    """Per run: test score of the best test epoch minus that of the epoch selected on validation.
-
-    From ``run.json`` ``test_feedback`` when present, else from the ``test_feedback/<metric>``
-    columns of ``history.json`` (the selection metric's). Empty when neither was recorded.
-    """
-    rows = []
-    history = results.history
-    for sel in results.selections.itertuples(index=False):
-        cell = {"dataset": sel.dataset, "backbone": sel.backbone, "loss": sel.loss, "dim": sel.dim, "seed": sel.seed}
-        if sel.tf_best_value is not None and not pd.isna(sel.tf_best_value):
-            rows.append(
-                {
-                    **cell,
-                    "metric": sel.tf_metric,
-                    "best_epoch": sel.tf_best_epoch,
-                    "best_value": sel.tf_best_value,
-                    "selected_epoch": sel.selected_epoch,
-                    "selected_value": sel.tf_selected_value,
-                }
-            )
-            continue
-        metric = sel.selection_metric or "map_at_r"
-        column = f"test_feedback/{metric}"
-        if column not in history.columns:
-            continue
-        mask = np.ones(len(history), dtype=bool)
-        for key, value in cell.items():
-            mask &= (history[key] == value).to_numpy()
-        if not pd.isna(sel.fold):  # one fold model of a cross-validation run
-            mask &= (history["fold"] == sel.fold).to_numpy()
-        curve = history.loc[mask, ["epoch", column]].dropna()
-        if curve.empty:
-            continue
-        best = curve.loc[curve[column].idxmax()]
-        at_selected = curve.loc[curve["epoch"] == sel.selected_epoch, column]
-        if at_selected.empty:
-            continue
-        rows.append(
-            {
-                **cell,
-                "metric": metric,
-                "best_epoch": int(best["epoch"]),
-                "best_value": float(best[column]),
-                "selected_epoch": sel.selected_epoch,
-                "selected_value": float(at_selected.iloc[0]),
-            }
-        )
-    frame = pd.DataFrame(rows)
-    if len(frame):
-        frame["bias"] = frame["best_value"] - frame["selected_value"]
-    return frame
-
-
-def run_costs(results: Results) -> pd.DataFrame:
-    """Per run: training seconds (sum over epochs), mean training images/s, epochs, device."""
-    history = results.history
-    keys = ["dataset", "backbone", "loss", "dim", "seed"]
-    seconds_column = "train/epoch_seconds" if "train/epoch_seconds" in history.columns else None
-    rows = []
-    for key, group in history.groupby(keys, sort=False):
-        rows.append(
-            {
-                **dict(zip(keys, key, strict=True)),
-                "train_seconds": float(group[seconds_column].sum()) if seconds_column else math.nan,
-                "images_per_second": float(group["train/images_per_second"].mean())
-                if "train/images_per_second" in group.columns
-                else math.nan,
-                "epochs": int(group["epoch"].max()),
-            }
-        )
-    costs = pd.DataFrame(rows)
-    devices = results.selections[keys + ["device"]].drop_duplicates(subset=keys)  # folds share a device
-    return costs.merge(devices, on=keys, how="left").fillna({"device": "unknown device"})
-
-
 @dataclass
 class Tests:
     """Friedman + Nemenyi (or why they were not run), Holm-adjusted win rates and the Bayesian
     comparison, every test over independent blocks: the datasets (:func:`~.statistics.dataset_blocks`).
 
-    ``nemenyi``/``cd`` exist only after a significant Friedman test; ``wins`` only from
-    :data:`~.statistics.MIN_BLOCKS` datasets (``skipped`` says why not).
+    ``nemenyi``/``cd`` exist only after a significant Friedman test; ``wins`` (sign tests, Holm)
+    only after it too, and from :data:`~.statistics.MIN_BLOCKS` datasets (``skipped`` says why the
+    Friedman test was not run).
     """
 
     blocks: st.DatasetBlocks | None = None
-    friedman: st.FriedmanResult | None = None
+    friedman: FriedmanResult | None = None
     nemenyi: pd.DataFrame | None = None
     cd: float | None = None
     wins: pd.DataFrame | None = None
@@ -212,26 +140,33 @@ class Tests:
 
 
 def significance_tests(
-    runs: pd.DataFrame, metric: str, ranked: list[str], confidence: float, alpha: float, rope: float
+    runs: pd.DataFrame,
+    metric: str,
+    ranked: list[str],
+    confidence: float,
+    alpha: float,
+    rope: float,
+    synthetic: Collection[str] = (),
 ) -> Tests:
-    """The tests of ``metric`` over the dataset blocks of ``runs``; ``ranked``: the tournament order
-    (best first), whose neighbours the Bayesian comparison pairs. Nemenyi and the critical
-    difference only after a Friedman test with p < ``alpha``."""
-    blocks = st.dataset_blocks(runs, metric)
-    tests = Tests(blocks=blocks, rope=rope, datasets=len(blocks), grid=st.grid_text(runs, metric))
+    """The tests of ``metric`` over the dataset blocks of ``runs`` (``synthetic`` datasets left out
+    beside real ones: :func:`~.statistics.block_datasets`); ``ranked``: the tournament order (best
+    first), whose neighbours the Bayesian comparison pairs. Nemenyi, the critical difference and
+    the sign tests only after a Friedman test with p < ``alpha``."""
+    blocks = st.dataset_blocks(runs, metric, synthetic)
+    tests = Tests(blocks=blocks, rope=rope, datasets=len(blocks), grid=st.grid_text(runs, metric, synthetic))
     tests.experiments = int(blocks.experiments.sum())
     scores = blocks.scores
     tests.skipped = st.friedman_shortfall(scores, tests.grid)
     if tests.skipped is None:
-        tests.friedman = st.friedman(scores)
+        tests.friedman = friedman(scores)
         if tests.friedman.pvalue < alpha:
             tests.nemenyi = st.nemenyi(scores)
             tests.cd = st.critical_difference(scores.shape[1], scores.shape[0], alpha)
-    if scores.shape[1] > 1 and len(blocks) >= st.MIN_BLOCKS:
-        tests.wins = st.win_rates(scores, confidence)
+            if len(blocks) >= st.MIN_BLOCKS:
+                tests.wins = st.win_rates(scores, confidence)
     if scores.shape[1] > 1:
         seeds = st.seed_scores(runs, metric)
-        tests.bayes = bz.compare_neighbours(seeds, st.dataset_means(runs, metric), ranked, rope)
+        tests.bayes = bz.compare_neighbours(seeds, st.dataset_means(runs, metric, synthetic), ranked, rope)
     return tests
 
 
@@ -286,9 +221,14 @@ def analyse(params: Params, results: Results) -> Analysis:
     ranking = tournament(tournament_input(results.runs, primary))
     ranks = experiment_ranks(tournament_input(results.runs, primary))
     report = params.report
-    tests = significance_tests(results.runs, primary, list(ranking["loss"]), confidence, report.alpha, report.rope)
+    synthetic = [name for name in params.datasets if DATASETS[name].synthetic]
+    tests = significance_tests(
+        results.runs, primary, list(ranking["loss"]), confidence, report.alpha, report.rope, synthetic
+    )
 
     summary = summarize(results.runs, confidence)
+    bias = feedback_bias(results)
+    best = bias.assign(metric=bias["metric"].map(lit.canonical_metric)) if len(bias) else bias
     return Analysis(
         params=params,
         results=results,
@@ -300,11 +240,11 @@ def analyse(params: Params, results: Results) -> Analysis:
         rank_intervals=rank_intervals(tests.blocks, confidence),
         tests=tests,
         papers=papers_vs_reality(params, results, literature, methods, names, confidence),
-        bias=feedback_bias(results),
+        bias=bias,
         costs=run_costs(results),
         dim=focus_dim(params),
         reproduction=reproduction_table(
-            summary, lit.published_for(literature, params.protocol_name), params.report.rope, confidence
+            summary, lit.published_for(literature, params.protocol_name), params.report.rope, confidence, best
         ),
     )
 
@@ -355,18 +295,23 @@ def papers_vs_reality(
 def _our_improvements(
     runs: pd.DataFrame, baseline: str, dim: int, names: dict[str, str], methods: pd.DataFrame, confidence: float
 ) -> pd.DataFrame:
-    """Our relative P@1 improvement of each loss over ``baseline`` per dataset/backbone at ``dim`` (percent)."""
+    """Our relative P@1 improvement of each loss over ``baseline`` per dataset/backbone at ``dim`` (percent):
+    paired over the seeds when both cells have the same seeds, else Welch."""
     top1 = runs[(runs["metric"] == TOP1) & (runs["dim"] == dim)]
     rows = []
     for (dataset, backbone), block in top1.groupby(["dataset", "backbone"], sort=False):
-        base = block[block["loss"] == baseline]["value"].to_numpy()
+        base = block[block["loss"] == baseline].groupby("seed")["value"].mean()
         if base.size == 0:
             continue
         for loss, group in block.groupby("loss", sort=False):
             if loss == baseline:
                 continue
+            mine = group.groupby("seed")["value"].mean()  # fold rows of one seed are one run
+            paired = set(mine.index) == set(base.index)
             try:
-                ratio = st.relative_improvement(group["value"].to_numpy(), base, confidence)
+                ratio = st.relative_improvement(
+                    mine.to_numpy(), base.reindex(mine.index if paired else base.index).to_numpy(), confidence, paired
+                )
             except ValueError:  # a mean of 0 (collapsed embeddings): no ratio
                 continue
             low, high = ratio.bounds_or_estimate()

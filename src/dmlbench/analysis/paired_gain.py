@@ -1,83 +1,133 @@
-"""The gain of trained models over a frozen trunk on one query set: a paired two-level bootstrap.
+"""The gain of trained models over a frozen trunk on one test set, with an interval over both its
+sources of chance: the training seed and the sample of test classes.
 
-Pure maths (numpy only): the per-query scores come in as arrays, the report's section reads them
-from the evaluate stages' ``per_query.npz`` (:func:`~dmlbench.analysis.collect.per_query_scores`).
+Pure maths (numpy/scipy): the per-query scores and classes come in as arrays, the report's section
+reads them from the evaluate stages' ``per_query.npz`` (:func:`~dmlbench.analysis.collect.per_query_scores`).
 
 For ``S`` trained runs (seeds) and one frozen trunk, all evaluated on the same ``Q`` queries
-(same order), with per-query scores ``t[s, q]`` and ``f[q]`` in [0, 1] (P@1 is 0 or 1, MAP@R a
-fraction), the gain is
+(same order) of ``C`` test classes, with per-query scores ``t[s, q]`` and ``f[q]`` in [0, 1] (P@1 is
+0 or 1, MAP@R a fraction), the gain of seed s and the estimate are
 
-    gain = 1/S * sum_s 1/Q * sum_q (t[s, q] - f[q])  =  mean trained score - frozen score.
+    g_s = 1/Q * sum_q (t[s, q] - f[q]),        G = 1/S * sum_s g_s  =  mean trained - frozen score.
 
-Its interval is a percentile bootstrap over both sources of chance in it: each of ``resamples``
-replicates draws Q queries with replacement - one draw shared by every seed, since the seeds and
-the trunk answer the same queries, so a hard query counts against all of them (the pairing) -
-and S seeds with replacement, and takes the mean over the drawn seeds of the mean difference over
-the drawn queries. Every replicate is a mean of differences in [-1, 1], so the interval never
-leaves [-1, 1]; when the trained and frozen scores are equal query by query every replicate is 0
-and so is the interval. With one seed only the queries are resampled: the interval then says
-nothing about another training run. Resampling seeds is the ordinary (Efron) bootstrap over the
-runs; with few seeds it is too narrow, as any bootstrap over n < 10 draws is.
+What G estimates: the expected gain of a new training run on a new test set of classes like these.
+Its error has two parts (Bouthillier et al., "Accounting for Variance in Machine Learning
+Benchmarks", MLSys 2021, who separate the variance of data sampling from that of the seeds):
+
+* the seeds: every seed is scored on the *same* test set, so the spread of the g_s holds the
+  training noise and none of the test set's sampling noise. Over seeds, a t-interval:
+  h_seed = t_{(1+c)/2, S-1} * s_g / sqrt(S), s_g the sample sd of the g_s (S - 1 degrees of freedom).
+* the test classes: the queries of one class share its difficulty, so the test set is a sample of
+  classes, not of independent queries. The class-cluster bootstrap (Field & Welsh 2007; the
+  :func:`~dmlbench.evaluate.intervals.bootstrap_interval` of the per-query seed-mean difference
+  d[q] = 1/S sum_s t[s, q] - f[q] with the query classes as clusters: one draw of classes shared
+  by the trunk and every seed, which answer the same queries - the pairing) gives the percentile
+  interval [G - h_low, G + h_high] of G over test sets.
+
+The two are independent errors of one sum, so their limits are combined as in the MOVER of Zou &
+Donner (2008, Stat. Med. 27, "Construction of confidence limits about effect measures"):
+
+    low = G - sqrt(h_seed^2 + h_low^2),   high = G + sqrt(h_seed^2 + h_high^2),   clipped to [-1, 1].
+
+The interval is never narrower than either part alone: at least the seeds' t-interval (with its
+S - 1 degrees of freedom, wide for 3 seeds), and exactly it when every class-bootstrap replicate is
+equal; exactly the class bootstrap when the seeds agree. The seed x class interaction is in both
+parts (divided by C in the first, by S in the second), so the sum slightly overstates the variance:
+the interval errs on the wide side. With one seed only the class part exists: the interval then
+says nothing about another training run. Every replicate is a mean of differences in [-1, 1], and
+the interval is clipped to that range.
 
 >>> t = np.array([[1.0, 0.0, 1.0, 1.0]])
->>> paired_gain(t, np.array([1.0, 0.0, 1.0, 1.0])).estimate
+>>> paired_gain(t, np.array([1.0, 0.0, 1.0, 1.0]), np.array([0, 0, 1, 1])).estimate
 0.0
->>> g = paired_gain(t, np.array([0.0, 0.0, 1.0, 0.0]))
->>> g.estimate, g.queries, g.seeds
-(0.5, 4, 1)
+>>> g = paired_gain(t, np.array([0.0, 0.0, 1.0, 0.0]), np.array([0, 0, 1, 1]))
+>>> g.estimate, g.queries, g.classes, g.seeds
+(0.5, 4, 2, 1)
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from dmlbench.evaluate.intervals import bootstrap_interval
+
 RESAMPLES = 2000
-CELLS_PER_BLOCK = 4_000_000  # resamples x queries drawn at once (bounds the memory of a block)
 
 
 @dataclass(frozen=True)
 class PairedGain:
-    """Mean trained-minus-frozen score (a fraction in [-1, 1]) and its bootstrap interval."""
+    """Mean trained-minus-frozen score (a fraction in [-1, 1]) and its interval (module docstring);
+    ``seed_half_width`` (h_seed, NaN for one seed) and the class bootstrap's ``class_low``/``class_high``
+    are its two parts."""
 
     estimate: float
     low: float
     high: float
     queries: int  # Q: the shared query set
+    classes: int  # C: the test classes the queries belong to (the bootstrap's unit)
     seeds: int  # S: trained runs
     resamples: int
+    seed_half_width: float
+    class_low: float
+    class_high: float
+
+    @property
+    def label(self) -> str:
+        """``n = 3 seeds; 1,600 queries in 100 classes``: what the interval's n counts."""
+        seeds = f"{self.seeds} seed{'' if self.seeds == 1 else 's'}"
+        return f"n = {seeds}; {self.queries:,} queries in {self.classes:,} classes"
 
 
 def paired_gain(
     trained: np.ndarray,
     frozen: np.ndarray,
+    classes: np.ndarray,
     confidence: float = 0.95,
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> PairedGain:
     """Gain of ``trained`` (S x Q per-query scores, one row per seed) over ``frozen`` (Q scores of
-    the same queries) with its two-level percentile bootstrap interval (module docstring)."""
+    the same queries), ``classes`` the Q queries' class labels, with the interval of the module
+    docstring (the class part from ``resamples`` bootstrap draws seeded with ``seed``)."""
+    from scipy import stats
+
     trained = np.atleast_2d(np.asarray(trained, dtype=np.float64))
     frozen = np.asarray(frozen, dtype=np.float64)
+    classes = np.asarray(classes).reshape(-1)
     if frozen.ndim != 1 or trained.shape[1] != frozen.shape[0] or frozen.size == 0:
         raise ValueError(
             f"need S x Q trained and Q frozen scores of the same queries; got {trained.shape} and {frozen.shape}"
         )
+    if classes.size != frozen.size:
+        raise ValueError(f"need one class label per query: {classes.size} labels for {frozen.size} queries")
     if not 0 < confidence < 1 or resamples < 1:
         raise ValueError(f"confidence must be in (0, 1) and resamples >= 1; got {confidence}, {resamples}")
     differences = trained - frozen[None, :]  # S x Q, each in [-1, 1] for scores in [0, 1]
     seeds, queries = differences.shape
-    rng = np.random.default_rng(seed)
-    block = max(1, CELLS_PER_BLOCK // queries)
-    replicates = np.empty(resamples)
-    for start in range(0, resamples, block):
-        size = min(block, resamples - start)
-        query_counts = rng.multinomial(queries, np.full(queries, 1 / queries), size=size)  # size x Q
-        seed_counts = rng.multinomial(seeds, np.full(seeds, 1 / seeds), size=size)  # size x S
-        per_seed = differences @ query_counts.T / queries  # S x size: each seed's mean over the drawn queries
-        replicates[start : start + size] = np.einsum("bs,sb->b", seed_counts, per_seed) / seeds
-    tail = (1 - confidence) / 2
-    bounds: np.ndarray = np.quantile(replicates, [tail, 1 - tail])
-    estimate = float(differences.mean())
-    return PairedGain(estimate, float(bounds[0]), float(bounds[1]), queries, seeds, resamples)
+    per_seed = differences.mean(axis=1)
+    estimate = float(per_seed.mean())
+    part = bootstrap_interval(differences.mean(axis=0), confidence, resamples, "percentile", seed, clusters=classes)
+    class_low, class_high = part.bounds_or_mean()  # one class: no class part
+    if seeds > 1:
+        spread = float(per_seed.std(ddof=1)) / math.sqrt(seeds)
+        seed_half = float(stats.t.ppf((1 + confidence) / 2, seeds - 1)) * spread
+    else:
+        seed_half = math.nan
+    own = 0.0 if math.isnan(seed_half) else seed_half
+    low = estimate - math.hypot(own, estimate - class_low)
+    high = estimate + math.hypot(own, class_high - estimate)
+    return PairedGain(
+        estimate,
+        max(-1.0, low),
+        min(1.0, high),
+        queries,
+        part.n,
+        seeds,
+        resamples,
+        seed_half,
+        class_low,
+        class_high,
+    )

@@ -1,32 +1,41 @@
 """Published numbers reproduced? For a grid that follows a published setup (the Reality Check,
 the thesis, Proxy-Anchor: :data:`~dmlbench.analysis.literature.PROTOCOL_SOURCES`), each cell's
-published number is compared with our seed mean, interval against interval.
+published number is compared with our seed mean, interval against interval, like with like.
 
 *Ours*: mean m_o of n_o seeds, each seed one independent training run (a cross-validation seed is
-one run whose fold models are concatenated and scored once), standard error se_o = s/sqrt(n_o).
-*Published*: value m_p ± half-width h over n_p runs (``literature.csv``; the Reality Check's
-Tables 4-6 print mean ± 95% interval over 10 runs), read as a 95% t-interval (the t distribution is
-what github.com/KevinMusgrave/powerful-benchmarker, which produced them, uses), so
-se_p = h / t_{0.975, n_p - 1}. A published number without an interval is taken as exact: se_p = 0.
+one run whose fold models are concatenated and scored once), s its sample sd, standard error
+se_o = s/sqrt(n_o). *Published*: value m_p ± half-width h over n_p runs (``literature.csv``; the
+Reality Check's Tables 4-6 print mean ± 95% interval over 10 runs), read as a 95% t-interval (the t
+distribution is what github.com/KevinMusgrave/powerful-benchmarker, which produced them, uses), so
+se_p = h / t_{0.975, n_p - 1}.
+
+A published number without an interval is one training run (the thesis: one run per number; the
+Proxy-Anchor paper and README: one run each), and one run varies about as much as one of ours: it
+is a draw from the distribution our runs sample, not the exact mean. So it is judged by the
+prediction interval of a single run (e.g. Hahn & Meeker, *Statistical Intervals*, 1991):
+se = s sqrt(1/n_o + 1), with n_o - 1 degrees of freedom (only s is estimated).
 
 Welch (1947): d = m_o - m_p, se = sqrt(se_o^2 + se_p^2), Welch-Satterthwaite
-nu = se^4 / (se_o^4 / (n_o - 1) + se_p^4 / (n_p - 1)) (= n_o - 1 when se_p = 0: the one-sample t).
-Equivalence, TOST (Schuirmann 1987; Lakens 2017): with margin M (``report.rope``) and
-alpha = 1 - confidence, p_eq = max(P(T_nu > (d + M)/se), P(T_nu < (d - M)/se)); equivalent when
-p_eq < alpha, i.e. when the (1 - 2 alpha) interval d ± t_{1-alpha, nu} se lies inside (-M, M).
+nu = se^4 / (se_o^4 / (n_o - 1) + se_p^4 / (n_p - 1)). Equivalence, TOST (Schuirmann 1987; Lakens
+2017): with margin M (``report.rope``) and alpha = 1 - confidence,
+p_eq = max(P(T_nu > (d + M)/se), P(T_nu < (d - M)/se)); equivalent when p_eq < alpha, i.e. when the
+(1 - 2 alpha) interval d ± t_{1-alpha, nu} se lies inside (-M, M).
 
-Verdict: equivalent -> ``reproduced (equivalent within ± M)``; else the (1 - alpha) Welch interval
+Verdict: equivalent -> ``reproduced (equivalent within ± M)``; else the (1 - alpha) interval
 d ± t_{1-alpha/2, nu} se below 0 -> ``ours lower``, above 0 -> ``ours higher``; else
-``inconclusive``; without a published interval the verdict says so. One seed: no test.
+``inconclusive``. One seed: no test.
 
-Scale: the test runs on the metric's own scale (points), not on the logit scale of our displayed
-interval, because (i) the published interval is symmetric there (value ± h), so se_p exists only on
-that scale, (ii) the margin is in metric units, and (iii) our logit-t interval is the delta-method
-image of the same s/sqrt(n) (:func:`~dmlbench.evaluate.intervals.bounded_t_interval`:
-logit(m) ± t se_o / (m (1 - m))), so :func:`standard_error` recovers se_o from it exactly. Welch's t
-needs each mean roughly normal over its runs; that holds while the run-to-run spread is small against
-the distance to 0 and 1 (the published half-widths are 0.09-1.51 points at 16-86%); next to a bound the
-raw-scale test is approximate, and the table still shows our bounded interval.
+Like with like: the thesis's default setup and Proxy-Anchor's code keep the epoch with the best
+*test* score (:data:`TEST_SELECTED`); ours keep the epoch picked on the validation classes. Their
+numbers are also compared with our best-test-epoch score (each run's best test score over its
+epochs, the test-set feedback record), and that comparison's verdict is the like-with-like one;
+both are shown.
+
+Scale: the test runs on the metric's own scale (points): the published interval is symmetric there
+(value ± h) and the margin is in metric units; se_o comes from the sample sd over seeds (or, where
+a summary lacks it, from the uncut side of our t-interval clipped to [0, 1]: :func:`standard_error`).
+Welch's t needs each mean roughly normal over its runs; that holds while the run-to-run spread is
+small against the distance to 0 and 1 (the published half-widths are 0.09-1.51 points at 16-86%).
 """
 
 from __future__ import annotations
@@ -36,20 +45,31 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from dmlbench.analysis import literature as lit
 from dmlbench.analysis.text import points
+from dmlbench.evaluate.intervals import bounded_t_interval
 
 KEYS = ["dataset", "backbone", "loss", "dim", "metric"]
 PUBLISHED_CONFIDENCE = 0.95  # published intervals are 95% (Reality Check Tables 4-6)
 REPRODUCED, LOWER, HIGHER, INCONCLUSIVE = "reproduced", "ours lower", "ours higher", "inconclusive"
 NO_TEST = "no test"
-NO_PUBLISHED_INTERVAL = "published value has no interval"
+ONE_PUBLISHED_RUN = "published value without interval: one run, prediction interval"
+# (paper, setting) of literature.csv whose numbers kept the epoch of best test score, and where that is read
+TEST_SELECTED = {
+    (lit.THESIS, "test_selection"): "the thesis's default setup keeps the model with the best test accuracy "
+    "(Psomas 2020, Sec. 3.5.2)",
+    (lit.PROXY_ANCHOR, "as_published"): "the official train.py scores the test classes after every epoch and "
+    "keeps the best R@1 (github.com/tjddus9597/Proxy-Anchor-CVPR2020)",
+    (lit.PROXY_ANCHOR, "official_readme"): "the official train.py scores the test classes after every epoch and "
+    "keeps the best R@1 (github.com/tjddus9597/Proxy-Anchor-CVPR2020)",
+}
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """``difference`` = ours - published and its (confidence) Welch interval ``low``/``high``
-    (metric units); ``df`` (Welch-Satterthwaite); ``p_equivalent`` (TOST); ``outcome`` (one of
-    REPRODUCED, LOWER, HIGHER, INCONCLUSIVE, NO_TEST) and ``verdict`` (its wording)."""
+    """``difference`` = ours - published and its (confidence) interval ``low``/``high`` (metric
+    units; Welch, or the single-run prediction interval); ``df``; ``p_equivalent`` (TOST);
+    ``outcome`` (one of REPRODUCED, LOWER, HIGHER, INCONCLUSIVE, NO_TEST) and ``verdict`` (its wording)."""
 
     difference: float
     low: float
@@ -70,25 +90,25 @@ def published_se(half_width: float, n: int, confidence: float = PUBLISHED_CONFID
 
 
 def standard_error(mean: float, low: float, high: float, n: int, confidence: float) -> float:
-    """s/sqrt(n) behind our interval of a metric in [0, 1] (``bounded_t_interval``'s inverse).
-
-    t-logit interval: se = (logit(high) - logit(low)) / 2 * m (1 - m) / t_{(1+c)/2, n-1}; plain t
-    (every value equal, or a value on a bound): its untruncated side / t. NaN for n < 2 or an
-    interval truncated on both sides."""
+    """s/sqrt(n) behind our interval (:func:`~dmlbench.evaluate.intervals.bounded_t_interval`: the
+    t-interval clipped to [0, 1]): its uncut side / t_{(1+c)/2, n-1}; 0 for a zero-width interval;
+    NaN for n < 2 or an interval cut on both sides."""
     from scipy import stats
-    from scipy.special import logit
 
     if n < 2 or math.isnan(low) or math.isnan(high):
         return math.nan
     if low == high:
         return 0.0
     quantile = float(stats.t.ppf((1 + confidence) / 2, n - 1))
-    if 0 < low and high < 1 and 0 < mean < 1:
-        centre, ends = float(logit(mean)), (float(logit(low)), float(logit(high)))
-        if math.isclose(sum(ends) / 2, centre, rel_tol=1e-9, abs_tol=1e-9):
-            return (ends[1] - ends[0]) / 2 * mean * (1 - mean) / quantile
     sides = [side for side, cut in ((high - mean, high >= 1), (mean - low, low <= 0)) if not cut]
     return max(sides) / quantile if sides else math.nan
+
+
+def _se(mean: float, low: float, high: float, n: int, sd: float, confidence: float) -> float:
+    """s/sqrt(n) from the sample sd where the summary carries it, else from the interval."""
+    if n >= 2 and not math.isnan(sd):
+        return sd / math.sqrt(n)
+    return standard_error(mean, low, high, n, confidence)
 
 
 def compare(
@@ -102,18 +122,21 @@ def compare(
     confidence: float = 0.95,
 ) -> Comparison:
     """Ours (``mean``, ``se``, ``n`` seeds) against a published value (``published``, and its
-    ``se_published`` over ``n_published`` runs when it has an interval); all in metric units."""
+    ``se_published`` over ``n_published`` runs when it has an interval; else one run, judged by
+    the prediction interval se sqrt(1 + n)); all in metric units."""
     from scipy import stats
 
-    bare = math.isnan(se_published) or not n_published
+    single = math.isnan(se_published) or not n_published
     difference = mean - published
     if n < 2 or math.isnan(se):
         reason = "no test (one seed)" if n < 2 else "no test (our interval is cut at 0 and at 1)"
-        return Comparison(difference, math.nan, math.nan, math.nan, math.nan, NO_TEST, _wording(reason, margin, bare))
-    se_p = 0.0 if bare else se_published
-    total = math.hypot(se, se_p)
-    terms = se**4 / (n - 1) + (0.0 if bare else se_p**4 / (int(n_published) - 1))  # type: ignore[arg-type]
-    df = float(n - 1) if terms == 0 else total**4 / terms
+        return Comparison(difference, math.nan, math.nan, math.nan, math.nan, NO_TEST, _wording(reason, margin, single))
+    if single:  # a single published run: se^2 = s^2/n + s^2
+        total, df = se * math.sqrt(1 + n), float(n - 1)
+    else:
+        total = math.hypot(se, se_published)
+        terms = se**4 / (n - 1) + se_published**4 / (int(n_published) - 1)  # type: ignore[arg-type]
+        df = float(n - 1) if terms == 0 else total**4 / terms
     alpha = 1 - confidence
     if total == 0:
         low = high = difference
@@ -132,29 +155,73 @@ def compare(
         outcome = HIGHER
     else:
         outcome = INCONCLUSIVE
-    return Comparison(difference, low, high, df, p_equivalent, outcome, _wording(outcome, margin, bare))
+    return Comparison(difference, low, high, df, p_equivalent, outcome, _wording(outcome, margin, single))
 
 
-def _wording(outcome: str, margin: float, bare: bool) -> str:
+def _wording(outcome: str, margin: float, single: bool) -> str:
     text = f"{REPRODUCED} (equivalent within ± {points(margin)})" if outcome == REPRODUCED else outcome
-    return f"{text} ({NO_PUBLISHED_INTERVAL})" if bare else text
+    return f"{text} ({ONE_PUBLISHED_RUN})" if single else text
+
+
+def best_epoch_summary(best: pd.DataFrame, confidence: float) -> pd.DataFrame:
+    """Per cell and metric: our best-test-epoch score over seeds (mean, the clipped t-interval, n).
+    ``best``: one row per run (or fold model: a seed's fold models are averaged first) with the
+    KEYS, ``seed`` and ``best_value`` (the test-set feedback record)."""
+    columns = [*KEYS, "best_mean", "best_low", "best_high", "best_n", "best_sd"]
+    if best.empty:
+        return pd.DataFrame(columns=columns)
+    per_seed = best.groupby([*KEYS, "seed"], as_index=False)["best_value"].mean()
+    rows = []
+    for key, group in per_seed.groupby(KEYS, sort=False):
+        values = group["best_value"].to_numpy()
+        interval = bounded_t_interval(values, confidence, 0.0, 1.0)
+        sd = float(values.std(ddof=1)) if len(values) > 1 else math.nan
+        rows.append([*key, interval.mean, interval.low, interval.high, interval.n, sd])
+    return pd.DataFrame(rows, columns=columns)
 
 
 def reproduction_table(
-    summary: pd.DataFrame, published: pd.DataFrame, margin: float = 0.01, confidence: float = 0.95
+    summary: pd.DataFrame,
+    published: pd.DataFrame,
+    margin: float = 0.01,
+    confidence: float = 0.95,
+    best: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per grid cell, metric and published number: ours (mean, low, high as fractions, n
     seeds), ``published`` (percent), ``half_width`` (points, NaN without one), ``n_published``,
-    ``source``, ``uncertain``, then :func:`judge`'s columns. Empty when nothing matches."""
+    ``source``, ``uncertain``, ``test_selected`` (the published number kept its best test epoch:
+    :data:`TEST_SELECTED`), our best-test-epoch score ``best_mean``/``best_low``/``best_high``/
+    ``best_n`` where ``best`` (:func:`best_epoch_summary`'s input) records it, then :func:`judge`'s
+    columns. Empty when nothing matches."""
     columns = [*KEYS, "mean", "low", "high", "n", "published", "half_width", "n_published", "source", "uncertain"]
+    extra = ["test_selected", "best_mean", "best_low", "best_high", "best_n", "best_sd"]
     if summary.empty or published.empty:
-        return pd.DataFrame(columns=[*columns, *JUDGED])
+        return pd.DataFrame(columns=[*columns, *extra, *JUDGED])
     published = published.rename(columns={"value": "published"})
     for column in ("half_width", "n_published"):  # a published frame from before the interval columns
         if column not in published.columns:
             published[column] = math.nan
+    if "sd" in summary.columns:
+        columns.append("sd")
     merged = summary.merge(published, on=KEYS, how="inner")[columns].reset_index(drop=True)
+    selected = {setup.label for setup in _setups() if (setup.paper, setup.setting) in TEST_SELECTED}
+    merged["test_selected"] = merged["source"].isin(selected)
+    merged = merged.merge(
+        best_epoch_summary(best if best is not None else pd.DataFrame(), confidence), on=KEYS, how="left"
+    )
     return judge(merged, margin, confidence)
+
+
+def _setups() -> list[lit.PublishedSetup]:
+    return [setup for setups in lit.PROTOCOL_SOURCES.values() for setup in setups]
+
+
+def selection_evidence(source: str) -> str | None:
+    """Where it is read that the published numbers of ``source`` (a setup's label) kept the best test epoch."""
+    for setup in _setups():
+        if setup.label == source:
+            return TEST_SELECTED.get((setup.paper, setup.setting))
+    return None
 
 
 JUDGED = [
@@ -169,14 +236,22 @@ JUDGED = [
     "confidence",
     "outcome",
     "verdict",
+    "best_difference",
+    "best_difference_low",
+    "best_difference_high",
+    "best_p_equivalent",
+    "best_outcome",
+    "best_verdict",
 ]
 
 
 def judge(table: pd.DataFrame, margin: float, confidence: float) -> pd.DataFrame:
     """:func:`compare` for every row of a :func:`reproduction_table`: ``se``/``se_published``
     (fractions), ``difference``/``difference_low``/``difference_high`` (ours - published and its
-    Welch interval, points), ``df``, ``p_equivalent``, ``margin``, ``confidence``, ``outcome`` and
-    ``verdict``. Recomputed only where ``margin`` or ``confidence`` differ from the table's."""
+    interval, points), ``df``, ``p_equivalent``, ``margin``, ``confidence``, ``outcome`` and
+    ``verdict``; for a test-selected published number with our best-test-epoch score, the same
+    comparison of that score (``best_*``; NaN and empty elsewhere). Recomputed only where ``margin``
+    or ``confidence`` differ from the table's."""
     if {"margin", "confidence"} <= set(table.columns) and len(table):
         if (table["margin"] == margin).all() and (table["confidence"] == confidence).all():
             return table
@@ -184,22 +259,35 @@ def judge(table: pd.DataFrame, margin: float, confidence: float) -> pd.DataFrame
     rows = []
     for r in table.itertuples(index=False):
         n_published = None if pd.isna(r.n_published) else int(r.n_published)
-        se = standard_error(r.mean, r.low, r.high, int(r.n), confidence)
         se_p = published_se(r.half_width / 100, n_published) if n_published else math.nan
+        se = _se(r.mean, r.low, r.high, int(r.n), getattr(r, "sd", math.nan), confidence)
         result = compare(r.mean, se, int(r.n), r.published / 100, se_p, n_published, margin, confidence)
-        rows.append(
-            {
-                "se": se,
-                "se_published": se_p,
-                "difference": 100 * result.difference,
-                "difference_low": 100 * result.low,
-                "difference_high": 100 * result.high,
-                "df": result.df,
-                "p_equivalent": result.p_equivalent,
-                "margin": margin,
-                "confidence": confidence,
-                "outcome": result.outcome,
-                "verdict": result.verdict,
+        row = {
+            "se": se,
+            "se_published": se_p,
+            "difference": 100 * result.difference,
+            "difference_low": 100 * result.low,
+            "difference_high": 100 * result.high,
+            "df": result.df,
+            "p_equivalent": result.p_equivalent,
+            "margin": margin,
+            "confidence": confidence,
+            "outcome": result.outcome,
+            "verdict": result.verdict,
+        }
+        best = dict.fromkeys(JUDGED[-6:], math.nan) | {"best_outcome": "", "best_verdict": ""}
+        if bool(getattr(r, "test_selected", False)) and not pd.isna(getattr(r, "best_mean", math.nan)):
+            best_se = _se(r.best_mean, r.best_low, r.best_high, int(r.best_n), r.best_sd, confidence)
+            on_test = compare(
+                r.best_mean, best_se, int(r.best_n), r.published / 100, se_p, n_published, margin, confidence
+            )
+            best = {
+                "best_difference": 100 * on_test.difference,
+                "best_difference_low": 100 * on_test.low,
+                "best_difference_high": 100 * on_test.high,
+                "best_p_equivalent": on_test.p_equivalent,
+                "best_outcome": on_test.outcome,
+                "best_verdict": on_test.verdict,
             }
-        )
+        rows.append(row | best)
     return pd.concat([table.reset_index(drop=True), pd.DataFrame(rows, columns=JUDGED)], axis=1)

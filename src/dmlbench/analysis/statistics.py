@@ -7,38 +7,43 @@
   ranked by their seed-mean score (1 = best, ties averaged), and a dataset's block holds each
   loss's mean rank over that dataset's experiments. Every test below runs over these dataset
   blocks; the per-experiment tournament stays a description.
-* Friedman test (scipy) over the dataset blocks (rows = datasets, columns = losses); H0: every
-  loss has the same expected rank. Not run below :data:`MIN_BLOCKS` blocks (:func:`friedman_shortfall`).
+* Friedman test over the dataset blocks (rows = datasets, columns = losses), with its exact or
+  permutation p-value (:mod:`dmlbench.analysis.friedman`); H0: every loss has the same expected
+  rank. Run from :data:`~dmlbench.analysis.friedman.MIN_FRIEDMAN_BLOCKS` blocks
+  (:func:`friedman_shortfall`). A synthetic dataset (the offline ``glyphs``) is never a block beside
+  real datasets: its ranking says nothing about theirs (:func:`block_datasets`).
 * Nemenyi post-hoc test (scikit-posthocs ``posthoc_nemenyi_friedman``) and Demšar's (2006)
   critical difference CD = q_alpha * sqrt(k (k + 1) / (6 N)), q_alpha = studentized range
   quantile / sqrt(2): two losses whose mean ranks differ by more than CD differ at level alpha.
-  Read only after a significant Friedman test (Demšar 2006, Sec. 3.2.2).
+  Run only after the Friedman test rejects (Demšar 2006, Sec. 3.2.2).
 * Win rates: how often loss A beats loss B over the dataset blocks, with a Wilson interval and a
   two-sided sign test (scipy ``binomtest``); ties are counted but left out of the rate. The
-  sign tests of all unordered pairs form one family, adjusted by Holm's (1979) step-down method.
-* Relative improvement of one loss over another with a delta-method t-interval.
+  sign tests of all unordered pairs form one family, adjusted by Holm's (1979) step-down method;
+  a post-hoc family too, so run only after the Friedman test rejects, and from :data:`MIN_BLOCKS`.
+* Relative improvement of one loss over another with a delta-method t-interval: paired over the
+  seeds where they pair (seed k gives both losses the same initial weights and batches), Welch
+  where they do not.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
 import pandas as pd
 
+from dmlbench.analysis.friedman import MIN_FRIEDMAN_BLOCKS
+
 CELL = ["dataset", "backbone", "dim"]
 
 MIN_BLOCKS = 5
-"""Fewest independent blocks (datasets) on which the Friedman, Nemenyi and sign tests are run.
-
-Demšar (2006, JMLR 7, Sec. 3.2.2) trusts the Friedman chi2 approximation for N > 10 blocks and
-k > 5 losses and points to exact tables below. With N blocks even a perfect ordering gives only
-chi2 = N (k - 1): for k = 4 losses, N = 2 gives p = 0.11 (nothing can be significant), N = 5
-gives p = 0.002. A two-sided sign test over N blocks cannot go below p = 2 / 2^N: 0.0625 at N = 5.
-Below 5 the tests are not run; from 5 to 10 the report warns that only large differences can
-reach significance.
+"""Fewest independent blocks (datasets) on which the sign tests (win rates) and the Bayesian test
+across datasets are run: a two-sided sign test over N blocks cannot go below p = 2 / 2^N (0.0625 at
+N = 5, 0.125 at N = 4). The Friedman test's exact p has no such floor worth a threshold: for k = 4
+losses it reaches 1/24^(N-1) (0.042 at N = 2, 7.2e-5 at N = 4), so it runs from 2 datasets.
 """
 
 
@@ -49,6 +54,22 @@ def _complete_cells(runs: pd.DataFrame, metric: str, keys: list[str]) -> pd.Data
         raise ValueError(f"no scores for metric {metric!r}")
     matrix = selected.pivot_table(index=keys, columns="loss", values="value", aggfunc="mean")
     return matrix.dropna(axis=0, how="any")
+
+
+def block_datasets(datasets: Iterable[str], synthetic: Collection[str] = ()) -> list[str]:
+    """The datasets that are blocks of the tests across datasets: every dataset, except that a
+    ``synthetic`` one (the offline demo's ``glyphs``) is left out as soon as a real dataset is there.
+    A loss's rank on rendered characters is no evidence about its rank on photographs, and counting
+    it would make a fifth block of four real datasets."""
+    datasets = list(dict.fromkeys(datasets))
+    real = [d for d in datasets if d not in synthetic]
+    return real if real else datasets
+
+
+def _block_cells(runs: pd.DataFrame, metric: str, synthetic: Collection[str]) -> pd.DataFrame:
+    matrix = _complete_cells(runs, metric, CELL)
+    kept = block_datasets(matrix.index.get_level_values("dataset"), synthetic)
+    return matrix[matrix.index.get_level_values("dataset").isin(kept)]
 
 
 def experiment_scores(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -84,14 +105,14 @@ class DatasetBlocks:
         return len(self.ranks)
 
 
-def dataset_blocks(runs: pd.DataFrame, metric: str) -> DatasetBlocks:
+def dataset_blocks(runs: pd.DataFrame, metric: str, synthetic: Collection[str] = ()) -> DatasetBlocks:
     """Aggregate the experiments of each dataset into one block (the module docstring says why).
 
     R_{d,l} = (1/|E_d|) sum_{e in E_d} rank_e(l), rank_e = rank of the seed-mean ``metric`` of
     loss l among the losses of experiment e (1 = best, ties averaged); E_d = the complete
-    experiments (every loss scored) of dataset d.
+    experiments (every loss scored) of dataset d; d over :func:`block_datasets`.
     """
-    matrix = _complete_cells(runs, metric, CELL)
+    matrix = _block_cells(runs, metric, synthetic)
     ranks = matrix.rank(axis=1, ascending=False, method="average")
     per_dataset = ranks.groupby(level="dataset", sort=True)
     blocks = per_dataset.mean()
@@ -99,10 +120,11 @@ def dataset_blocks(runs: pd.DataFrame, metric: str) -> DatasetBlocks:
     return DatasetBlocks(blocks, per_dataset.size())
 
 
-def dataset_means(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+def dataset_means(runs: pd.DataFrame, metric: str, synthetic: Collection[str] = ()) -> pd.DataFrame:
     """datasets x losses: the mean over each dataset's complete experiments of their seed-mean
-    ``metric`` (the unit of the Bayesian signed-rank test across datasets)."""
-    matrix = _complete_cells(runs, metric, CELL).groupby(level="dataset", sort=True).mean()
+    ``metric`` (the unit of the Bayesian signed-rank test across datasets; the datasets of
+    :func:`block_datasets`)."""
+    matrix = _block_cells(runs, metric, synthetic).groupby(level="dataset", sort=True).mean()
     matrix.index.name, matrix.columns.name = None, None
     return matrix
 
@@ -123,60 +145,40 @@ def seed_scores(runs: pd.DataFrame, metric: str) -> dict[str, pd.DataFrame]:
     return experiments
 
 
-def grid_text(runs: pd.DataFrame, metric: str) -> str:
+def grid_text(runs: pd.DataFrame, metric: str, synthetic: Collection[str] = ()) -> str:
     """``1 dataset (2 experiments: 1 backbone x 2 embedding sizes)``: the independent blocks and the
-    complete experiments of ``metric`` they hold."""
-    cells = _complete_cells(runs, metric, CELL).index
+    complete experiments of ``metric`` they hold, and the synthetic datasets left out of them."""
+    cells = _block_cells(runs, metric, synthetic).index
     counts = [cells.get_level_values(key).nunique() for key in CELL]
     words = [("dataset", "datasets"), ("backbone", "backbones"), ("embedding size", "embedding sizes")]
     text = [f"{c} {one if c == 1 else many}" for c, (one, many) in zip(counts, words, strict=True)]
-    return f"{text[0]} ({len(cells)} experiment{'' if len(cells) == 1 else 's'}: {text[1]} x {text[2]})"
+    every = set(_complete_cells(runs, metric, CELL).index.get_level_values("dataset"))
+    left_out = sorted(every - set(cells.get_level_values("dataset")))
+    tail = (
+        f"; {', '.join(f'`{d}`' for d in left_out)} left out: a synthetic dataset is never a block beside real ones"
+        if left_out
+        else ""
+    )
+    return f"{text[0]} ({len(cells)} experiment{'' if len(cells) == 1 else 's'}: {text[1]} x {text[2]}){tail}"
 
 
 def friedman_shortfall(blocks: pd.DataFrame, grid: str = "") -> str | None:
-    """Why the Friedman/Nemenyi and sign tests are not run on ``blocks`` (datasets x losses), or None.
+    """Why the Friedman/Nemenyi tests are not run on ``blocks`` (datasets x losses), or None.
 
-    They need >= 3 losses (Friedman) and >= :data:`MIN_BLOCKS` independent blocks; ``grid``
-    (:func:`grid_text`) names what the grid has.
+    They need >= 3 losses and >= :data:`~dmlbench.analysis.friedman.MIN_FRIEDMAN_BLOCKS` independent
+    blocks; ``grid`` (:func:`grid_text`) names what the grid has.
     """
     n, k = blocks.shape
     if k < 3:
         return f"the Friedman test compares at least 3 losses; the grid has {k}"
-    if n >= MIN_BLOCKS:
+    if n >= MIN_FRIEDMAN_BLOCKS:
         return None
     return (
-        f"they need at least {MIN_BLOCKS} independent blocks, and the independent unit is the dataset "
+        f"they need at least {MIN_FRIEDMAN_BLOCKS} independent blocks, and the independent unit is the dataset "
         "(Demšar 2006): backbones and embedding sizes on one dataset share its training and test images, so "
-        f"they are repeated measures of one block; this grid has {grid or f'{n} datasets'}; add datasets"
+        f"they are repeated measures of one block; this grid has {grid or f'{n} datasets'}, so only the "
+        "per-experiment tests over seeds apply; add datasets"
     )
-
-
-def mean_ranks(scores: pd.DataFrame) -> pd.Series:
-    """Mean rank of each loss over the blocks (1 = best score in a block, ties averaged), best first."""
-    return scores.rank(axis=1, ascending=False, method="average").mean().sort_values()
-
-
-@dataclass(frozen=True)
-class FriedmanResult:
-    statistic: float  # chi-square with k - 1 degrees of freedom (tie-corrected)
-    pvalue: float
-    n_blocks: int
-    n_losses: int
-    mean_ranks: pd.Series
-
-
-def friedman(scores: pd.DataFrame) -> FriedmanResult:
-    """Friedman test over the blocks of ``scores`` (needs >= 3 losses and >= 2 blocks)."""
-    from scipy import stats
-
-    n, k = scores.shape
-    if k < 3 or n < 2:
-        raise ValueError(f"the Friedman test needs >= 3 losses and >= 2 blocks; got {k} losses, {n} blocks")
-    result = stats.friedmanchisquare(*(scores[column].to_numpy() for column in scores.columns))
-    statistic, pvalue = float(result.statistic), float(result.pvalue)
-    if not math.isfinite(statistic):  # every block ranks every loss the same way (no within-block variance)
-        statistic, pvalue = math.inf, 0.0
-    return FriedmanResult(statistic, pvalue, n, k, mean_ranks(scores))
 
 
 def nemenyi(scores: pd.DataFrame) -> pd.DataFrame:
@@ -254,37 +256,51 @@ class RatioInterval:
     high: float
     n_a: int
     n_b: int
+    paired: bool = False  # a paired t-interval over matched seeds (else Welch)
 
     def bounds_or_estimate(self) -> tuple[float, float]:
         """``(low, high)``, or the estimate twice where there is no interval (a sample of one)."""
         return (self.estimate, self.estimate) if math.isnan(self.low) else (self.low, self.high)
 
+    @property
+    def method(self) -> str:
+        return "paired t over matched seeds" if self.paired else "Welch"
 
-def relative_improvement(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> RatioInterval:
-    """Relative improvement mean(a)/mean(b) - 1 of independent samples, with a t-interval.
 
-    Delta method on log(mean a / mean b): se^2 = s_a^2 / (n_a mean_a^2) + s_b^2 / (n_b mean_b^2),
-    Welch-Satterthwaite degrees of freedom; the interval is exp(log ratio +/- t se) - 1.
-    NaN bounds when either sample has one value.
+def relative_improvement(a: np.ndarray, b: np.ndarray, confidence: float = 0.95, paired: bool = False) -> RatioInterval:
+    """Relative improvement mean(a)/mean(b) - 1 with a delta-method t-interval on log(mean a / mean b);
+    the interval is exp(log ratio +/- t se) - 1.
+
+    Independent samples (Welch): se^2 = s_a^2 / (n_a mean_a^2) + s_b^2 / (n_b mean_b^2), Welch-
+    Satterthwaite degrees of freedom. ``paired`` (a_i and b_i from the same seed, which gives both
+    losses the same initial weights and batches): the delta method of the log ratio keeps the
+    covariance, se^2 = var_i(a_i / mean_a - b_i / mean_b) / n, with n - 1 degrees of freedom: the
+    seed's shared luck cancels. NaN bounds when a sample has one value.
     """
     from scipy import stats
 
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.size == 0 or b.size == 0:
         raise ValueError("relative_improvement needs at least one value in each sample")
+    if paired and a.size != b.size:
+        raise ValueError(f"a paired relative improvement needs one value of each per seed; got {a.size} and {b.size}")
     mean_a, mean_b = a.mean(), b.mean()
     if mean_a <= 0 or mean_b <= 0:
         raise ValueError("relative_improvement needs positive means")
-    estimate = mean_a / mean_b - 1
+    estimate = float(mean_a / mean_b - 1)
     if a.size < 2 or b.size < 2:
-        return RatioInterval(float(estimate), math.nan, math.nan, a.size, b.size)
-    parts = np.array([a.var(ddof=1) / (a.size * mean_a**2), b.var(ddof=1) / (b.size * mean_b**2)])
-    se = math.sqrt(parts.sum())
+        return RatioInterval(estimate, math.nan, math.nan, a.size, b.size, paired)
+    if paired:
+        se = math.sqrt(float(np.var(a / mean_a - b / mean_b, ddof=1)) / a.size)
+        df = float(a.size - 1)
+    else:
+        parts = np.array([a.var(ddof=1) / (a.size * mean_a**2), b.var(ddof=1) / (b.size * mean_b**2)])
+        se = math.sqrt(parts.sum())
+        df = parts.sum() ** 2 / (parts[0] ** 2 / (a.size - 1) + parts[1] ** 2 / (b.size - 1)) if se else 1.0
     if se == 0:
-        return RatioInterval(float(estimate), float(estimate), float(estimate), a.size, b.size)
-    df = parts.sum() ** 2 / (parts[0] ** 2 / (a.size - 1) + parts[1] ** 2 / (b.size - 1))
+        return RatioInterval(estimate, estimate, estimate, a.size, b.size, paired)
     half = stats.t.ppf((1 + confidence) / 2, df) * se
     log_ratio = math.log(mean_a / mean_b)
     return RatioInterval(
-        float(estimate), math.exp(log_ratio - half) - 1, math.exp(log_ratio + half) - 1, a.size, b.size
+        estimate, math.exp(log_ratio - half) - 1, math.exp(log_ratio + half) - 1, a.size, b.size, paired
     )

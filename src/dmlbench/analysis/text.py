@@ -45,11 +45,20 @@ def signed_percent(fraction: float) -> str:
     return f"{100 * fraction:+.1f}%"
 
 
-def format_bounds(mean: float, low: float, high: float, n: int, scale: float = 100, digits: int = 1) -> str:
-    """``2.6 [1.9, 3.3] (n=2000 queries)``: an interval that need not be symmetric (bootstrap)."""
+def format_bounds(
+    mean: float, low: float, high: float, n: int, scale: float = 100, digits: int = 1, unit: str = "queries"
+) -> str:
+    """``2.6 [1.9, 3.3] (n=100 classes)``: an interval that need not be symmetric (bootstrap); ``unit``
+    says what n counts (:func:`bootstrap_unit`: ``n=100 classes; 1,600 queries``)."""
     if math.isnan(low):
         return f"{scale * mean:.{digits}f} (n=1 run, no interval)"
-    return f"{scale * mean:.{digits}f} [{scale * low:.{digits}f}, {scale * high:.{digits}f}] (n={n} queries)"
+    return f"{scale * mean:.{digits}f} [{scale * low:.{digits}f}, {scale * high:.{digits}f}] (n={n} {unit})"
+
+
+def bootstrap_unit(unit: str, queries: int) -> str:
+    """What a bootstrap interval's n counts: ``classes; 1,600 queries`` (the class-cluster bootstrap)
+    or ``queries`` (a query bootstrap of older outputs)."""
+    return f"classes; {int(queries):,} queries" if unit == "classes" else "queries"
 
 
 def format_signed_interval(estimate: float, low: float, high: float, n: str) -> str:

@@ -86,46 +86,65 @@ def load_baseline_runs(params: Params, variant: str) -> pd.DataFrame:
 
 
 def difference_interval(
-    a: np.ndarray, b: np.ndarray, confidence: float, span: float
+    a: np.ndarray, b: np.ndarray, confidence: float, span: float, paired: bool = False
 ) -> tuple[float, float, float, float]:
-    """mean(a) - mean(b) of independent samples with Welch's t-interval and p-value, the interval
-    kept inside ``[-span, span]`` (two scores in [0, 1]: span 1). NaN bounds and p when either
-    sample has one value or neither varies (a zero-width interval no small sample supports)."""
+    """mean(a) - mean(b) with its t-interval and p-value, the interval kept inside ``[-span, span]``
+    (two scores in [0, 1]: span 1): ``paired`` (a_i and b_i from the same seed, which gives both the
+    same initial weights and batches: ``scipy.stats.ttest_rel``, n - 1 df), else Welch's
+    (``ttest_ind``, unequal variances). NaN bounds and p when a sample has one value or no
+    difference varies (a zero-width interval no small sample supports)."""
     from scipy import stats
 
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     estimate = float(a.mean() - b.mean())
-    if a.size < 2 or b.size < 2 or (a.var() == 0 and b.var() == 0):
+    flat = bool(np.ptp(a - b) <= 1e-12) if paired and a.size == b.size else (a.var() == 0 and b.var() == 0)
+    if a.size < 2 or b.size < 2 or flat:
         return estimate, math.nan, math.nan, math.nan
-    test = stats.ttest_ind(a, b, equal_var=False)
+    test = stats.ttest_rel(a, b) if paired else stats.ttest_ind(a, b, equal_var=False)
     bounds = test.confidence_interval(confidence)
     return estimate, max(-span, float(bounds.low)), min(span, float(bounds.high)), float(test.pvalue)
 
 
-def tuning_gain(tuned: pd.DataFrame, baseline: pd.DataFrame, metric: str, confidence: float) -> pd.DataFrame:
+def matched(a: pd.DataFrame, b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The ``value`` of two cells' runs (columns seed, value), paired by seed where both have the same
+    seeds (then in seed order), else as two independent samples."""
+    left, right = a.groupby("seed")["value"].mean(), b.groupby("seed")["value"].mean()
+    if set(left.index) == set(right.index):
+        order = sorted(left.index)
+        return left[order].to_numpy(), right[order].to_numpy(), True
+    return left.to_numpy(), right.to_numpy(), False
+
+
+def tuning_gain(
+    tuned: pd.DataFrame, baseline: pd.DataFrame, metric: str, confidence: float, exclude_seeds: tuple[int, ...] = ()
+) -> pd.DataFrame:
     """Per dataset x backbone x loss at the baseline's dim: the tuned and baseline seed means of
-    ``metric`` (t-intervals inside the metric's range), the gain tuned - baseline (Welch), and
-    each loss's rank by mean within its dataset x backbone under either (1 = best)."""
+    ``metric`` (t-intervals clipped to the metric's range), the gain tuned - baseline (paired over
+    matched seeds, else Welch; ``paired`` says which), and each loss's rank by mean within its
+    dataset x backbone under either (1 = best). ``exclude_seeds``: seeds left out of both (the
+    search's own seed, whose tuned run repeats the trial the search picked)."""
     lower, upper = metric_range(metric)
     rows = []
-    picked = baseline[baseline["metric"] == metric]
+    picked = baseline[(baseline["metric"] == metric) & ~baseline["seed"].isin(exclude_seeds)]
+    tuned = tuned[~tuned["seed"].isin(exclude_seeds)]
     for (dataset, backbone, loss, dim), base in picked.groupby(["dataset", "backbone", "loss", "dim"], sort=False):
         mine = tuned[
             (tuned["dataset"] == dataset) & (tuned["backbone"] == backbone) & (tuned["loss"] == loss)
             & (tuned["dim"] == dim) & (tuned["metric"] == metric)
-        ]["value"].to_numpy()  # fmt: skip
+        ]  # fmt: skip
         if not len(mine):
             continue
+        ours_values, theirs_values, paired = matched(mine, base)
         ours, theirs = (
-            bounded_t_interval(mine, confidence, lower, upper),
-            bounded_t_interval(base["value"].to_numpy(), confidence, lower, upper),
+            bounded_t_interval(ours_values, confidence, lower, upper),
+            bounded_t_interval(theirs_values, confidence, lower, upper),
         )
-        gain, low, high, p = difference_interval(mine, base["value"].to_numpy(), confidence, upper - lower)
+        gain, low, high, p = difference_interval(ours_values, theirs_values, confidence, upper - lower, paired)
         rows.append({
             "dataset": dataset, "backbone": backbone, "loss": loss, "dim": dim,
             "tuned": ours.mean, "tuned_low": ours.low, "tuned_high": ours.high, "tuned_n": ours.n,
             "baseline": theirs.mean, "baseline_low": theirs.low, "baseline_high": theirs.high, "baseline_n": theirs.n,
-            "gain": gain, "gain_low": low, "gain_high": high, "p_value": p,
+            "gain": gain, "gain_low": low, "gain_high": high, "p_value": p, "paired": paired,
         })  # fmt: skip
     table = pd.DataFrame(rows)
     if len(table):

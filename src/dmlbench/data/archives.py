@@ -8,11 +8,15 @@ there (:mod:`dmlbench.data.download`; the published URL, then each mirror, the m
 so that ``dvc add data && dvc push`` shares it; then it unpacks (:mod:`dmlbench.data.extract`)
 or copies everything into ``artifacts/raw/<dataset>/`` atomically.
 
+Before anything is kept, the unpacked files pass the dataset's content check
+(:func:`dmlbench.data.content.content_check`: annotations readable, images and classes as
+published, every listed image there); a refused copy leaves neither ``raw_dir`` nor a record.
+
 An archive with no md5 (none published, none pinned in params.yaml) is trusted on first use:
-once it unpacked (and, for Cars196, passed the content check) its sha256 is written next to
-it, ``data/<file>.sha256`` (``sha256sum`` format, so
-``cd data && sha256sum -c img.zip.sha256`` checks it too), and a later copy whose sha256
-differs fails the download stage in one line (delete that ``.sha256`` file to accept the copy).
+once its content passed the check its sha256 is written next to it, ``data/<file>.sha256``
+(``sha256sum`` format, so ``cd data && sha256sum -c img.zip.sha256`` checks it too), and a later
+copy whose sha256 differs fails the download stage in one line (delete that ``.sha256`` file to
+accept the copy). A copy whose annotations list images it lacks is not recorded.
 """
 
 from __future__ import annotations
@@ -28,9 +32,10 @@ from pathlib import Path
 
 from pydantic import Field
 
-from dmlbench.data.base import Archive, DatasetParams, DatasetSpec, SourceParams, UrlCheck
-from dmlbench.data.download import CHUNK_BYTES, download
-from dmlbench.data.extract import extract_archive
+from dmlbench.data.base import Archive, Counts, DatasetParams, DatasetSpec, SourceParams, UrlCheck
+from dmlbench.data.content import ReadAnnotations, content_check
+from dmlbench.data.download import CHUNK_BYTES, OFFLINE, download, offline
+from dmlbench.data.extract import EncryptedArchive, extract_archive
 from dmlbench.errors import DataError
 from dmlbench.io import atomic_dir, atomic_path, md5_file, write_json
 from dmlbench.schema import StrictModel
@@ -50,7 +55,11 @@ class ArchiveSource(StrictModel):
 
 
 class ArchiveSourceParams(SourceParams):
-    """Source of an archive dataset: one optional :class:`ArchiveSource` per archive key."""
+    """Source of an archive dataset: one optional :class:`ArchiveSource` per archive key, and
+    ``allow_subset``: accept files with fewer images or classes than the published release (a
+    deliberate subset, said in info.json and the report); else such a copy is refused."""
+
+    allow_subset: bool = False
 
 
 @dataclass(frozen=True)
@@ -203,6 +212,11 @@ def ensure_archive(dataset: str, item: ResolvedArchive, dropbox: Path) -> tuple[
                 raise DataError(f"{local}: md5 is {got}, expected {item.md5}; {fix}")
     elif not item.urls:
         raise missing_archives_error(dataset, [item], Path(dropbox))
+    elif offline():  # said once, not once per URL
+        raise DataError(
+            f"{dataset}: {item.filename} is not in {dropbox}/ and this job runs offline ({OFFLINE}=1): run "
+            "`make fetch` where the internet is (the login node), then run again"
+        )
     else:
         failures = []
         for url in item.urls:  # the published URL, then the mirrors: the md5 decides
@@ -224,31 +238,58 @@ def ensure_archive(dataset: str, item: ResolvedArchive, dropbox: Path) -> tuple[
 
 def unpack(item: ResolvedArchive, path: Path, dest: Path) -> None:
     """Extract an archive into ``dest`` (or copy a plain file there)."""
-    if item.archive.extract:
-        extract_archive(path, dest)
-    else:
+    if not item.archive.extract:
         shutil.copyfile(path, dest / item.filename)
+        return
+    try:
+        extract_archive(path, dest)
+    except EncryptedArchive as exc:
+        if not item.archive.encrypted_hint:
+            raise
+        raise DataError(f"{exc}: {item.archive.encrypted_hint}") from None
 
 
-def fetch_archives(dataset: str, archives: tuple[Archive, ...], source: SourceParams, raw_dir: Path, dropbox: Path):
-    """Make every archive available in ``dropbox`` (verified), then unpack all into ``raw_dir`` atomically."""
+ContentCheck = Callable[[Path, str], dict]  # (unpacked root, the files' names) -> what was found
+
+
+def fetch_archives(
+    dataset: str,
+    archives: tuple[Archive, ...],
+    source: SourceParams,
+    raw_dir: Path,
+    dropbox: Path,
+    check: ContentCheck | None = None,
+) -> None:
+    """Make every archive available in ``dropbox`` (verified), unpack all, run ``check`` on what they
+    hold, then replace ``raw_dir`` atomically and record the sha256 of files without md5."""
     resolved = resolve(archives, source)
     missing = [item for item in resolved if not item.urls and not (dropbox / item.filename).exists()]
     if missing:  # fail before any download starts
         raise missing_archives_error(dataset, missing, dropbox)
     local = [(item, *ensure_archive(dataset, item, dropbox)) for item in resolved]
+    found: dict = {}
     with atomic_dir(raw_dir) as tmp:
         for item, path, _ in local:
             unpack(item, path, tmp)
+        if check is not None:  # a refused copy leaves no raw_dir and no record
+            found = check(tmp, " + ".join(item.filename for item in resolved))
         write_json(tmp / ARCHIVES_RECORD, [record for _, _, record in local])
-    record_archives(dataset, local)
+    if not found.get("missing"):
+        record_archives(dataset, local)
 
 
-def archive_fetcher(dataset: str, archives: tuple[Archive, ...]) -> Callable[[DatasetParams, Path, Path], None]:
-    """The ``fetch`` of a dataset made of ``archives`` (see :func:`fetch_archives`)."""
+def archive_fetcher(
+    dataset: str,
+    archives: tuple[Archive, ...],
+    read: ReadAnnotations | None = None,
+    counts: Counts | None = None,
+) -> Callable[[DatasetParams, Path, Path], None]:
+    """The ``fetch`` of a dataset made of ``archives`` (see :func:`fetch_archives`), whose content is
+    checked with its annotation reader ``read`` against its published ``counts``."""
 
     def fetch(params: DatasetParams, raw_dir: Path, dropbox: Path) -> None:
-        fetch_archives(dataset, archives, params.source, Path(raw_dir), Path(dropbox))
+        check = content_check(dataset, read, counts, params) if read is not None else None
+        fetch_archives(dataset, archives, params.source, Path(raw_dir), Path(dropbox), check)
 
     fetch.__doc__ = f"Fetch {', '.join(a.filename for a in archives)} and unpack them into the raw directory."
     return fetch

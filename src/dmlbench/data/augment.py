@@ -18,6 +18,13 @@ transforms). Bicubic results are clamped to [0, 1], as resampling 8-bit images (
 * :func:`eval_transform`: resize the short side to ``eval_resize`` (antialiased) and centre crop
   ``crop_size``: ``Resize(256) -> CenterCrop(227)`` in the Reality Check protocol; per image
   with ``sizes`` (images of one size are resized together), exactly torchvision's arithmetic.
+  ``squash=True``: ``Resize((eval_resize, eval_resize))`` (the aspect ratio not kept) before the
+  centre crop (Berton et al. 2025: ``Resize((224, 224))``, no crop).
+* :func:`squash_train_transform`: ``Resize((crop_size, crop_size))`` of each image's valid region,
+  then torchvision's ``RandAugment(num_ops, magnitude)`` per image on its 8-bit values (Berton et
+  al. 2025, gmberton/image-retrieval ``utils.py``: ``Resize((224, 224))`` -> ``RandAugment(3)``; on
+  tensors, where they apply it to PIL images: the same operations and magnitudes, resampled by
+  torchvision's tensor kernels), then the optional flip.
 """
 
 from __future__ import annotations
@@ -31,6 +38,12 @@ import torch.nn.functional as F
 
 Interpolation = Literal["bilinear", "bicubic"]
 INTERPOLATIONS = ("bilinear", "bicubic")
+
+
+def resolve_interpolation(setting: str, weights: str) -> Interpolation:
+    """The resize kernel of a protocol's ``augment.interpolation``: ``weights`` = the trunk's
+    (``EmbeddingModel.interpolation``, from its ``pretrained_cfg``), else the one named."""
+    return check_interpolation(weights if setting == "weights" else setting)
 
 
 def check_interpolation(mode: str) -> Interpolation:
@@ -81,9 +94,15 @@ def eval_transform(
     crop_size: int,
     sizes: np.ndarray | torch.Tensor | None = None,
     interpolation: str = "bilinear",
+    squash: bool = False,
 ) -> torch.Tensor:
-    """``Resize(eval_resize) -> CenterCrop(crop_size)`` of each image (its valid region if ``sizes``)."""
+    """``Resize(eval_resize) -> CenterCrop(crop_size)`` of each image (its valid region if ``sizes``);
+    ``squash``: ``Resize((eval_resize, eval_resize)) -> CenterCrop(crop_size)``."""
     mode = check_interpolation(interpolation)
+    if squash:
+        images = squash_resize(batch, eval_resize, sizes, mode)
+        top = int(round((eval_resize - crop_size) / 2.0))  # torchvision's CenterCrop offset
+        return images[:, :, top : top + crop_size, top : top + crop_size].contiguous()
     if sizes is not None:
         return _eval_transform_sized(batch, eval_resize, crop_size, as_sizes(sizes, batch), mode)
     images = to_float(batch)
@@ -293,3 +312,56 @@ def _train_transform_sized(
         factor = (scaled.double() / sizes.double()).repeat(1, 2)  # (fy, fx, fy, fx)
         boxes = boxes * factor
     return crop_resize(images, boxes, crop_size, flip, mode)
+
+
+def squash_resize(
+    batch: torch.Tensor, size: int, sizes: np.ndarray | torch.Tensor | None = None, interpolation: str = "bilinear"
+) -> torch.Tensor:
+    """``Resize((size, size))`` (antialiased, the aspect ratio not kept) of each image's valid region."""
+    mode = check_interpolation(interpolation)
+    images = to_float(batch)
+    if sizes is None:
+        if images.shape[-2:] == (size, size):
+            return images
+        return _resize(images, (size, size), mode)
+    out = images.new_empty((images.shape[0], 3, size, size))
+    for h, w, index in _size_groups(as_sizes(sizes, batch), images.device):
+        region = images[index, :, :h, :w]
+        out[index] = region if (h, w) == (size, size) else _resize(region, (size, size), mode)
+    return out
+
+
+def rand_augment(images: torch.Tensor, num_ops: int, magnitude: int, generator: torch.Generator) -> torch.Tensor:
+    """torchvision's ``RandAugment(num_ops, magnitude)`` applied to each image of a float ``N x 3 x H
+    x W`` batch in [0, 1], on its 8-bit values (as on a PIL image), its geometric operations
+    resampled bilinearly (Berton et al. 2025's ``interpolation=BILINEAR``; torchvision's tensor
+    kernels offer nearest and bilinear only). Random draws: torchvision's, from the CPU generator
+    seeded by ``generator`` (the global one is restored after)."""
+    from torchvision.transforms import InterpolationMode, RandAugment
+
+    augment = RandAugment(num_ops=num_ops, magnitude=magnitude, interpolation=InterpolationMode.BILINEAR)
+    pixels = images.mul(255.0).round_().clamp_(0, 255).to(torch.uint8)
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        out = torch.stack([augment(image) for image in pixels])
+    return out.float().div_(255.0)
+
+
+def squash_train_transform(
+    batch: torch.Tensor,
+    crop_size: int,
+    hflip: bool,
+    generator: torch.Generator,
+    sizes: np.ndarray | torch.Tensor | None = None,
+    interpolation: str = "bilinear",
+    rand_augment_ops: int = 0,
+    rand_augment_magnitude: int = 9,
+) -> torch.Tensor:
+    """``Resize((crop_size, crop_size))`` -> ``RandAugment`` (``rand_augment_ops`` > 0) -> flip
+    (``hflip``) of each image (its valid region if ``sizes``); float ``N x 3 x crop_size x crop_size``."""
+    images = squash_resize(batch, crop_size, sizes, interpolation)
+    if rand_augment_ops:
+        images = rand_augment(images, rand_augment_ops, rand_augment_magnitude, generator)
+    flip = _random_flip(images.shape[0], hflip, generator).to(images.device)
+    return torch.where((flip < 0)[:, None, None, None], images.flip(-1), images)

@@ -37,6 +37,8 @@ class SplitConfig(StrictModel):
       then falls back to the last epoch, and the report says so);
     * ``fixed_val``: a random ``val_fraction`` of the training classes, drawn with ``seed``
       (thesis §5.2, Table 14: 90/10 was best);
+    * ``last_val``: the last ``val_fraction`` of the sorted training classes (Berton et al. 2025's
+      80/20 split, ``seed`` unused);
     * ``rc_cv``: the Reality Check's class-disjoint cross-validation, ``num_folds`` (4)
       contiguous blocks of the sorted training classes, exactly as powerful-benchmarker's
       ``MLRCSplitManager`` (deterministic, ``seed`` unused);
@@ -44,7 +46,7 @@ class SplitConfig(StrictModel):
       (thesis §5.1), each class validating in exactly one fold, drawn with ``seed``.
     """
 
-    scheme: Literal["standard", "fixed_val", "rc_cv", "kfold"] = "fixed_val"
+    scheme: Literal["standard", "fixed_val", "last_val", "rc_cv", "kfold"] = "fixed_val"
     val_fraction: float = Field(0.1, gt=0, lt=1)
     num_folds: int | None = Field(None, ge=2)
     seed: NonNegativeInt = 0
@@ -80,8 +82,9 @@ class DatasetParams(StrictModel):
     be written in params.yaml, ``source: {}`` for the defaults, because DVC tracks it.
     ``image_size``: short side of the prepared images in px (``S``); ``max_aspect``: the long
     side is centre-cropped to at most ``L = ceil(S * max_aspect)`` px, the side of the cache's
-    square canvas. ``skip_corrupt``: drop unreadable images (listed in ``info.json``) instead
-    of failing. ``split``: validation classes / cross-validation folds.
+    square canvas. ``skip_corrupt``: leave out unreadable images and images the annotations
+    list but the archive lacks (listed and counted in ``info.json``) instead of failing.
+    ``split``: validation classes / cross-validation folds.
     """
 
     source: SourceParams = SourceParams()
@@ -112,7 +115,8 @@ class Archive:
     URLs tried in order after ``url`` fails (the md5 decides); ``md5``: ``None`` where no
     checksum is published (the sha256 is then recorded on first use); ``size`` in bytes
     (``None`` if unknown); ``extract``: unpack a tar/zip archive (else the file is copied as
-    is); ``how_to_get``: a short hint for the user (a page, a URL).
+    is); ``how_to_get``: a short hint for the user (a page, a URL); ``encrypted_hint``: what to do
+    when the file turns out to be a password-protected zip.
     """
 
     key: str
@@ -123,6 +127,48 @@ class Archive:
     extract: bool = True
     how_to_get: str = ""
     mirrors: tuple[str, ...] = ()
+    encrypted_hint: str = ""
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Images and classes of a dataset, in all and per official split (``(split, images, classes)``
+    in :data:`OFFICIAL_SPLITS` order); ``source``: where published counts come from."""
+
+    images: int
+    classes: int
+    splits: tuple[tuple[str, int, int], ...]
+    source: str = ""
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame) -> Counts:
+        """The counts of an annotation table (``label`` and official ``split`` columns)."""
+        splits = tuple(
+            (split, int((frame["split"] == split).sum()), int(frame.loc[frame["split"] == split, "label"].nunique()))
+            for split in OFFICIAL_SPLITS
+            if (frame["split"] == split).any()
+        )
+        return cls(int(len(frame)), int(frame["label"].nunique()), splits)
+
+    def figures(self) -> dict[str, int]:
+        """Every figure by name: ``images``, ``classes``, ``<split> images``, ``<split> classes``."""
+        out = {"images": self.images, "classes": self.classes}
+        for split, images, classes in self.splits:
+            out[f"{split} images"], out[f"{split} classes"] = images, classes
+        return out
+
+    def within(self, published: Counts) -> bool:
+        """Every figure at most the published one, and no split the release does not have."""
+        limit = published.figures()
+        return all(key in limit and value <= limit[key] for key, value in self.figures().items())
+
+    def describe(self) -> str:
+        """``11,788 images of 200 classes (train 5,864 / 100, test 5,924 / 100)``."""
+        parts = ", ".join(f"{split} {images:,} / {classes:,}" for split, images, classes in self.splits)
+        return f"{self.images:,} images of {self.classes:,} classes ({parts})"
+
+    def as_dict(self) -> dict:
+        return {"images": self.images, "classes": self.classes, "splits": {s: [i, c] for s, i, c in self.splits}}
 
 
 @dataclass(frozen=True)
@@ -133,7 +179,13 @@ class DatasetSpec:
     where the dataset is described; ``query_gallery``: the test half is split into query and
     gallery images (In-Shop) instead of being queried against itself; ``preflight``: the
     dataset's own pre-flight ``(params, dropbox, unreachable) -> lines`` where its files come in
-    alternative layouts (Cars196), else every archive must be in ``data/`` or downloadable.
+    alternative layouts (Cars196), else every archive must be in ``data/`` or downloadable;
+    ``archives_for``: the archives a run needs, given ``(params, dropbox)``, where they depend on
+    what is in ``data/`` (None: all of ``archives``);
+    ``counts``: the published images and classes, checked after unpacking and again by prepare
+    (None for a generated dataset);
+    ``synthetic``: generated images (the offline demo), never a block of the tests across datasets
+    beside real ones (:func:`dmlbench.analysis.statistics.block_datasets`).
     """
 
     name: str
@@ -146,6 +198,43 @@ class DatasetSpec:
     archives: tuple[Archive, ...] = ()
     homepage: str = ""
     preflight: Callable[[DatasetParams, Path, UrlCheck], list[str]] | None = None
+    archives_for: Callable[[DatasetParams, Path], tuple[Archive, ...]] | None = None
+    counts: Counts | None = None
+    synthetic: bool = False
+
+
+def read_table(root: Path, rel: str, columns: list[str] | None, expected: str, **options: Any) -> pd.DataFrame:
+    """The whitespace- or comma-separated table ``root/rel`` as strings, or a one-line :class:`DataError`
+    naming ``rel`` and ``expected`` (what the file should hold). ``columns``: the names of a
+    headerless table; None: the file's header line names them."""
+    path = Path(root) / rel
+    if not path.is_file():
+        raise DataError(f"no {rel}; expected {expected}")
+    options.setdefault("sep", r"\s+")
+    try:  # index_col=False: a line with more fields than the header is an error, not an index
+        return pd.read_csv(
+            path,
+            header=None if columns else "infer",
+            names=columns,
+            dtype=str,
+            keep_default_na=False,
+            index_col=False,
+            **options,
+        )
+    except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        detail = " ".join(str(exc).split())[:160]
+        raise DataError(f"{rel} is not {expected} ({type(exc).__name__}: {detail})") from None
+
+
+def integer_column(table: pd.DataFrame, column: str, rel: str) -> pd.Series:
+    """``table[column]`` as int64, or a one-line :class:`DataError` naming the first value that is not one."""
+    values = pd.to_numeric(table[column], errors="coerce")
+    bad = values.isna()
+    if bad.any():
+        raise DataError(
+            f"{rel}: {column} {table[column][bad].iloc[0]!r} (row {int(bad.idxmax()) + 1}) is not an integer"
+        )
+    return values.astype("int64")
 
 
 def check_annotations(frame: pd.DataFrame, dataset: str) -> pd.DataFrame:

@@ -2,26 +2,34 @@
 
 DML split: classes 1-98 train, 99-196 test, over all images (the classification split into
 ``cars_train`` / ``cars_test``, 8,144 / 8,041 images, is ignored). Every Stanford URL has
-returned 404 since 2023 (pytorch/vision#7545), so the files go into ``data/`` by hand, in
-either layout:
+returned 404 since 2023 (pytorch/vision#7545), so the files go into ``data/`` by hand, in one
+of three layouts (docs/datasets.md#cars196-layouts, which names each route's files):
 
 * ``stanford``: ``car_ims.tgz`` + ``cars_annos.mat`` (``annotations``: relative_im_path,
   bbox_x1..y2, class, test; ``class_names``), the files of the DML papers; md5s published.
-* ``devkit``: the Kaggle / torchvision layout (torchvision's ``StanfordCars``): ``cars_train/``,
-  ``cars_test/``, ``devkit/cars_train_annos.mat`` and ``cars_test_annos_withlabels.mat``
-  (``annotations``: bbox_x1..y2, class, fname) and ``devkit/cars_meta.mat`` (``class_names``),
-  found at any depth in ``stanford_cars.zip`` (any zip or tar under that name, e.g. the Kaggle
-  download), the unpacked folder ``stanford_cars/``, and/or the release's separate
-  ``car_devkit.tgz``, ``cars_train.tgz``, ``cars_test.tgz``, ``cars_test_annos_withlabels.mat``.
-  No checksum is published for these copies, so the content is checked (every listed image
-  present, 8,144 + 8,041 images, 196 classes) and each file's sha256 is recorded on first use
-  (``data/<file>.sha256``; :mod:`dmlbench.data.archives`).
+* ``devkit``: the classification release (:func:`dmlbench.data.cars_layouts.devkit_table`):
+  any of ``stanford_cars.zip`` (any zip or tar of torchvision's folder, at any depth), Kaggle's
+  downloads under their CLI names ``stanford-cars-dataset.zip`` (jessicali9530: the images) and
+  ``standford-cars-dataset-meta.zip`` (the devkit and the labelled test annotations), the
+  unpacked folder ``stanford_cars/``, and the release's ``car_devkit.tgz``, ``cars_train.tgz``,
+  ``cars_test.tgz``, ``cars_test_annos_withlabels.mat`` (or ``cars_test_annos_withlabels (1).mat``).
+* ``folders``: Kaggle's jutrera/stanford-car-dataset-by-classes-folder, what
+  pytorch-metric-learning downloads (:func:`dmlbench.data.cars_layouts.folders_table`), as
+  ``stanford-car-dataset-by-classes-folder.zip`` (or without ``.zip``, as PML saves it, or unpacked).
+
+With files of several layouts in ``data/``, the first of stanford (``car_ims.tgz`` there),
+devkit, folders is used and one line names the files ignored; a ``cars_annos.mat`` alone
+never selects the Stanford layout when another layout's files are there. No checksum is
+published for the devkit and folders copies: their content is checked (counts, every listed
+image) and each file's sha256 is recorded on first use (``data/<file>.sha256``;
+:mod:`dmlbench.data.archives`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -42,20 +50,28 @@ from dmlbench.data.archives import (
     tree_sha256,
     unpack,
 )
-from dmlbench.data.base import Archive, DatasetParams, DatasetSpec, UrlCheck
+from dmlbench.data.base import Archive, Counts, DatasetParams, DatasetSpec, UrlCheck
+from dmlbench.data.cars_layouts import devkit_table, folders_table, unpack_nested_devkit
+from dmlbench.data.content import content_check
 from dmlbench.errors import DataError
 from dmlbench.io import atomic_dir, write_json
 
 NAME = "cars196"
 TRAIN_CLASSES = 98  # class ids 1..98 train, 99..196 test
-NUM_CLASSES = 196
-PUBLISHED_IMAGES = {"cars_train": 8_144, "cars_test": 8_041}  # 16,185 in all (torchvision's StanfordCars)
 ANNOTATIONS = "cars_annos.mat"
-DEVKIT_TABLE = "devkit_annotations.csv"  # the devkit layout's images and classes, written by fetch
+TABLE = "image_table.csv"  # the devkit / folders layout's images and classes, written by fetch
 LAYOUT_DIR = "stanford_cars"  # torchvision's folder name
-LABEL_FILES = {"cars_train": "cars_train_annos.mat", "cars_test": "cars_test_annos_withlabels.mat"}
-META = "cars_meta.mat"
 DOCS = "docs/datasets.md#cars196-layouts"
+# 16,185 images of 196 classes: Krause et al. 2013 (the dataset page; torchvision's StanfordCars);
+# the DML halves, 8,054 / 8,131 images: Oh Song et al., CVPR 2016, section 6 ("Experiments").
+COUNTS = Counts(
+    16_185, 196, (("train", 8_054, 98), ("test", 8_131, 98)), source="Krause et al. 2013; Oh Song et al. 2016"
+)
+# An image listed but absent: the usual cause on this dataset.
+MISSING_HINT = (
+    " (the .mat files of some Kaggle copies do not match their folders, OpenGVLab/CaFo#4; car_devkit.tgz of "
+    "pytorch/vision#7545 matches them)"
+)
 
 # md5s: powerful-benchmarker (branch metric-learning) src/powerful_benchmarker/datasets/cars196.py.
 # Both URLs are dead (pytorch/vision issues #7545, #7681): url=None.
@@ -72,13 +88,25 @@ ANNOTATIONS_FILE = Archive(
     how_to_get=STANFORD_HINT,
 )
 STANFORD = (IMAGES, ANNOTATIONS_FILE)
-# The devkit layout: one archive (downloadable from a mirror set in params.yaml), or the pieces
-# of the classification release (pytorch/vision#7545 re-uploads car_devkit.tgz), or the folder.
+# The devkit layout: one archive (downloadable from a mirror set in params.yaml), Kaggle's
+# downloads, the pieces of the classification release, or the folder.
 LAYOUT = Archive(key="stanford_cars", filename=f"{LAYOUT_DIR}.zip", url=None, md5=None, how_to_get=DOCS)
 PIECES = tuple(
     Archive(key="", filename=name, url=None, md5=None, extract=not name.endswith(".mat"))
-    for name in ("car_devkit.tgz", "cars_train.tgz", "cars_test.tgz", "cars_test_annos_withlabels.mat")
+    for name in (
+        "stanford-cars-dataset.zip",  # Kaggle jessicali9530/stanford-cars-dataset (the Kaggle CLI's name)
+        "standford-cars-dataset-meta.zip",  # Kaggle abdelrahmant11/standford-cars-dataset-meta
+        "car_devkit.tgz",
+        "cars_train.tgz",
+        "cars_test.tgz",
+        "cars_test_annos_withlabels.mat",
+        "cars_test_annos_withlabels (1).mat",  # its name in Kaggle's meta download
+    )
 )
+# Kaggle jutrera/stanford-car-dataset-by-classes-folder: the CLI's name, and PML's (no extension).
+FOLDERS_NAME = "stanford-car-dataset-by-classes-folder"
+FOLDERS = tuple(Archive(key="", filename=name, url=None, md5=None) for name in (f"{FOLDERS_NAME}.zip", FOLDERS_NAME))
+LAYOUTS = ("stanford", "devkit", "folders")  # the precedence
 
 
 class Cars196Source(ArchiveSourceParams):
@@ -91,70 +119,118 @@ class Cars196Params(DatasetParams):
     source: Cars196Source = Cars196Source()
 
 
-def _devkit_inputs(dropbox: Path) -> list[Path]:
-    """The devkit layout's files (and folder) present in the drop-box."""
-    names = [LAYOUT.filename, LAYOUT_DIR, *(piece.filename for piece in PIECES)]
-    return [dropbox / name for name in names if (dropbox / name).exists()]
+def _present(dropbox: Path, archives: tuple[Archive, ...], folder: str = "") -> list[str]:
+    """The files of ``archives`` in ``dropbox``, and ``folder/`` if that folder is there."""
+    names = [a.filename for a in archives if (dropbox / a.filename).is_file()]
+    return names + ([f"{folder}/"] if folder and (dropbox / folder).is_dir() else [])
 
 
-def layout(source: Cars196Source, dropbox: Path) -> str | None:
-    """``stanford`` or ``devkit``: which files this run uses (the Stanford ones when any is there), or None."""
-    if any((dropbox / a.filename).exists() for a in STANFORD) or source.images.url or source.annotations.url:
-        return "stanford"
-    if _devkit_inputs(dropbox) or source.stanford_cars.url:
-        return "devkit"
-    return None
+def layout_files(source: Cars196Source, dropbox: Path) -> dict[str, list[str]]:
+    """The files of each layout in ``dropbox`` (a URL set in params.yaml counts as its file)."""
+    return {
+        "stanford": _present(dropbox, STANFORD)
+        + [a.filename for a in STANFORD if getattr(source, a.key).url and not (dropbox / a.filename).exists()],
+        "devkit": _present(dropbox, (LAYOUT, *PIECES), LAYOUT_DIR)
+        + ([LAYOUT.filename] if source.stanford_cars.url and not (dropbox / LAYOUT.filename).exists() else []),
+        "folders": _present(dropbox, FOLDERS[:1]) + _present(dropbox, FOLDERS[1:], FOLDERS_NAME),
+    }
+
+
+def choose_layout(source: Cars196Source, dropbox: Path) -> tuple[str | None, str]:
+    """The layout this run uses (None: no file of any) and a line naming the files it ignores (or "").
+
+    Stanford when ``car_ims.tgz`` is there (or either Stanford URL is set), or when its files are
+    the only ones; else devkit, then folders.
+    """
+    files = layout_files(source, Path(dropbox))
+    stanford = files["stanford"]
+    if IMAGES.filename in stanford or source.images.url or source.annotations.url:
+        chosen = "stanford"
+    else:
+        chosen = next((name for name in LAYOUTS[1:] if files[name]), "stanford" if stanford else None)
+    ignored = [name for layout in LAYOUTS if layout != chosen for name in files[layout]]
+    if chosen is None or not ignored:
+        return chosen, ""
+    why = " (the Stanford layout needs car_ims.tgz beside it)" if ignored == [ANNOTATIONS] else ""
+    note = (
+        f"{NAME}: using the {chosen} layout ({', '.join(files[chosen])}); ignored in {dropbox}/: "
+        f"{', '.join(ignored)}{why} (precedence: {DOCS})"
+    )
+    return chosen, note
 
 
 def nothing_there(dropbox: Path) -> str:
     return (
-        f"{NAME}: place {LAYOUT.filename} (the Kaggle/torchvision layout) or car_ims.tgz + {ANNOTATIONS} "
-        f"in {dropbox}/; no public download since 2023 ({DOCS})"
+        f"{NAME}: no Cars196 files in {dropbox}/ (no public download since 2023): place those of one route of "
+        f"{DOCS} there, e.g. car_ims.tgz + {ANNOTATIONS}, or Kaggle's stanford-cars-dataset.zip + "
+        "standford-cars-dataset-meta.zip"
     )
+
+
+def archives_for(params: Cars196Params, dropbox: Path) -> tuple[Archive, ...]:
+    """The archives of the chosen layout (what ``make fetch`` verifies or downloads)."""
+    chosen, _ = choose_layout(params.source, Path(dropbox))
+    if chosen == "folders":
+        return tuple(a for a in FOLDERS if (Path(dropbox) / a.filename).is_file())
+    return {"stanford": STANFORD, "devkit": (LAYOUT, *PIECES)}.get(chosen or "", ())
 
 
 def preflight(params: Cars196Params, dropbox: Path, unreachable: UrlCheck) -> list[str]:
     """The pre-flight lines: the chosen layout's files must be in ``dropbox`` or downloadable."""
-    chosen = layout(params.source, dropbox)
+    chosen, _ = choose_layout(params.source, dropbox)
     if chosen == "stanford":
         return archive_problems(NAME, STANFORD, params.source, dropbox, unreachable)
-    if chosen == "devkit":
-        return [] if _devkit_inputs(dropbox) else archive_problems(NAME, (LAYOUT,), params.source, dropbox, unreachable)
-    return [nothing_there(dropbox)]
+    if chosen == "devkit" and not _present(dropbox, (LAYOUT, *PIECES), LAYOUT_DIR):
+        return archive_problems(NAME, (LAYOUT,), params.source, dropbox, unreachable)
+    return [] if chosen else [nothing_there(dropbox)]
 
 
 def fetch(params: Cars196Params, raw_dir: Path, dropbox: Path) -> None:
-    """Unpack the Stanford files, or the Kaggle/torchvision layout (checked, tabled), into ``raw_dir``."""
+    """Unpack the chosen layout's files into ``raw_dir``, checked (and tabled, for devkit / folders)."""
     raw_dir, dropbox = Path(raw_dir), Path(dropbox)
-    chosen = layout(params.source, dropbox)
+    chosen, note = choose_layout(params.source, dropbox)
     if chosen is None:
         raise DataError(nothing_there(dropbox))
+    if note:
+        print(note, file=sys.stderr)
+    check = content_check(NAME, read_annotations, COUNTS, params, MISSING_HINT)
     if chosen == "stanford":
-        fetch_archives(NAME, STANFORD, params.source, raw_dir, dropbox)
+        fetch_archives(NAME, STANFORD, params.source, raw_dir, dropbox, check)
         return
     unpacked = []
-    if (dropbox / LAYOUT.filename).exists() or params.source.stanford_cars.url:
+    if chosen == "devkit" and ((dropbox / LAYOUT.filename).exists() or params.source.stanford_cars.url):
         (item,) = resolve((LAYOUT,), params.source)
         unpacked.append((item, *ensure_archive(NAME, item, dropbox)))
-    for piece in PIECES:
-        if (dropbox / piece.filename).exists():
+    for piece in PIECES if chosen == "devkit" else FOLDERS:
+        if (dropbox / piece.filename).is_file():
             item = ResolvedArchive(piece, url=None, md5=None)
             unpacked.append((item, *ensure_archive(NAME, item, dropbox)))
     records = [record for _, _, record in unpacked]
-    folder = dropbox / LAYOUT_DIR
-    if folder.is_dir():
-        records.append({"filename": f"{LAYOUT_DIR}/", "url": None, "md5": None, "sha256": tree_sha256(folder)})
+    folders = [dropbox / name for name in ((LAYOUT_DIR,) if chosen == "devkit" else (FOLDERS_NAME,))]
+    folders = [folder for folder in folders if folder.is_dir()]
+    for folder in folders:
+        records.append({"filename": f"{folder.name}/", "url": None, "md5": None, "sha256": tree_sha256(folder)})
         check_recorded(folder, records[-1]["sha256"])
+    names = " + ".join([r["filename"] for r in records])
     with atomic_dir(raw_dir) as tmp:
         for item, path, _ in unpacked:
             unpack(item, path, tmp)
-        if folder.is_dir():
-            shutil.copytree(folder, tmp / LAYOUT_DIR, copy_function=_link_or_copy, dirs_exist_ok=True)
-        devkit_table(tmp).to_csv(tmp / DEVKIT_TABLE, index=False)
+        for folder in folders:
+            shutil.copytree(folder, tmp / folder.name, copy_function=_link_or_copy, dirs_exist_ok=True)
+        try:
+            if chosen == "devkit":
+                unpack_nested_devkit(tmp)
+            table = devkit_table(tmp) if chosen == "devkit" else folders_table(tmp)
+        except DataError as exc:
+            raise DataError(f"{NAME}: {names}: {exc}") from None
+        table.to_csv(tmp / TABLE, index=False)
+        found = check(tmp, names)  # a refused copy leaves no raw_dir and no record
         write_json(tmp / ARCHIVES_RECORD, records)
+    if found.get("missing"):
+        return
     record_archives(NAME, unpacked)  # only now that the content proved good
-    if folder.is_dir():
-        record_first_use(NAME, folder, records[-1]["sha256"])
+    for folder, record in zip(folders, records[len(unpacked) :], strict=True):
+        record_first_use(NAME, folder, record["sha256"])
 
 
 def _link_or_copy(source: str, target: str) -> None:
@@ -165,107 +241,31 @@ def _link_or_copy(source: str, target: str) -> None:
         shutil.copy2(source, target)
 
 
-# --------------------------------------------------------------------------- the devkit layout
-
-
-def _missing(what: str) -> DataError:
-    return DataError(
-        f"{NAME}: no {what} in the Kaggle/torchvision files; the layout needs cars_train/, cars_test/, "
-        f"devkit/{LABEL_FILES['cars_train']}, devkit/{META} and {LABEL_FILES['cars_test']} (see {DOCS})"
-    )
-
-
-def _hits(root: Path, name: str) -> list[Path]:
-    """Everything called ``name`` at any depth under ``root`` (macOS resource forks left out)."""
-    return sorted(p for p in root.rglob(name) if "__MACOSX" not in p.parts)
-
-
-def _image_folder(root: Path, name: str) -> Path:
-    """The one folder called ``name`` that holds .jpg files (Kaggle nests ``cars_train/cars_train/``)."""
-    hits = [p for p in _hits(root, name) if p.is_dir() and any(c.suffix.lower() == ".jpg" for c in p.iterdir())]
-    if not hits:
-        raise _missing(f"{name}/ with .jpg files")
-    if len(hits) > 1:
-        shown = ", ".join(p.relative_to(root).as_posix() for p in hits[:2])
-        raise DataError(f"{NAME}: {len(hits)} {name}/ folders in the Kaggle/torchvision files ({shown}); keep one")
-    return hits[0]
-
-
-def _load(path: Path, key: str, fields: tuple[str, ...] = ()) -> list:
-    """Variable ``key`` of a .mat file (the ``fields`` of each struct, or each value); one line if it is not there."""
-    from scipy.io import loadmat
-
-    try:
-        value = np.atleast_1d(loadmat(path, squeeze_me=True)[key])
-        if fields:
-            return list(zip(*(value[field].tolist() for field in fields), strict=True))
-        return [str(item) for item in value]
-    except Exception as exc:  # noqa: BLE001 - scipy raises many types for a wrong or corrupt file
-        detail = f"no {key} with {', '.join(fields)}" if fields else f"no {key}"
-        raise DataError(f"{NAME}: {path.name} has {detail} ({type(exc).__name__}: {exc})") from None
-
-
-def _read_one(root: Path, name: str, key: str, fields: tuple[str, ...] = ()) -> list:
-    """``key`` of the .mat file ``name``; several copies (the zip's and one beside it) must agree."""
-    values = [(path, _load(path, key, fields)) for path in _hits(root, name) if path.is_file()]
-    if not values:
-        raise _missing(name)
-    for path, value in values[1:]:
-        if value != values[0][1]:
-            shown = f"{values[0][0].relative_to(root).as_posix()}, {path.relative_to(root).as_posix()}"
-            raise DataError(f"{NAME}: {name} differs between {shown}; keep one")
-    return values[0][1]
-
-
-def devkit_table(root: Path) -> pd.DataFrame:
-    """``path,label,class_name`` of every image of the devkit layout under ``root``, checked
-    against the published release: 196 classes, 8,144 + 8,041 images, each one present."""
-    names = _read_one(root, META, "class_names")
-    if len(names) != NUM_CLASSES:
-        raise DataError(f"{NAME}: {META} names {len(names)} classes, the release has {NUM_CLASSES}")
-    parts = []
-    for folder, label_file in LABEL_FILES.items():
-        annotations = _read_one(root, label_file, "annotations", ("fname", "class"))
-        if len(annotations) != PUBLISHED_IMAGES[folder]:
-            raise DataError(
-                f"{NAME}: {label_file} lists {len(annotations):,} images, the published release has "
-                f"{PUBLISHED_IMAGES[folder]:,} in {folder}/ (16,185 in all): another release or an incomplete copy"
-            )
-        prefix = _image_folder(root, folder).relative_to(root).as_posix()
-        paths, labels = [f"{prefix}/{fname}" for fname, _ in annotations], [int(c) for _, c in annotations]
-        parts.append(pd.DataFrame({"path": paths, "label": labels}))
-    frame = pd.concat(parts, ignore_index=True)
-    labels = set(frame["label"])
-    if labels != set(range(1, NUM_CLASSES + 1)):
-        raise DataError(
-            f"{NAME}: the annotations have {len(labels)} classes (ids {min(labels)}-{max(labels)}), "
-            f"the release has {NUM_CLASSES} (1-{NUM_CLASSES})"
-        )
-    missing = [path for path in frame["path"] if not (root / path).is_file()]
-    if missing:
-        raise DataError(
-            f"{NAME}: {len(missing):,} listed image(s) are missing, e.g. {missing[0]} (the .mat files of some "
-            f"Kaggle copies do not match their folders, OpenGVLab/CaFo#4; use car_devkit.tgz of pytorch/vision#7545)"
-        )
-    frame["class_name"] = [names[label - 1] for label in frame["label"]]
-    return frame
-
-
 def read_annotations(params: Cars196Params, raw_dir: Path) -> pd.DataFrame:
-    """Every image with its class (``cars_annos.mat``, or the devkit layout's table); split by class id."""
+    """Every image with its class (``cars_annos.mat``, or the devkit / folders table); split by class id."""
     from scipy.io import loadmat
 
     raw_dir = Path(raw_dir)
-    if (raw_dir / DEVKIT_TABLE).exists():
-        frame = pd.read_csv(raw_dir / DEVKIT_TABLE, dtype={"path": str, "class_name": str}, keep_default_na=False)
+    if (raw_dir / TABLE).exists():
+        frame = pd.read_csv(raw_dir / TABLE, dtype={"path": str, "class_name": str}, keep_default_na=False)
+    elif not (raw_dir / ANNOTATIONS).is_file():
+        raise DataError(f"no {ANNOTATIONS} and no {TABLE}; expected the files one of the layouts unpacks ({DOCS})")
     else:
-        mat = loadmat(raw_dir / ANNOTATIONS, squeeze_me=True)
-        annotations = np.atleast_1d(mat["annotations"])
-        class_names = [str(name) for name in np.atleast_1d(mat["class_names"])]
-        labels = np.array([int(c) for c in annotations["class"]])
+        try:
+            mat = loadmat(raw_dir / ANNOTATIONS, squeeze_me=True)
+            annotations = np.atleast_1d(mat["annotations"])
+            class_names = [str(name) for name in np.atleast_1d(mat["class_names"])]
+            paths, labels = annotations["relative_im_path"], np.array([int(c) for c in annotations["class"]])
+        except Exception as exc:  # noqa: BLE001 - scipy / numpy raise many types for a wrong file
+            raise DataError(
+                f"{ANNOTATIONS} is not the Stanford release's (annotations with relative_im_path and class, "
+                f"class_names): {type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
+            ) from None
+        if labels.min() < 1 or labels.max() > len(class_names):
+            raise DataError(f"{ANNOTATIONS}: class ids {labels.min()}-{labels.max()}, {len(class_names)} class names")
         frame = pd.DataFrame(
             {
-                "path": [str(p) for p in annotations["relative_im_path"]],
+                "path": [str(p) for p in paths],
                 "label": labels,
                 "class_name": [class_names[c - 1] for c in labels],
             }
@@ -280,7 +280,9 @@ SPEC = DatasetSpec(
     fetch=fetch,
     read_annotations=read_annotations,
     description="CARS196 (Stanford Cars): 196 models, 16,185 images (classes 1-98 train, 99-196 test)",
-    archives=(*STANFORD, LAYOUT, *PIECES),
+    archives=(*STANFORD, LAYOUT, *PIECES, *FOLDERS),
     homepage="https://ai.stanford.edu/~jkrause/cars/car_dataset.html",
     preflight=preflight,
+    archives_for=archives_for,
+    counts=COUNTS,
 )

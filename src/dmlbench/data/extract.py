@@ -7,6 +7,11 @@ filter runs as a second line of defence. Where it has not (Debian 12's system Py
 whose ``TarFile.extract`` raises ``TypeError`` on ``filter=``), this module writes the checked
 regular files and directories itself: contents only, mode 0o644 (0o755 if executable by its
 owner), never links, owners or set-id bits. The same archives are accepted and refused either way.
+
+A file that does not unpack says why in one line: a zip whose end (its central directory) is
+missing, or a compressed tar whose stream stops early, is *truncated* (an interrupted download
+or copy); a zip with encrypted entries is *password-protected* (:class:`EncryptedArchive`, so
+that a dataset can name where its password comes from); anything else is neither a zip nor a tar.
 """
 
 from __future__ import annotations
@@ -21,6 +26,34 @@ from pathlib import Path, PurePosixPath
 from dmlbench.errors import DataError
 
 CHUNK_BYTES = 1 << 20
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header; an empty zip's end record
+COMPRESSED_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
+
+
+class EncryptedArchive(DataError):
+    """A zip whose entries are encrypted (it needs a password this code does not have)."""
+
+
+def _magic(archive: Path) -> bytes:
+    with open(archive, "rb") as handle:
+        return handle.read(8)
+
+
+def _unreadable(archive: Path) -> DataError:
+    """Why ``archive`` is neither a readable zip nor a readable tar, in one line."""
+    head, size = _magic(archive), archive.stat().st_size
+    if head.startswith(ZIP_MAGIC):
+        return DataError(
+            f"{archive}: truncated: it starts as a zip archive but its end (the central directory) is missing "
+            f"({size:,} bytes; an interrupted download or copy): replace it with a complete copy"
+        )
+    for magic, kind in COMPRESSED_MAGIC.items():
+        if head.startswith(magic):
+            return DataError(
+                f"{archive}: a {kind} stream ({size:,} bytes) that holds no readable tar archive: truncated or "
+                "corrupt; replace it with a complete copy"
+            )
+    return DataError(f"{archive}: neither a zip nor a tar archive ({size:,} bytes, starting {head[:4]!r})")
 
 
 def check_member_name(archive: Path, name: str, dest: Path) -> Path:
@@ -75,6 +108,12 @@ def _extract_tar(archive: Path, dest: Path, progress) -> None:
 
 def _extract_zip(archive: Path, dest: Path, progress) -> None:
     with zipfile.ZipFile(archive) as zf:
+        encrypted = [info.filename for info in zf.infolist() if info.flag_bits & 0x1]
+        if encrypted:  # the zip format's "encrypted" flag (APPNOTE.TXT 4.4.4, bit 0)
+            raise EncryptedArchive(
+                f"{archive}: password-protected ({len(encrypted):,} of {len(zf.infolist()):,} entries encrypted, "
+                f"e.g. {encrypted[0]})"
+            )
         for info in zf.infolist():
             check_member_name(archive, info.filename, dest)
             mode = info.external_attr >> 16
@@ -95,9 +134,17 @@ def extract_archive(archive: Path, dest: Path) -> None:
     elif tarfile.is_tarfile(archive):
         extractor = _extract_tar
     else:
-        raise DataError(f"{archive}: neither a zip nor a tar archive")
+        raise _unreadable(archive)
     with tqdm(desc=f"extract {archive.name}", unit="B", unit_scale=True, mininterval=1.0) as progress:
         try:
             extractor(archive, dest, progress)
-        except (tarfile.TarError, zipfile.BadZipFile, EOFError) as exc:
+        except EOFError as exc:  # a compressed stream that stops before its end marker
+            raise DataError(
+                f"{archive}: truncated: the compressed data stops before its end marker (an interrupted download or "
+                f"copy; {type(exc).__name__}); replace it with a complete copy"
+            ) from None
+        except tarfile.ReadError as exc:
+            what = "truncated" if "unexpected end of data" in str(exc) else "corrupt archive"
+            raise DataError(f"{archive}: {what} (tarfile: {exc}); replace it with a complete copy") from None
+        except (tarfile.TarError, zipfile.BadZipFile, zipfile.LargeZipFile) as exc:
             raise DataError(f"{archive}: corrupt archive ({type(exc).__name__}: {exc})") from None

@@ -232,4 +232,5 @@ SPEC = DatasetSpec(
     read_annotations=read_annotations,
     description="Offline built-in: characters rendered from matplotlib's fonts (200 classes)",
     hflip_invariant=False,
+    synthetic=True,
 )

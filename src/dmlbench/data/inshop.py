@@ -3,26 +3,58 @@
 Split from ``Eval/list_eval_partition.txt`` (line 1: image count, line 2: header
 ``image_name item_id evaluation_status``): 3,997 training items (25,882 images); the 3,985
 test items are queried (14,218 query images) against a gallery (12,612 images), as in
-Proxy-Anchor's ``Inshop.py``. Images come from the low-resolution ``Img/img.zip`` (what most
-DML code uses; ``img_highres.zip`` is password-protected). Both files live only on Google
-Drive: they are downloaded with their resource keys, through Drive's confirmation page for
-large files (:mod:`dmlbench.data.download`). Drive may still refuse (its daily download quota,
-a changed sharing setting): the error then names the page to download the file from by hand.
-No checksum is published: the md5 and sha256 are recorded on first use (``data/<file>.sha256``).
+Proxy-Anchor's ``Inshop.py``. A partition file of another DeepFashion benchmark (Consumer-to-shop,
+Category and Attribute Prediction, Fashion Landmark Detection) is recognised and named.
+
+Images: the low-resolution ``Img/img.zip`` (what most DML code uses; unpacks to ``img/``), or
+``img_highres.zip`` (unpacks to ``img_highres/``, the same names; OML uses it) whenever it is in
+``data/``: only a user puts it there, while ``img.zip`` may be an earlier run's download (with
+both there the stage says that ``img.zip`` is ignored). The official ``img_highres.zip`` is
+password-protected: the stage says so in one line and how to get and use the password. ``img.zip`` and the partition
+file live on Google Drive: they are downloaded with their resource keys, through Drive's
+confirmation page for large files (:mod:`dmlbench.data.download`). Drive may still refuse (its
+daily download quota, a changed sharing setting): the error then names the page to download the
+file from by hand. No checksum is published: the md5 and sha256 are recorded on first use
+(``data/<file>.sha256``), once the content passed its check.
 """
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 
 import pandas as pd
 
-from dmlbench.data.archives import ArchiveSource, ArchiveSourceParams, archive_fetcher
-from dmlbench.data.base import Archive, DatasetParams, DatasetSpec
+from dmlbench.data.archives import ArchiveSource, ArchiveSourceParams, archive_problems, fetch_archives
+from dmlbench.data.base import Archive, Counts, DatasetParams, DatasetSpec, UrlCheck, read_table
+from dmlbench.data.content import content_check
 from dmlbench.data.download import drive_url, drive_view_url
 from dmlbench.errors import DataError
 
+NAME = "inshop"
 PARTITION = "list_eval_partition.txt"
+HEADER = ["image_name", "item_id", "evaluation_status"]
+STATUSES = ("train", "query", "gallery")
+HOMEPAGE = "https://mmlab.ie.cuhk.edu.hk/projects/DeepFashion/InShopRetrieval.html"
+DEEPFASHION = "https://mmlab.ie.cuhk.edu.hk/projects/DeepFashion.html"
+# 52,712 images: the release's README (Img/img.zip); 7,982 items: the benchmark page (HOMEPAGE); the
+# partition's 3,997 training items (25,882 images) and 3,985 test items (14,218 query, 12,612 gallery
+# images) as the DML papers report them (Kim et al., Proxy Anchor Loss, CVPR 2020, section 5.1).
+COUNTS = Counts(
+    52_712,
+    7_982,
+    (("train", 25_882, 3_997), ("query", 14_218, 3_985), ("gallery", 12_612, 3_985)),
+    source="Liu et al. 2016, the In-shop README; Kim et al. 2020",
+)
+
+# The partition files of DeepFashion's other benchmarks (mmfashion docs/dataset/*.md: the line-2
+# headers; the image counts of their benchmark pages).
+OTHER_BENCHMARKS: dict[tuple[str, ...], str] = {
+    ("image_pair_name_1", "image_pair_name_2", "item_id", "evaluation_status"): "Consumer-to-shop Clothes Retrieval",
+}
+IMAGE_STATUS = ("image_name", "evaluation_status")  # Category and Attribute Prediction, Fashion Landmark Detection
+CATEGORY_IMAGES, LANDMARK_IMAGES = 289_222, 123_016
 
 # Google Drive folder and file ids of the DeepFashion In-shop release (the folder is linked from
 # the DeepFashion project page, mmlab.ie.cuhk.edu.hk/projects/DeepFashion.html) with the resource
@@ -42,6 +74,20 @@ IMAGES = Archive(
     md5=None,
     how_to_get=drive_view_url(*IMAGES_DRIVE),
 )
+# Password-protected in the official release (open-mmlab/mmfashion#82): the password comes from
+# the DeepFashion authors through the agreement form their project page links.
+HIGHRES = Archive(
+    key="images_highres",
+    filename="img_highres.zip",
+    url=None,
+    md5=None,
+    how_to_get=f"In-shop's Img/ folder, {DRIVE_FOLDER}",
+    encrypted_hint=(
+        f"DeepFashion encrypts img_highres.zip; ask for its password with the agreement form of {DEEPFASHION}, "
+        "unpack it (unzip -P <password> img_highres.zip) and zip the img_highres/ folder again without one as "
+        "data/img_highres.zip, or use img.zip (docs/datasets.md#in-shop)"
+    ),
+)
 PARTITION_FILE = Archive(
     key="partition",
     filename=PARTITION,
@@ -54,6 +100,7 @@ PARTITION_FILE = Archive(
 
 class InshopSource(ArchiveSourceParams):
     images: ArchiveSource = ArchiveSource()
+    images_highres: ArchiveSource = ArchiveSource()
     partition: ArchiveSource = ArchiveSource()
 
 
@@ -61,18 +108,99 @@ class InshopParams(DatasetParams):
     source: InshopSource = InshopSource()
 
 
+def image_archive(source: InshopSource, dropbox: Path) -> tuple[Archive, str]:
+    """The images this run uses and a note on the file it ignores (empty if none): ``img_highres.zip``
+    when it is in ``dropbox`` (or its ``url`` is set), else ``img.zip``."""
+    if source.images_highres.url or (dropbox / HIGHRES.filename).exists():
+        ignored = (dropbox / IMAGES.filename).exists()
+        note = f"{NAME}: using {HIGHRES.filename}; {IMAGES.filename} in {dropbox}/ is ignored" if ignored else ""
+        return HIGHRES, note
+    return IMAGES, ""
+
+
+def archives_for(params: InshopParams, dropbox: Path) -> tuple[Archive, ...]:
+    """The files this run needs (what ``make fetch`` downloads)."""
+    return image_archive(params.source, Path(dropbox))[0], PARTITION_FILE
+
+
+def preflight(params: InshopParams, dropbox: Path, unreachable: UrlCheck) -> list[str]:
+    return archive_problems(NAME, archives_for(params, dropbox), params.source, Path(dropbox), unreachable)
+
+
+def fetch(params: InshopParams, raw_dir: Path, dropbox: Path) -> None:
+    """The images (``img.zip`` or ``img_highres.zip``) and the partition file, checked, into ``raw_dir``."""
+    images, note = image_archive(params.source, Path(dropbox))
+    if note:
+        print(note, file=sys.stderr)
+    check = content_check(NAME, read_annotations, COUNTS, params)
+    fetch_archives(NAME, (images, PARTITION_FILE), params.source, Path(raw_dir), Path(dropbox), check)
+
+
+def _benchmark_of(header: list[str], declared: str, first_image: str) -> str | None:
+    """The DeepFashion benchmark whose partition file has this ``header`` (None: In-Shop's or unknown)."""
+    if tuple(header) in OTHER_BENCHMARKS:
+        return OTHER_BENCHMARKS[tuple(header)]
+    if tuple(header) == IMAGE_STATUS:
+        if declared == str(LANDMARK_IMAGES) or re.fullmatch(r"img/img_\d+\.jpg", first_image):
+            return "Fashion Landmark Detection"
+        if declared == str(CATEGORY_IMAGES) or re.fullmatch(r"img/[^/]+/img_\d+\.jpg", first_image):
+            return "Category and Attribute Prediction"
+        return "Category and Attribute Prediction (or Fashion Landmark Detection)"
+    return None
+
+
+def _other_benchmark(benchmark: str) -> DataError:
+    return DataError(
+        f"{PARTITION} is the partition file of DeepFashion's {benchmark} benchmark; In-Shop needs the In-shop "
+        f"Clothes Retrieval Benchmark's Eval/{PARTITION} (header '{' '.join(HEADER)}', status train / query / "
+        f"gallery; {HOMEPAGE})"
+    )
+
+
 def read_annotations(params: InshopParams, raw_dir: Path) -> pd.DataFrame:
     """Every row of the partition file; label = item number, split = train / query / gallery."""
-    path = Path(raw_dir) / PARTITION
-    with open(path) as handle:
-        declared = int(handle.readline().split()[0])
-    table = pd.read_csv(path, sep=r"\s+", skiprows=1, dtype=str)
-    if len(table) != declared:
-        raise DataError(f"{path}: line 1 declares {declared} images, the file lists {len(table)}")
+    raw_dir = Path(raw_dir)
+    expected = f"In-shop's Eval/{PARTITION} (line 1: the image count, line 2: '{' '.join(HEADER)}')"
+    if not (raw_dir / PARTITION).is_file():
+        raise DataError(f"no {PARTITION}; expected {expected}")
+    with open(raw_dir / PARTITION, errors="replace") as handle:
+        lines = [handle.readline().split() for _ in range(3)]
+    first, second, third = lines
+    for header, count, image in ((first, "", (second or [""])[0]), (second, "".join(first), (third or [""])[0])):
+        benchmark = _benchmark_of(header, count, image)
+        if benchmark:
+            raise _other_benchmark(benchmark)
+    if len(first) != 1 or not first[0].isdigit():
+        shown = " ".join(first)
+        what = "In-Shop's header line" if first == HEADER else repr(shown[:60])
+        raise DataError(
+            f"{PARTITION}: line 1 is {what}, expected the image count (the release's line 1 is "
+            f"{COUNTS.images}, line 2 the header): a copy without its count line, or another file"
+        )
+    table = read_table(raw_dir, PARTITION, None, expected, skiprows=1)
+    if list(table.columns) != HEADER or (table == "").any().any():
+        raise DataError(
+            f"{PARTITION}: line 2 is {' '.join(map(str, table.columns))!r}, expected '{' '.join(HEADER)}' "
+            "and 3 fields on every line"
+        )
+    if len(table) != int(first[0]):
+        raise DataError(f"{PARTITION}: line 1 declares {int(first[0])} images, the file lists {len(table)}")
+    unknown = sorted(set(table["evaluation_status"]) - set(STATUSES))
+    if unknown:
+        raise DataError(
+            f"{PARTITION}: evaluation status {unknown[0]!r}; In-Shop's are {', '.join(STATUSES)} (a partition "
+            "file of another DeepFashion benchmark?)"
+        )
+    items = table["item_id"].str.fullmatch(r"id_\d+")
+    if not items.all():
+        raise DataError(f"{PARTITION}: item id {table['item_id'][~items].iloc[0]!r}, expected id_<number>")
+    paths = table["image_name"]
+    if not (raw_dir / "img").is_dir() and (raw_dir / "img_highres").is_dir():
+        paths = paths.str.replace(r"^img/", "img_highres/", regex=True)  # the same names (OML's convert_inshop)
     return pd.DataFrame(
         {
-            "path": table["image_name"],
-            "label": table["item_id"].str.removeprefix("id_").astype(int),
+            "path": paths,
+            "label": table["item_id"].str.removeprefix("id_").astype("int64"),
             "class_name": table["item_id"],
             "split": table["evaluation_status"],
         }
@@ -82,10 +210,13 @@ def read_annotations(params: InshopParams, raw_dir: Path) -> pd.DataFrame:
 SPEC = DatasetSpec(
     name="inshop",
     params=InshopParams,
-    fetch=archive_fetcher("inshop", (IMAGES, PARTITION_FILE)),
+    fetch=fetch,
     read_annotations=read_annotations,
     description="DeepFashion In-Shop: 7,982 clothing items, 52,712 images (train / query / gallery)",
     query_gallery=True,
-    archives=(IMAGES, PARTITION_FILE),
-    homepage="https://mmlab.ie.cuhk.edu.hk/projects/DeepFashion/InShopRetrieval.html",
+    archives=(IMAGES, HIGHRES, PARTITION_FILE),
+    homepage=HOMEPAGE,
+    preflight=preflight,
+    archives_for=archives_for,
+    counts=COUNTS,
 )

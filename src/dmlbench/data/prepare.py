@@ -12,7 +12,13 @@ to at most ``L = ceil(S * max_aspect)`` px. Output directory (``artifacts/prepar
 * ``manifest.csv`` - ``path,label,class_name,split,fold``, one row per image in cache order
   (``train``, ``val``, ``test``, ``query``, ``gallery``; the dataset's order within a split);
 * ``info.json``    - dataset, sizes, split scheme, images/classes per split and fold, skipped
-  images, md5s of the archives the data came from.
+  images, md5s of the archives the data came from, and ``counts``: the published images and
+  classes, the listed ones (checked against them first: :mod:`dmlbench.data.content`), the
+  prepared ones and the images left out (listed but not in the archive, or unreadable).
+
+An image listed but not in the archive fails the stage before any decoding, an unreadable one
+after it, unless ``skip_corrupt: true``: then it is left out, said on stderr, listed in
+``info.json`` and counted apart.
 
 Decoding runs in ``workers`` processes over chunks of rows; every row is written at its own
 index, so the result does not depend on the number of workers or on scheduling.
@@ -29,7 +35,15 @@ import numpy as np
 import pandas as pd
 
 from dmlbench.data.archives import ARCHIVES_RECORD
-from dmlbench.data.base import DatasetParams, DatasetSpec, check_annotations
+from dmlbench.data.base import Counts, DatasetParams, DatasetSpec
+from dmlbench.data.content import (
+    allow_subset,
+    check_counts,
+    missing_images,
+    missing_line,
+    prepared_counts,
+    read_checked,
+)
 from dmlbench.data.splits import assign_splits, fold_summary, split_summary
 from dmlbench.errors import DataError
 from dmlbench.io import atomic_dir, read_json, write_json
@@ -179,7 +193,17 @@ def prepare_dataset(
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
     if not raw_dir.is_dir():
         raise DataError(f"{raw_dir}: no raw files (run the download@{spec.name} stage first)")
-    frame = check_annotations(spec.read_annotations(params, raw_dir), spec.name)
+    frame = read_checked(spec.name, spec.read_annotations, params, raw_dir, str(raw_dir))
+    counts = check_counts(spec.name, Counts.of(frame), spec.counts, allow_subset(params), str(raw_dir))
+    missing = missing_images(frame, raw_dir)
+    if missing and not params.skip_corrupt:  # before any decoding
+        raise DataError(
+            missing_line(spec.name, missing, str(raw_dir))
+            + f": the archive lacks them; set datasets.{spec.name}.skip_corrupt: true to leave them out (counted)"
+        )
+    skipped = [{"path": path, "error": "listed but not in the archive"} for path in missing]
+    frame = frame[~frame["path"].isin(set(missing))].reset_index(drop=True)
+    frame["official"] = frame["split"]
     frame[["split", "fold"]] = assign_splits(frame, params.split)
     frame = order_by_split(frame)
     size, canvas = params.image_size, params.canvas_size
@@ -192,19 +216,22 @@ def prepare_dataset(
         del images  # zero-filled; workers write their rows through their own maps
         paths = [str(raw_dir / rel) for rel in frame["path"]]
         sizes, failures = decode_images(paths, tmp / IMAGES, size, canvas, workers, desc=f"{spec.name}: decode")
-        skipped = [{"path": frame["path"].iloc[i], "error": message} for i, message in failures]
-        if skipped and not params.skip_corrupt:
-            shown = ", ".join(f"{s['path']} ({s['error']})" for s in skipped[:SHOWN_FAILURES])
-            more = f" and {len(skipped) - SHOWN_FAILURES} more" if len(skipped) > SHOWN_FAILURES else ""
+        unreadable = [{"path": frame["path"].iloc[i], "error": message} for i, message in failures]
+        if unreadable and not params.skip_corrupt:
+            shown = ", ".join(f"{s['path']} ({s['error']})" for s in unreadable[:SHOWN_FAILURES])
+            more = f" and {len(unreadable) - SHOWN_FAILURES} more" if len(unreadable) > SHOWN_FAILURES else ""
             raise DataError(
-                f"{spec.name}: {len(skipped)} unreadable image(s): {shown}{more}; "
+                f"{spec.name}: {len(unreadable)} unreadable image(s): {shown}{more}; "
                 f"set datasets.{spec.name}.skip_corrupt: true to leave them out"
             )
-        if skipped:
+        if unreadable:
             keep = np.ones(len(frame), dtype=bool)
             keep[[i for i, _ in failures]] = False
             _drop_rows(tmp / IMAGES, keep)
             frame, sizes = frame[keep].reset_index(drop=True), sizes[keep]
+        prepared = Counts.of(frame[["label"]].assign(split=frame["official"]))
+        counts = prepared_counts(counts, prepared, len(skipped), len(unreadable))
+        skipped += unreadable
         np.save(tmp / SIZES, sizes)
         frame.loc[:, list(MANIFEST_COLUMNS)].to_csv(tmp / MANIFEST, index=False)
         num_folds = params.split.folds
@@ -219,7 +246,15 @@ def prepare_dataset(
             "splits": split_summary(frame),
             "folds": fold_summary(frame, num_folds),
             "skipped": skipped,
+            "counts": counts,
             "archives": read_json(raw_dir / ARCHIVES_RECORD) if (raw_dir / ARCHIVES_RECORD).exists() else [],
         }
         write_json(tmp / INFO, info)
+    if skipped:  # left out, never silently
+        print(
+            f"{spec.name}: {len(skipped):,} listed image(s) left out (skip_corrupt: true): {len(missing):,} not in "
+            f"the archive, {len(unreadable):,} unreadable; {prepared.images:,} of {counts['listed']['images']:,} "
+            f"listed images prepared (listed in {out_dir / INFO})",
+            file=sys.stderr,
+        )
     return info

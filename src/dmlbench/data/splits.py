@@ -6,6 +6,9 @@ training classes to a list of validation class sets:
 
 * ``standard``  - none;
 * ``fixed_val`` - one random set of ``round(val_fraction * T)`` classes (rows become ``val``);
+* ``last_val``  - the last classes of the sorted training classes, from index
+  ``int(T * (1 - val_fraction))`` on (Berton, Musgrave & Masone 2025, gmberton/image-retrieval
+  ``utils.py`` ``split_dataset_by_classes``: ``split_point = int(len(unique_classes) * 0.8)``);
 * ``rc_cv``     - the Reality Check's folds (powerful-benchmarker ``MLRCSplitManager``):
   ``v = int(2T * (1/k) * 0.5)`` classes per fold, fold ``p`` validating the contiguous
   (wrapping) block that ends just before index ``int(p/k * T)`` of the sorted training classes;
@@ -36,6 +39,14 @@ def fixed_val_classes(train_classes: np.ndarray, config: SplitConfig) -> list[np
     n_val = min(max(1, int(round(config.val_fraction * count))), count - 1)
     rng = np.random.default_rng(config.seed)
     return [np.sort(rng.choice(train_classes, size=n_val, replace=False))]
+
+
+def last_val_classes(train_classes: np.ndarray, config: SplitConfig) -> list[np.ndarray]:
+    count = len(train_classes)
+    if count < 2:
+        raise DataError(f"last_val needs >= 2 training classes, got {count}")
+    cut = min(max(1, int(count * (1 - config.val_fraction))), count - 1)
+    return [train_classes[cut:]]
 
 
 def rc_cv_classes(train_classes: np.ndarray, config: SplitConfig) -> list[np.ndarray]:
@@ -70,6 +81,7 @@ def kfold_classes(train_classes: np.ndarray, config: SplitConfig) -> list[np.nda
 SCHEMES: dict[str, Callable[[np.ndarray, SplitConfig], list[np.ndarray]]] = {
     "standard": lambda train_classes, config: [],
     "fixed_val": fixed_val_classes,
+    "last_val": last_val_classes,
     "rc_cv": rc_cv_classes,
     "kfold": kfold_classes,
 }

@@ -32,12 +32,12 @@ import numpy as np
 import torch
 
 from dmlbench import paths
-from dmlbench.data.augment import eval_transform
+from dmlbench.data.augment import eval_transform, resolve_interpolation
 from dmlbench.devices import default_device
 from dmlbench.errors import ConfigError, DataError, NonFiniteEmbeddings
 from dmlbench.grid import RunSpec
 from dmlbench.params.model import Params
-from dmlbench.params.protocol import AugmentConfig
+from dmlbench.params.protocol import AugmentConfig, augment_for
 from dmlbench.params.run import RunConfig, run_config
 from dmlbench.safe_load import load_plain
 
@@ -155,19 +155,24 @@ def compute_embeddings(
     features: bool = False,
     sizes: np.ndarray | None = None,
     progress: bool = False,
+    squash: bool = False,
+    interpolation: str = "weights",
 ) -> np.ndarray:
     """``images``: uint8 ``N x S x S x 3`` -> float32 ``N x dim`` (model in eval mode).
 
     ``features=True`` returns the pooled trunk features instead of the head's output.
     ``sizes`` (N x 2 valid height/width, images kept at their aspect ratio) is passed on to
-    the eval transform when given. The output array is allocated once and each batch's result
-    is written into its rows (no per-batch output arrays, no final concatenation).
+    the eval transform when given, with ``squash`` (the protocol's ``augment.eval``) and
+    ``interpolation`` (``augment.interpolation``; ``weights``: the model's). The output array is
+    allocated once and each batch's result is written into its rows (no per-batch output arrays,
+    no final concatenation).
     """
     count = len(images)
     if count == 0:
         return np.zeros((0, 0), dtype=np.float32)
     batches = _InputBatches(images, batch_size, torch.device(device))
-    interpolation = getattr(model, "interpolation", "bilinear")  # the weights' resize kernel (EmbeddingModel)
+    # the weights' resize kernel (EmbeddingModel) unless the protocol names one
+    interpolation = resolve_interpolation(interpolation, getattr(model, "interpolation", "bilinear"))
     was_training = model.training
     model.eval()
     result: np.ndarray | None = None
@@ -181,7 +186,9 @@ def compute_embeddings(
             stop = min(start + batch_size, count)
             batch = batches.get(images, start, stop)
             window = None if sizes is None else sizes[start:stop]
-            inputs = eval_transform(batch, eval_resize, crop_size, sizes=window, interpolation=interpolation)
+            inputs = eval_transform(
+                batch, eval_resize, crop_size, sizes=window, interpolation=interpolation, squash=squash
+            )
             out = model.features(inputs) if features else model(inputs)
             if result is None:
                 result = np.empty((count, *out.shape[1:]), dtype=np.float32)
@@ -265,6 +272,8 @@ def embed_splits(
                 features=features,
                 sizes=getattr(split, "sizes", None),
                 progress=True,
+                squash=augment.eval == "squash",
+                interpolation=augment.interpolation,
             )
         require_finite(embeddings, who or dataset, name, UNTRAINED if features else DIVERGED)
         arrays[f"{name}_embeddings"] = normalize_rows(embeddings)
@@ -288,7 +297,7 @@ def embed_stage(params: Params, run: RunSpec, device: torch.device | str | None 
     from dmlbench.io import atomic_dir, md5_file, read_json, write_json
 
     config = run_config(params, run)
-    protocol = params.protocol  # its augment and eval_batch_size are the same for every run (not overridable)
+    protocol = config.protocol  # the run's: its augment may be overridden for the dataset (eval_batch_size is not)
     device = default_device(device)
     metas = []
     with atomic_dir(paths.embedding_dir(run)) as tmp:
@@ -331,6 +340,7 @@ def embed_pretrained_stage(
     params.check_listed(dataset, backbone)
     device = default_device(device)
     protocol = params.protocol
+    augment = augment_for(protocol.augment, protocol.overrides, dataset, backbone)  # per dataset (overrides)
     torch.manual_seed(PRETRAINED_INIT_SEED)
     # Not a run (no loss, dim or seed): the keys are read one by one, as dvc.yaml lists them.
     model = build_model(
@@ -342,9 +352,7 @@ def embed_pretrained_stage(
         frozen_bn=protocol.frozen_bn,
     ).to(device, memory_format=INFERENCE_FORMAT)
     key = f"{paths.pretrained_key(dataset, backbone)}-{paths.PRETRAINED}"
-    arrays, counts = embed_splits(
-        dataset, model, device, protocol.augment, protocol.eval_batch_size, features=True, who=key
-    )
+    arrays, counts = embed_splits(dataset, model, device, augment, protocol.eval_batch_size, features=True, who=key)
     meta = {
         "run": key,
         "model_md5": _state_md5(model),

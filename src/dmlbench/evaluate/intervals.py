@@ -1,4 +1,5 @@
-"""Confidence intervals: mean +/- t-interval over repeated runs (Reality Check protocol).
+"""Confidence intervals: the t-interval over repeated runs (Reality Check protocol), clipped to the
+quantity's range, and the bootstrap over the query classes of one run.
 
 interval = mean -/+ t_{(1+c)/2, n-1} * s / sqrt(n), s = sample standard deviation; this is
 ``scipy.stats.t.interval(c, n - 1, loc=mean, scale=sem)``. With n = 1 there is no interval
@@ -34,7 +35,7 @@ class Interval:
         return asdict(self)
 
 
-def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
+def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> Interval:
     from scipy import stats
 
     data = np.asarray(values, dtype=np.float64)
@@ -51,82 +52,70 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
 
 
 def bounded_t_interval(
-    values: Sequence[float], confidence: float = 0.95, lower: float = 0.0, upper: float = math.inf
+    values: Sequence[float] | np.ndarray, confidence: float = 0.95, lower: float = 0.0, upper: float = math.inf
 ) -> Interval:
-    """Mean and a t-interval that stays inside the quantity's range ``[lower, upper]``.
+    """Mean and its t-interval clipped to the quantity's range ``[lower, upper]``.
 
-    The t-interval is built on a transformed scale and mapped back (delta method): for a quantity
-    bounded on both sides (a proportion, a rank) on the logit of p = (mean - lower) / (upper - lower),
-    se = sem / ((upper - lower) p (1 - p)); for one bounded below only (a non-negative gain, seconds)
-    on log(mean - lower), se = sem / (mean - lower); then bound = inverse(centre -/+ t_{(1+c)/2, n-1} se).
-    The interval is asymmetric near a bound and never crosses it. The transform needs every value
-    strictly inside the range: when a value sits on a bound (a gain of exactly 0, a rank of exactly
-    1), the delta method degenerates (a mean of (0, 0, 4) would reach 50 points on the logit of
-    [0, 100]), so the plain t-interval truncated to ``[lower, upper]`` is used instead (its coverage
-    is the plain interval's, since the mean lies in the range). Every value equal: the zero-width
-    interval; n = 1: no interval (NaN bounds); ``lower = -inf``: the plain t-interval.
-    :func:`interval_method` names the method used.
+    interval = [max(lower, mean - t_{(1+c)/2, n-1} s/sqrt(n)), min(upper, mean + t s/sqrt(n))]: the
+    t-interval over independent runs that the Reality Check's intervals are (powerful-benchmarker),
+    cut where it leaves the range. Clipping never lowers coverage (the mean lies in the range) and
+    is continuous in the data: a value moving onto a bound moves the interval by as little as the
+    value moved. Transforms were tried and rejected: the delta method on the logit (or log) of
+    the mean explodes when the spread is comparable to the mean's distance to a bound (seeds
+    (0.0001, 0.004, 0.008) of [0, 1] reached 4.45 points, 10 sd above the mean) and degenerates
+    on it, so it needed a second method there, and the switch made the interval jump ((0, 0.004,
+    0.008): 1.39 points). With few runs of a skewed quantity next to a bound the clipped t covers a
+    little less than it says (Beta(1, 12) scores, 5 runs: ~89% for 95%), as the t-interval does.
+    Every value equal: the zero-width interval; n = 1: no interval (NaN bounds). :func:`interval_method`
+    names it.
     """
-    from scipy import stats
-    from scipy.special import expit, logit
-
     data = np.asarray(values, dtype=np.float64)
     if data.size and (data.min() < lower or data.max() > upper):
         raise ValueError(f"values outside [{lower:g}, {upper:g}]: {data.min():g} to {data.max():g}")
     plain = t_interval(data, confidence)
-    if plain.n < 2 or plain.low == plain.high or math.isinf(lower):  # no bound below: the plain interval
+    if plain.n < 2:
         return plain
-    if data.min() == lower or data.max() == upper:  # a value on a bound: truncate the plain interval
-        return Interval(plain.mean, max(lower, plain.low), min(upper, plain.high), plain.n, confidence)
-    sem, mean = float(stats.sem(data)), plain.mean
-    quantile = float(stats.t.ppf((1 + confidence) / 2, data.size - 1))
-    if math.isinf(upper):
-        shift = mean - lower  # > 0: the values vary and none is below ``lower``
-        half = quantile * sem / shift
-        return Interval(mean, lower + shift * math.exp(-half), lower + shift * math.exp(half), plain.n, confidence)
-    width = upper - lower
-    share = (mean - lower) / width  # strictly inside (0, 1): the values vary inside the range
-    half = quantile * sem / (width * share * (1 - share))
-    centre = float(logit(share))
-    low, high = float(expit(centre - half)), float(expit(centre + half))
-    return Interval(mean, lower + width * low, lower + width * high, plain.n, confidence)
+    return Interval(plain.mean, max(lower, plain.low), min(upper, plain.high), plain.n, confidence)
 
 
-def interval_method(values: Sequence[float], lower: float = 0.0, upper: float = math.inf) -> str:
-    """The method :func:`bounded_t_interval` uses for ``values``: ``none`` (n < 2), ``t`` (no lower bound,
-    or every value equal), ``t-truncated`` (a value on a bound), ``t-log`` (bounded below only) or
-    ``t-logit`` (bounded on both sides)."""
+def interval_method(values: Sequence[float] | np.ndarray, lower: float = 0.0, upper: float = math.inf) -> str:
+    """The method of :func:`bounded_t_interval` for ``values``: ``none`` (n < 2), ``t-clipped`` (the
+    t-interval reached a bound and was cut there) or ``t``."""
     data = np.asarray(values, dtype=np.float64)
     if data.size < 2:
         return "none"
-    if math.isinf(lower) or data.min() == data.max():
-        return "t"
-    if data.min() == lower or data.max() == upper:
-        return "t-truncated"
-    return "t-log" if math.isinf(upper) else "t-logit"
+    plain = t_interval(data)
+    return "t-clipped" if plain.low < lower or plain.high > upper else "t"
 
 
 BOOTSTRAP_METHODS = ("percentile", "basic", "BCa")
 
 
 def bootstrap_intervals(
-    values: Mapping[str, Sequence[float]],
+    values: Mapping[str, Sequence[float] | np.ndarray],
     confidence: float = 0.95,
     n_resamples: int = 1000,
     method: str = "percentile",
     seed: int = 0,
     max_batch_elements: int = 1 << 24,
+    clusters: Sequence[int] | np.ndarray | None = None,
 ) -> dict[str, Interval]:
-    """Mean of each per-query metric of one run and its bootstrap interval over the queries.
+    """Mean of each per-query metric of one run and its bootstrap interval over the query classes.
 
-    ``scipy.stats.bootstrap`` resamples the queries with replacement (``n_resamples`` times,
-    ``numpy.random.default_rng(seed)``: reproducible) and recomputes every metric's mean on the
-    same resample (a paired bootstrap: the intervals of all metrics come from one set of
-    resamples). The statistic turns a resample of query indices into counts per query
-    (``bincount``) and means into one matrix product, so the cost is O(resamples x queries)
-    for all metrics together, in batches of at most ``max_batch_elements`` indices.
-    ``n`` = number of queries. BCa's jackknife costs O(queries^2): use it for small query sets.
-    A metric that is constant over the queries gets a zero-width interval.
+    The queries of one class are not independent draws: they share the class's difficulty (the
+    test set is classes x images, and a new test set is a new sample of classes). So the
+    bootstrap resamples whole ``clusters`` (the queries' class labels) with replacement, the
+    cluster bootstrap of Field & Welsh (2007, JRSS-B 69), and the statistic is the mean over the
+    queries of the drawn classes, sum_c w_c S_c / sum_c w_c n_c (w_c: times class c is drawn, S_c
+    and n_c: its sum and query count). ``clusters=None`` resamples single queries (each its own
+    class). ``scipy.stats.bootstrap`` draws the class indices (``n_resamples`` times,
+    ``numpy.random.default_rng(seed)``: reproducible) and gives the ``method``'s interval; every
+    metric's mean is recomputed on the same resample (a paired bootstrap: the intervals of all
+    metrics come from one set of resamples), from per-class sums in one matrix product, so a
+    resample costs O(classes) for all metrics together, in batches of at most ``max_batch_elements``
+    indices. ``n`` = number of classes (queries when ``clusters`` is None). BCa's jackknife costs
+    O(classes^2). A metric that is constant over the queries gets a zero-width interval; with one
+    class there is no interval (NaN bounds).
     """
     from scipy import stats
 
@@ -134,27 +123,39 @@ def bootstrap_intervals(
         raise ValueError(f"bootstrap method must be one of {', '.join(BOOTSTRAP_METHODS)}; got {method!r}")
     names = list(values)
     matrix = np.stack([np.asarray(values[name], dtype=np.float64).reshape(-1) for name in names])
-    n = matrix.shape[1]
-    if n == 0:
+    queries = matrix.shape[1]
+    if queries == 0:
         raise ValueError("bootstrap intervals need at least one query")
+    if clusters is None:
+        cluster_of = np.arange(queries)
+    else:
+        labels = np.asarray(clusters).reshape(-1)
+        if labels.size != queries:
+            raise ValueError(f"clusters: {labels.size} labels for {queries} queries; need one class label per query")
+        cluster_of = np.unique(labels, return_inverse=True)[1].reshape(-1)
+    n = int(cluster_of.max()) + 1
     mean = matrix.mean(axis=1)
     constant = np.all(matrix == matrix[:, :1], axis=1)
     result = {
         name: Interval(float(mean[i]), float(mean[i]), float(mean[i]), n, confidence) for i, name in enumerate(names)
     }
     varying = np.flatnonzero(~constant)
-    if n == 1 or len(varying) == 0:
+    if len(varying) == 0:
         return result
-    data_t = np.ascontiguousarray(matrix[varying].T)
+    if n == 1:  # one class: nothing to resample
+        return result | {names[i]: Interval(float(mean[i]), math.nan, math.nan, 1, confidence) for i in varying}
+    # per class: the sums of the varying metrics and the query count (last column), C x (metrics + 1)
+    per_class = np.zeros((n, len(varying) + 1))
+    np.add.at(per_class, cluster_of, np.column_stack([matrix[varying].T, np.ones(queries)]))
 
     def resampled_means(indices: np.ndarray, axis: int = -1) -> np.ndarray:
         indices = np.asarray(indices)
         flat = indices.reshape(-1, indices.shape[-1])
-        size = flat.shape[1]
-        offsets = (np.arange(len(flat)) * n)[:, None]
+        offsets: np.ndarray = (np.arange(len(flat)) * n)[:, None]
         counts = np.bincount((flat + offsets).ravel(), minlength=len(flat) * n).reshape(len(flat), n)
-        out = (counts.astype(np.float64) @ data_t).T / size  # metrics x resamples
-        return out.reshape(data_t.shape[1], *indices.shape[:-1])
+        sums = counts.astype(np.float64) @ per_class  # resamples x (metrics + 1)
+        out = (sums[:, :-1] / sums[:, -1:]).T  # metrics x resamples
+        return out.reshape(len(varying), *indices.shape[:-1])
 
     boot = stats.bootstrap(
         (np.arange(n),),
@@ -173,11 +174,12 @@ def bootstrap_intervals(
 
 
 def bootstrap_interval(
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     confidence: float = 0.95,
     n_resamples: int = 1000,
     method: str = "percentile",
     seed: int = 0,
+    clusters: Sequence[int] | np.ndarray | None = None,
 ) -> Interval:
     """:func:`bootstrap_intervals` of a single per-query metric."""
-    return bootstrap_intervals({"metric": values}, confidence, n_resamples, method, seed)["metric"]
+    return bootstrap_intervals({"metric": values}, confidence, n_resamples, method, seed, clusters=clusters)["metric"]

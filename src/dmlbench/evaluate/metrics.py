@@ -28,6 +28,7 @@ import numpy as np
 from dmlbench.evaluate.knn import normalize_rows, rank_neighbours
 
 RANKING_METRICS = ("precision_at_1", "r_precision", "map_at_r")
+QUERY_FIELDS = ("r", "query_index", "query_label")  # what per_query_metrics returns beside the metrics
 
 
 def metric_range(metric: str) -> tuple[float, float]:
@@ -67,7 +68,8 @@ def per_query_metrics(
     progress: bool = False,
 ) -> dict[str, np.ndarray]:
     """Per-query metric values for the queries with R >= 1 (float64 arrays, one per metric),
-    plus ``r`` (their R) and ``query_index`` (their row in ``query_embeddings``).
+    plus ``r`` (their R), ``query_index`` (their row in ``query_embeddings``) and ``query_label``
+    (their class: the unit that interval bootstraps resample).
 
     No reference set: the queries are their own references and each query's own row is
     excluded. With a reference set: nothing is excluded (query/gallery protocol).
@@ -129,6 +131,7 @@ def per_query_metrics(
         values[name] = (ranking.first_positive < kk).astype(np.float64)
     values["r"] = r
     values["query_index"] = valid
+    values["query_label"] = q_labels[valid]
     return values
 
 
@@ -148,8 +151,8 @@ def list_metrics(hits: np.ndarray, r: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def means(values: dict[str, np.ndarray]) -> dict[str, float]:
-    """Mean of each per-query metric (``r`` and ``query_index`` are not metrics)."""
-    return {name: float(np.mean(v)) for name, v in values.items() if name not in {"r", "query_index"}}
+    """Mean of each per-query metric (:data:`QUERY_FIELDS` are not metrics)."""
+    return {name: float(np.mean(v)) for name, v in values.items() if name not in QUERY_FIELDS}
 
 
 def retrieval_metrics(

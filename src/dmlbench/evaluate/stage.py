@@ -3,28 +3,32 @@
 For every run (seed) of a grid cell, exact metrics on the test classes: self-retrieval on the
 ``test`` split (each test image queries all others), or ``query`` against ``gallery`` for
 query/gallery datasets (In-Shop); Recall@K with the dataset's K (``evaluate.recall_ks``), NMI
-and AMI when ``evaluate.clustering_for(dataset)``. Each run also gets a per-query bootstrap
-interval (n = its queries).
+and AMI when ``evaluate.clustering_for(dataset)``. Each run also gets a bootstrap interval over
+its test classes (n = classes; the queries of one class are not independent).
 
-Outputs (contract 5; keys may be added, never renamed):
+Outputs (the report and the results index read them: keys may be added, never renamed):
 
 * ``artifacts/evaluation/<combo>/runs.json`` = {"combo", "runs": {"seed<k>": {"seed", "metrics",
   "num_queries", "grid_key", "config_hash", "embeddings", "embeddings_md5", "mode", "bootstrap"}}} and
-  ``per_query.npz`` (``seed<k>/<metric>`` arrays, for re-sampling);
+  ``per_query.npz`` (``seed<k>/<metric>`` arrays, for re-sampling, with ``seed<k>/query_index`` and
+  ``seed<k>/query_label``: each query's row and class);
 * ``artifacts/metrics/<combo>.json`` = {"n_runs", "confidence", "test": {metric: {mean, low,
   high, n, interval}}, ...} (``dvc metrics show``): the t-interval over seeds (n = seeds), or
-  for a single run the per-query bootstrap interval (n = queries); no interval -> null bounds.
+  for a single run the class-cluster bootstrap interval (n = test classes, ``queries`` = the
+  queries they hold); no interval -> null bounds.
   Cross-validation cells add ``test_separated`` (t-interval of the fold-averaged metrics) and
   ``test_folds`` ({metric: {mean, std, n}} over the fold models, the thesis's Table 12 form).
 
 No output holds an MLflow run id (two clones that run the same pipeline write identical
 files): MLflow runs are found by their identity, tags ``grid_key`` + ``config_hash``.
 
-MLflow: each training run gets ``test/<metric>`` (+ ``/ci_low``, ``/ci_high``: its bootstrap
-interval; on a cross-validation split the seed's run gets the concatenated embedding's and each
+MLflow: each training run gets ``test/<metric>`` (+ ``/ci_low``, ``/ci_high``: its class-cluster
+bootstrap interval; on a cross-validation split the seed's run gets the concatenated embedding's and each
 fold model's run its own); each grid cell's run (tag ``kind=summary``, the parent of its seeds'
 runs) gets the seed-mean and interval, the metrics file and the learning curves (see
-:func:`dmlbench.tracking.summary.log_summary_run`).
+:func:`dmlbench.tracking.summary.log_summary_run`). Tracking records that its trainings left in
+their spools (the store did not answer when they ended, :mod:`dmlbench.tracking.spool`) are sent
+first, so that the runs exist when they are looked up.
 """
 
 from __future__ import annotations
@@ -42,16 +46,15 @@ from dmlbench.evaluate import intervals as interval_stats
 from dmlbench.evaluate.clustering import clustering_metrics
 from dmlbench.evaluate.combine import concatenate_embeddings, fold_spread
 from dmlbench.evaluate.embed import DIVERGED, EMBEDDINGS, META, UNTRAINED, require_finite
-from dmlbench.evaluate.intervals import Interval, bounded_t_interval
-from dmlbench.evaluate.metrics import means, metric_range, per_query_metrics
+from dmlbench.evaluate.intervals import Interval, bounded_t_interval, interval_method
+from dmlbench.evaluate.metrics import QUERY_FIELDS, means, metric_range, per_query_metrics
 from dmlbench.grid import Combo
 from dmlbench.io import atomic_dir, md5_file, read_json, write_json
 from dmlbench.params.model import Params
 from dmlbench.params.sections import EvaluateConfig
 from dmlbench.tracking.cells import cell_run_name, cell_tags
+from dmlbench.tracking.replay import replay_spools
 from dmlbench.tracking.summary import log_summary_run
-
-NOT_METRICS = {"r", "query_index"}
 
 
 def evaluate_arrays(
@@ -87,12 +90,19 @@ def evaluate_arrays(
 
 
 def bootstrap_intervals(values: dict[str, np.ndarray], settings: EvaluateConfig) -> dict[str, dict[str, Any]]:
-    """Per-query bootstrap interval of every per-query metric of one run (one set of resamples
-    for all metrics: a paired bootstrap)."""
+    """Class-cluster bootstrap interval of every per-query metric of one run (the test classes
+    resampled, one set of resamples for all metrics: a paired bootstrap); ``n`` = test classes,
+    ``queries`` = the queries they hold."""
     boot = settings.bootstrap
-    metrics = {name: v for name, v in values.items() if name not in NOT_METRICS}
-    found = interval_stats.bootstrap_intervals(metrics, settings.confidence, boot.resamples, boot.method, boot.seed)
-    return {name: _interval_dict(interval, f"bootstrap-{boot.method}") for name, interval in found.items()}
+    metrics = {name: v for name, v in values.items() if name not in QUERY_FIELDS}
+    found = interval_stats.bootstrap_intervals(
+        metrics, settings.confidence, boot.resamples, boot.method, boot.seed, clusters=values["query_label"]
+    )
+    queries = int(len(values["query_label"]))
+    return {
+        name: _interval_dict(interval, f"class-bootstrap-{boot.method}") | {"queries": queries}
+        for name, interval in found.items()
+    }
 
 
 def _finite_or_none(x: float) -> float | None:
@@ -178,15 +188,16 @@ def evaluate_cv_run(directory: Path, dataset: str, settings: EvaluateConfig, que
 
 
 def _seed_interval(values: list[float], metric: str, confidence: float) -> dict[str, Any]:
-    """Mean and t-interval over runs inside the metric's range (``t-logit``; ``t`` for AMI, which
-    has no lower bound; ``none`` for one run): :func:`~dmlbench.evaluate.intervals.bounded_t_interval`."""
+    """Mean and t-interval over runs clipped to the metric's range (``t``, ``t-clipped`` where a bound
+    cut it, ``none`` for one run): :func:`~dmlbench.evaluate.intervals.bounded_t_interval`."""
     lower, upper = metric_range(metric)
-    label = "none" if len(values) < 2 else "t" if math.isinf(lower) else "t-logit"
+    label = interval_method(values, lower, upper)
     return _interval_dict(bounded_t_interval(values, confidence, lower, upper), label)
 
 
 def summarize_runs(runs: dict[str, dict], settings: EvaluateConfig) -> dict[str, Any]:
-    """Contract-5 summary: t-interval over runs (inside the metric's range), or the bootstrap interval of a single run.
+    """Contract-5 summary: t-interval over runs (clipped to the metric's range), or the class-cluster bootstrap
+    interval of a single run.
     Cross-validation runs add ``test_separated`` (t-interval of the fold-averaged metrics)."""
     first = next(iter(runs.values()))
     test = {}
@@ -263,6 +274,8 @@ def evaluate_stage(params: Params, combo: Combo) -> dict[str, Any]:
         runs[f"seed{seed}"] = {"seed": seed, **info}
     summary = summarize_runs(runs, settings)
     experiment = params.tracking.experiment
+    # records its trainings left in their spools (the store was down when they ended) go first
+    replay_spools([paths.spool_dir(combo.with_seed(seed)) for seed in params.seeds])
     seed_runs = _log_test_metrics(trained, experiment)
     _write_outputs(paths.evaluation_dir(combo), paths.metrics_file(combo), combo.key, runs, summary)
     log_summary_run(
@@ -283,7 +296,7 @@ TRUNK_PARAMS = ("weights", "pooling", "dim", "model_md5")  # of the embedding's 
 
 
 def evaluate_pretrained_stage(params: Params, dataset: str, backbone: str) -> dict[str, Any]:
-    """The untrained-trunk baseline: one run, so its interval is the per-query bootstrap."""
+    """The untrained-trunk baseline: one run, so its interval is the class-cluster bootstrap."""
     params.check_listed(dataset, backbone)
     settings = params.evaluate
     info = evaluate_run(

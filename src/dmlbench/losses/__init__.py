@@ -10,6 +10,7 @@ from dmlbench.losses import (
     contrastive,
     cosface,
     fastap,
+    hyp_vit_sphere,
     lifted_structure,
     margin,
     margin_per_class,
@@ -57,6 +58,7 @@ LOSSES: dict[str, LossSpec] = {
         supcon.SPEC,
         tuplet_margin.SPEC,
         subcenter_arcface.SPEC,
+        hyp_vit_sphere.SPEC,
     )
 }
 

@@ -5,7 +5,11 @@ theta_y + m (additive angular margin, m in degrees) (PML ``SubCenterArcFaceLoss`
 m = 0.5 rad (28.6 degrees) and s = 64 are the paper's (= PML's defaults). The paper's second
 stage (drop the non-dominant sub-centres and the samples far from the dominant one, PML
 ``get_outliers``) is not run: this entry trains the K sub-centres throughout, as PML's loss does.
-Not in the thesis: the sub-centres train at the protocol lr (multiplier 1), as CosFace's weights."""
+Not in the thesis. The sub-centres are class proxies: they train at a proxy-sized lr, 100 x the
+protocol lr as Proxy-Anchor's proxies (tjddus9597/Proxy-Anchor-CVPR2020 ``code/train.py``:
+``'lr': float(args.lr) * 100``; 1e-3 under Hyp-ViT's 1e-5). The paper trains them with the network
+(SGD, one lr for all), whose lr a ViT's fine-tuning lr (1e-5) is far below: at multiplier 1 they
+barely move from their random initialisation."""
 
 from pydantic import PositiveFloat, PositiveInt
 
@@ -17,6 +21,7 @@ class SubCenterArcFaceParams(ParametricLossParams):
     margin: PositiveFloat = 28.6  # degrees
     scale: PositiveFloat = 64.0
     sub_centers: PositiveInt = 3  # K
+    param_lr_multiplier: PositiveFloat = 100.0  # x the protocol lr, as Proxy-Anchor's proxies
 
 
 def build(p: SubCenterArcFaceParams, num_classes: int, dim: int):

@@ -13,10 +13,17 @@ from dmlbench.models import (
     convnext_tiny,
     dino_vits16,
     dinov2_vitb14,
+    dinov2_vitb14_reg4,
     dinov2_vits14,
+    dinov2_vits14_reg4,
+    dinov3_vitb16,
+    dinov3_vits16,
     efficientnet_lite0,
     googlenet,
+    in21k_vitb16,
+    in21k_vits16,
     resnet50,
+    siglip2_vitb16,
     timm_models,
     tiny_cnn,
     tiny_vit,
@@ -49,8 +56,15 @@ BACKBONES: dict[str, BackboneSpec] = BackboneRegistry(
             timm_models.SPEC,
             dinov2_vits14.SPEC,
             dinov2_vitb14.SPEC,
+            dinov2_vits14_reg4.SPEC,
+            dinov2_vitb14_reg4.SPEC,
+            dinov3_vits16.SPEC,
+            dinov3_vitb16.SPEC,
             dino_vits16.SPEC,
             clip_vitb16.SPEC,
+            siglip2_vitb16.SPEC,
+            in21k_vits16.SPEC,
+            in21k_vitb16.SPEC,
             convnext_tiny.SPEC,
             tiny_vit.SPEC,
         )
@@ -68,14 +82,20 @@ def build_model(
 ) -> EmbeddingModel:
     """Trunk of the registered ``backbone`` + pooling + linear head to ``dim`` + L2 norm.
 
-    ``pooling: cls`` on a trunk without a class token: one-line ConfigError."""
+    A timm trunk pools itself, set here to ``pooling``. ``pooling: cls`` on a trunk without a class
+    token, or a pooling a timm model cannot do: one-line ConfigError."""
     spec = BACKBONES[backbone]
     trunk = spec.build(params, pretrained)
     if pooling == "cls" and not trunk.cls_token:
         raise ConfigError(
             f"protocol pooling: cls reads a class token, which backbone {backbone} has none of "
-            "(DINO, DINOv2 and CLIP ViTs have one); use gap"
+            "(DINO, DINOv2, DINOv3 and CLIP ViTs have one); use gap, or native for the trunk's own pooling"
         )
+    if trunk.set_pooling is not None:
+        try:
+            trunk.set_pooling(pooling)
+        except ValueError as exc:
+            raise ConfigError(f"protocol pooling: {pooling} on backbone {backbone}: {exc}") from None
     norm = trunk.input_norm or spec.input_norm
     return EmbeddingModel(trunk, norm, dim, pooling=pooling, frozen_bn=frozen_bn)
 

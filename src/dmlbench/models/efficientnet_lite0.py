@@ -45,7 +45,7 @@ from pydantic import Field
 from torch import nn
 
 from dmlbench.models.base import BackboneParams, BackboneSpec, InputNorm, Trunk, WeightsFile
-from dmlbench.models.timm_models import TimmTrunk
+from dmlbench.models.timm_models import TimmFeatureMap
 from dmlbench.models.weights import WeightsError, load_into, load_state_dict, weights_file_problem
 
 NAME = "efficientnet_lite0"
@@ -166,7 +166,7 @@ def build(params: EfficientNetLite0Params, pretrained: bool) -> Trunk:
     net = timm.create_model(ARCHITECTURE, pretrained=False, num_classes=0, global_pool="")
     if pretrained:
         load_weights(NAME, net, params)
-    return Trunk(TimmTrunk(net), int(net.num_features), interpolation=INTERPOLATION)
+    return Trunk(TimmFeatureMap(net), int(net.num_features), interpolation=INTERPOLATION)
 
 
 SPEC = BackboneSpec(

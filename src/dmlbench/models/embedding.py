@@ -5,6 +5,10 @@ code does); on a transformer these pool the patch tokens (timm's ``global_pool="
 ``cls``: the class token of a transformer, as DINO (Caron et al., ICCV 2021, ``eval_knn.py`` uses
 the CLS output), DINOv2 (Oquab et al., TMLR 2024) and CLIP (Radford et al., ICML 2021) embed images,
 and as Hyp-ViT (Ermolov et al., CVPR 2022, github.com/htdt/hyp_metric ``train.py``) fine-tunes them.
+``native``: the trunk's own pooling, as its weights' authors embed (timm's ``global_pool`` of the
+model: CLS for DINO/DINOv2/DINOv3/CLIP, attention pooling for SigLIP 2, average for ConvNeXt and
+ResNets; GAP for the trunks built here). timm trunks pool themselves, through timm's pre-logits
+path set to the protocol's pooling (:mod:`dmlbench.models.timm_models`: the head's norm included).
 The linear head maps the trunk's C channels to ``dim`` and is initialised with Kaiming-normal
 (fan_out), as in Proxy-Anchor. Outputs have unit L2 norm.
 
@@ -20,7 +24,7 @@ from torch import nn
 
 from dmlbench.models.base import InputNorm, Normalize, Trunk
 
-POOLINGS = ("gap", "gmp", "gap+gmp", "cls")
+POOLINGS = ("gap", "gmp", "gap+gmp", "cls", "native")
 
 
 class GlobalPool(nn.Module):
@@ -28,6 +32,7 @@ class GlobalPool(nn.Module):
 
     def __init__(self, kind: str, prefix_tokens: int = 0, cls_token: bool = False):
         super().__init__()
+        kind = "gap" if kind == "native" else kind  # the pooling of the ImageNet classifiers built here
         if kind not in POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {kind!r}")
         if kind == "cls" and not cls_token:
@@ -47,6 +52,14 @@ class GlobalPool(nn.Module):
         return pooled
 
 
+class PooledByTrunk(nn.Identity):
+    """The pooling of a trunk that pools itself (timm's pre-logits path, set to ``kind``)."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+
+
 class EmbeddingModel(nn.Module):
     """Images in [0, 1] (``N x 3 x H x W``) -> unit-norm embeddings (``N x dim``)."""
 
@@ -54,7 +67,10 @@ class EmbeddingModel(nn.Module):
         super().__init__()
         self.normalize = Normalize(norm)
         self.trunk = trunk.module
-        self.pool = GlobalPool(pooling, trunk.prefix_tokens, trunk.cls_token)
+        if trunk.set_pooling is not None:  # timm: the trunk's own pooling, set to ``pooling`` by build_model
+            self.pool: nn.Module = PooledByTrunk(pooling)
+        else:
+            self.pool = GlobalPool(pooling, trunk.prefix_tokens, trunk.cls_token)
         self.interpolation = trunk.interpolation  # the transforms' resize kernel (data/augment.py)
         self.layer_groups = trunk.layer_groups
         self.head = nn.Linear(trunk.out_channels, dim)

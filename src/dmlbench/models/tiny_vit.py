@@ -6,16 +6,16 @@ timm's ``test_vit`` (6 blocks of width 64, ``timm.models.vision_transformer``, m
 tests) built at 32 px with 4 px patches (8 x 8 tokens + CLS, ~0.26 M parameters), random init by
 default. Its config ``test_vit.r160_in1k`` (mean = std = 0.5, bicubic) is what the transforms and
 the input normalisation read. ``pretrained: true`` loads timm's Hub file ``timm/test_vit.r160_in1k``
-(160 px, 16 px patches: timm resamples the position and patch embeddings) through the weights lock,
-or ``weights_path``: the tests write a local file there to run the loader offline.
+(160 px, 16 px patches: timm resamples the position and patch embeddings) through the weights lock;
+the tests serve such a file from a stand-in Hub on 127.0.0.1 to run the pinning and loading offline.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from dmlbench.models.base import BackboneSpec, InputNorm
-from dmlbench.models.pinned_timm import HubFile, PinnedTimmParams, build_pinned
+from dmlbench.models.base import BackboneParams, BackboneSpec, HubFile, InputNorm, Trunk
+from dmlbench.models.pinned_timm import PinnedTimmParams, build_pinned
 
 MODEL_NAME = "test_vit.r160_in1k"
 HUB_FILE = HubFile("timm/test_vit.r160_in1k")
@@ -26,10 +26,14 @@ class TinyViTParams(PinnedTimmParams):
     HUB_FILE: ClassVar[HubFile | None] = HUB_FILE
 
 
+def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trunk:
+    return build_pinned("tiny_vit", MODEL_NAME, {**KWARGS, **architecture}, params, pretrained)
+
+
 SPEC = BackboneSpec(
     name="tiny_vit",  # a literal: tests/test_dvc_deps.py reads registry names from the source
     params=TinyViTParams,
-    build=lambda params, pretrained: build_pinned("tiny_vit", MODEL_NAME, KWARGS, params, pretrained),
+    build=build,
     input_norm=InputNorm(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),
     description="6-block width-64 ViT (timm test_vit) at 32 px with 4 px patches, for CPU tests",
 )

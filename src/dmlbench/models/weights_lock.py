@@ -1,13 +1,23 @@
-"""A committed lock of sha256 digests for weights files that publish none (trust on first use).
+"""The weights lock: the Hub commit and sha256 of every pinned pretrained weights file, a
+project-level file (``weights.lock`` at the repository root) committed like ``dvc.lock``.
 
-torchvision's files carry a sha256 prefix in their name and OpenAI's CLIP URLs the full digest,
-so those are pinned in code (:mod:`dmlbench.models.weights`). The DINO and DINOv2 releases
-(``dl.fbaipublicfiles.com``) and the Hugging Face Hub files timm loads publish no digest next to
-the file, so the first download records one here, in ``weights_lock.yaml`` beside this module
-(``files: {<repo>/<file>: {sha256, url, revision}}``, ``revision`` the Hub commit the file was
-fetched at), and every later load is checked against it: a file whose bytes changed is refused in
-one line. Commit the lock after a first download, as one commits ``dvc.lock`` or ``poetry.lock``.
-``DMLBENCH_WEIGHTS_LOCK`` names another lock file (tests, read-only checkouts).
+torchvision's files carry a sha256 prefix in their name, so those are pinned in code
+(:mod:`dmlbench.models.weights`). The Hugging Face Hub files the modern trunks load (timm's copies
+of DINO, DINOv2, DINOv3, CLIP, SigLIP 2, ConvNeXt, AugReg ViT weights) are pinned here, per file
+(``files: {<repo>/<file>: {sha256, url, revision}}``): ``revision`` the Hub commit the file is
+fetched at (always a commit, never a branch), ``sha256`` the digest the Hub publishes for it (its
+LFS object id), checked against the bytes at the first download and at every load
+(:mod:`dmlbench.models.hub` pins and verifies).
+
+Outside the package, so that a read-only install works and the code's hash (which every stage's
+inputs manifest carries) never changes when a file is pinned. The lock is complete before any
+stage runs: ``make fetch``, the runner's pre-flight and the validate stage pin every file the grid
+needs (:func:`dmlbench.models.hub.pin`), so a stage only reads it. Written atomically (a temporary
+file renamed over it) under a file lock (``.weights.lock.lock`` beside it, :mod:`filelock`), so
+parallel writers (tune workers, Slurm jobs on a shared file system) never lose an entry; an entry
+once written is never replaced by a writer (remove it by hand to re-pin).
+``DMLBENCH_WEIGHTS_LOCK`` names another lock file (tests; a preset's workspace uses the main
+checkout's).
 """
 
 from __future__ import annotations
@@ -18,19 +28,20 @@ from pathlib import Path
 
 import yaml
 
-from dmlbench.models.weights import WeightsError, sha256_file
+from dmlbench.models.weights import WeightsError
 
 LOCK_ENV = "DMLBENCH_WEIGHTS_LOCK"
-DEFAULT_LOCK = Path(__file__).with_name("weights_lock.yaml")
+LOCK_NAME = "weights.lock"
 HEADER = (
-    "# sha256 of pretrained weights files that publish no digest, recorded at their first download\n"
-    "# (dmlbench.models.weights_lock) and checked on every later load. Commit this file.\n"
+    "# The Hugging Face Hub commit and sha256 of each pinned pretrained weights file, recorded when\n"
+    "# it was first pinned (make fetch, the pre-flight) and checked at every load. Commit this file.\n"
 )
+WRITE_TIMEOUT = 120.0  # s to wait for another writer's file lock
 
 
 @dataclass(frozen=True)
 class LockEntry:
-    """What was recorded for one file: its digest, where it came from and at which Hub revision."""
+    """What was recorded for one file: its digest, where it came from and at which Hub commit."""
 
     sha256: str
     url: str
@@ -38,9 +49,12 @@ class LockEntry:
 
 
 def lock_path() -> Path:
-    """The lock file in use: ``$DMLBENCH_WEIGHTS_LOCK``, else ``weights_lock.yaml`` beside this module."""
+    """The lock file in use: ``$DMLBENCH_WEIGHTS_LOCK``, else ``weights.lock`` at the project root
+    (DVC's root when DVC runs the stage, else the current directory)."""
     override = os.environ.get(LOCK_ENV, "").strip()
-    return Path(override).expanduser() if override else DEFAULT_LOCK
+    if override:
+        return Path(override).expanduser()
+    return Path(os.environ.get("DVC_ROOT") or Path.cwd()) / LOCK_NAME
 
 
 def read_lock(path: Path | None = None) -> dict[str, LockEntry]:
@@ -61,29 +75,32 @@ def locked(name: str, path: Path | None = None) -> LockEntry | None:
     return read_lock(path).get(name)
 
 
-def record(name: str, entry: LockEntry, path: Path | None = None) -> None:
-    """Add ``name`` to the lock (written to a temporary file, then moved into place)."""
+def record(name: str, entry: LockEntry, path: Path | None = None) -> LockEntry:
+    """Add ``name`` to the lock, under its file lock, unless another writer recorded it first;
+    the entry the lock now holds. Written to a temporary file, then renamed over the lock."""
+    from filelock import FileLock, Timeout
+
     path = path or lock_path()
-    files = {key: vars(value) for key, value in read_lock(path).items()}
-    files[name] = vars(entry)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(HEADER + yaml.safe_dump({"files": dict(sorted(files.items()))}, sort_keys=True))
-    temporary.replace(path)
-
-
-def verify_or_record(backbone: str, name: str, file: Path, url: str, revision: str) -> str:
-    """The sha256 of ``file``, checked against the lock's entry for ``name``; recorded there when
-    there is none yet (first use). A different digest: one-line :class:`WeightsError`."""
-    actual = sha256_file(file)
-    entry = locked(name)
-    if entry is None:
-        record(name, LockEntry(actual, url, revision))
-        return actual
-    if actual != entry.sha256:
+    guard = path.with_name(f".{path.name}.lock")
+    try:
+        with FileLock(str(guard), timeout=WRITE_TIMEOUT):
+            files = read_lock(path)
+            if name in files:  # pinned by another process meanwhile: theirs stands
+                return files[name]
+            files[name] = entry
+            text = yaml.safe_dump({"files": {k: vars(v) for k, v in sorted(files.items())}}, sort_keys=True)
+            temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            temporary.write_text(HEADER + text)
+            temporary.replace(path)
+    except Timeout:
         raise WeightsError(
-            f"backbones.{backbone}: {file} has sha256 {actual}, but {lock_path()} recorded {entry.sha256} for "
-            f"{name} ({entry.url}); delete the file and download it again, or remove its lock entry to trust "
-            "the new file knowingly"
-        )
-    return actual
+            f"{path}: another process has held its file lock {guard} for {WRITE_TIMEOUT:.0f} s; if none runs, "
+            "delete that file"
+        ) from None
+    except OSError as exc:  # a read-only checkout
+        raise WeightsError(
+            f"{path}: cannot record {name} ({exc.strerror or exc}); run `make fetch` in a writable checkout, or "
+            f"set {LOCK_ENV} to a writable copy of the lock"
+        ) from None
+    return entry

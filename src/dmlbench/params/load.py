@@ -137,7 +137,7 @@ def _check_tunable(params: Params, source: str) -> None:
         if scheme == "standard":
             raise ConfigError(
                 f"{source}: datasets.{name}.split.scheme: protocol {params.protocol_name!r} tunes its hyperparameters, "
-                "which needs validation classes; scheme 'standard' has none (use fixed_val, rc_cv or kfold)"
+                "which needs validation classes; scheme 'standard' has none (use fixed_val, last_val, rc_cv or kfold)"
             )
 
 
@@ -145,6 +145,11 @@ def _check_protocol_losses(top: RawParams, source: str, losses: Mapping[str, Any
     """Every protocol's loss values (its own and each override's, merged as a run would see
     them) name registered losses and validate against each loss's parameter model."""
     for name, protocol in top.protocols.items():
+        if protocol.reference_loss is not None and protocol.reference_loss not in losses:
+            raise ConfigError(
+                f"{source}: protocols.{name}.reference_loss: unknown loss {protocol.reference_loss!r}; "
+                f"valid: {join_names(losses)}"
+            )
         tables: list[tuple[str, Any, ProtocolOverride | None]] = [(f"protocols.{name}.losses", protocol.losses, None)]
         tables += [
             (f"protocols.{name}.overrides[{i}].set.losses", o.set.get("losses") or {}, o)

@@ -11,8 +11,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from torch import nn
+
 from dmlbench.data import DATASETS, DatasetSpec
 from dmlbench.data.base import DatasetParams
+from dmlbench.errors import ConfigError
 from dmlbench.grid import RunSpec
 from dmlbench.losses import LOSSES, LossSpec
 from dmlbench.losses.base import LossParams
@@ -68,9 +71,13 @@ class RunConfig:
 
     def build_model(self, pretrained: bool | None = None) -> EmbeddingModel:
         """The run's embedding model (``pretrained``: None = the protocol's; False where trained
-        weights are loaded next)."""
+        weights are loaded next), with the protocol's ``head``: ``head_init: orthogonal`` re-draws the
+        linear head orthogonally with a zero bias (Hyp-ViT ``model.py``: ``nn.init.orthogonal_``,
+        ``constant_(bias, 0)``); ``head: none`` replaces it with the identity, so the embedding is the
+        L2-normalised pooled trunk feature (Berton et al. 2025 ``retrieval_model.py``, ``feat_dim
+        None``), which needs ``dim`` = the trunk's width."""
         protocol = self.protocol
-        return build_model(
+        model = build_model(
             self.backbone,
             self.backbone_params,
             self.dim,
@@ -78,6 +85,18 @@ class RunConfig:
             pretrained=protocol.pretrained if pretrained is None else pretrained,
             frozen_bn=protocol.frozen_bn,
         )
+        if protocol.head == "none":
+            width = model.head.in_features
+            if self.dim != width:
+                raise ConfigError(
+                    f"dims: protocol {self.protocol_name!r} has head: none, so the embedding is the trunk's "
+                    f"{width}-d feature; {self.backbone} cannot give {self.dim} (use dims: [{width}])"
+                )
+            model.head = nn.Identity()
+        elif protocol.head_init == "orthogonal":
+            nn.init.orthogonal_(model.head.weight)
+            nn.init.zeros_(model.head.bias)
+        return model
 
 
 def run_config(params: Params, run: RunSpec) -> RunConfig:
@@ -128,7 +147,8 @@ def resolve_run(
         "seed": run.seed,
         "protocol": {
             "name": params.protocol_name,
-            **protocol.model_dump(mode="json", exclude={"overrides", "backbones", "dims", "losses"}),
+            # compile: how the step runs, not what it computes (a run resumes across it)
+            **protocol.model_dump(mode="json", exclude={"overrides", "backbones", "dims", "losses", "compile"}),
         },
     }
     if tuning is not None:

@@ -31,8 +31,8 @@ class DatasetEvaluateConfig(StrictModel):
 
 
 class BootstrapConfig(StrictModel):
-    """Per-query bootstrap interval of one run: ``resamples`` resamples of the test queries,
-    ``method`` as in ``scipy.stats.bootstrap`` (BCa costs O(queries^2)), seeded."""
+    """Bootstrap interval of one run over its test classes: ``resamples`` resamples of the classes
+    (each with all its queries), ``method`` as in ``scipy.stats.bootstrap`` (BCa costs O(classes^2)), seeded."""
 
     resamples: int = Field(1000, ge=100, le=100_000)
     method: Literal["percentile", "basic", "BCa"] = "percentile"
@@ -45,7 +45,7 @@ class EvaluateConfig(StrictModel):
     ``recall_at``: the K of Recall@K; ``per_dataset.<name>`` overrides it (and
     ``clustering``) for one dataset, e.g. ``sop: {recall_at: [1, 10, 100, 1000]}``.
     ``clustering``: also NMI/AMI from k-means (``kmeans_niter`` iterations, k = classes).
-    ``confidence``: of the t-interval over seeds and of the per-query bootstrap interval.
+    ``confidence``: of the t-interval over seeds and of the class-cluster bootstrap interval.
     ``backend``: neighbour search (``auto``: faiss on GPUs, torch on CUDA, the certified bf16
     ``screened`` search on CPUs with native bf16, else faiss on the CPU); all give the same results.
     """

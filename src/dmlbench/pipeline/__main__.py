@@ -23,7 +23,8 @@ be here or downloadable when the protocol is pretrained
 ``device: cuda``, or ``--gpus``) must find one its torch build and driver can use: else nothing
 runs (:mod:`dmlbench.pipeline.device_check`). ``--device cpu`` (``make repro DEVICE=cpu``) runs it
 on the CPU knowingly; every stage gets the run's device as ``DMLBENCH_DEVICE``
-(:func:`dmlbench.devices.default_device`).
+(:func:`dmlbench.devices.default_device`). Tracking records that earlier trainings left in their
+spools (the store did not answer when they ended) are sent first (:mod:`dmlbench.tracking.replay`).
 
 ``--executor slurm`` hands the same plan to Slurm instead of the local pool: one job per stale
 stage (but ``validate``, which runs here first: it writes the inputs manifests that say which stages
@@ -66,6 +67,7 @@ from dmlbench.pipeline.plan import record_empty_dropbox
 from dmlbench.pipeline.presets import run_preset
 from dmlbench.pipeline.slurm import run_on_slurm
 from dmlbench.pipeline.summary import closing_summary
+from dmlbench.tracking.replay import pending_spools, replay_spools
 from dmlbench.tracking.store import ensure_experiment
 
 
@@ -144,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     record_empty_dropbox(params_file.parent)
+    replay_spools(pending_spools())  # tracking records earlier trainings left unsent (a store outage)
     plan = None
     if args.executor == "slurm":
         try:

@@ -6,9 +6,10 @@ enough for the build (:func:`dmlbench.devices.cuda_problem`, the query
 :func:`dmlbench.devices.cuda_facts`); else one line naming the mismatch and the fix (the CUDA
 build knob ``make setup TORCH_BACKEND=...``, or ``DEVICE=cpu``), listed after the weights and
 archive lines: all problems are reported at once, before any stage. Checked where the stages run:
-with the local executor only (Slurm jobs run on other nodes, where each stage checks for itself,
-:func:`dmlbench.devices.default_device`). :func:`export_device` then hands the run's device to
-every stage process as ``DMLBENCH_DEVICE``.
+with the local executor here; with the Slurm executor on a compute node, by the probe job before the
+grid (:mod:`dmlbench.pipeline.probe`), and by each job that asked for a GPU, which runs with
+``DMLBENCH_DEVICE=cuda`` (:func:`dmlbench.launch.job_script`, :func:`dmlbench.devices.default_device`).
+:func:`export_device` then hands the run's device to every stage process as ``DMLBENCH_DEVICE``.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def export_device(params: Params, device: str | None = None, local: bool = True)
     :func:`dmlbench.launch.worker_environment`, Slurm jobs through ``sbatch``'s default
     ``--export=ALL``), so that :func:`dmlbench.devices.default_device` follows it. Left unset for
     ``auto`` (its meaning), and for ``cuda`` with the Slurm executor (``local`` False): there the
-    cluster resources decide which jobs get a GPU (an ``evaluate@`` job gets none), so a job asks
-    for ``cuda`` only where the executor gave it a GPU."""
+    cluster resources decide which jobs get a GPU (an ``evaluate@`` job gets none), and each job
+    that asked for one sets ``cuda`` itself (:func:`dmlbench.launch.job_script`)."""
     chosen = run_device(params, device)
     if chosen == "auto" or (chosen == "cuda" and not local):
         os.environ.pop(devices.DEVICE_ENV, None)

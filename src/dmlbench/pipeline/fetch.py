@@ -6,14 +6,19 @@ downloaded and verified now, here (on a cluster: the login node, which has the i
   the judge; a copy already there is verified), so the ``download@`` stage later only unpacks.
   Then each dataset's pre-flight (:func:`dmlbench.data.archives.dataset_problems`) must find
   every file it needs in ``data/`` (Cars196's alternative layouts included).
-* Pinned pretrained weights (``pretrained: true`` protocols) go to torch's hub cache
-  (:func:`dmlbench.models.weights.resolve_weights`: sha256-checked); files a package installs or
+* Pretrained weights (``pretrained: true`` protocols): every Hugging Face Hub file the grid's
+  trunks load (the modern trunks and every ``timm_<model>`` with a Hub copy) is pinned in the
+  project's weights lock (Hub commit and published sha256, :func:`dmlbench.models.hub.pin`) and
+  downloaded into the Hub cache at that commit, its sha256 checked
+  (:func:`dmlbench.models.hub.hub_file_problem`); torchvision's files go to torch's hub cache
+  (:func:`dmlbench.models.weights.resolve_weights`: sha256-checked); a ``timm_<model>`` whose
+  weights are only at a URL goes there too (where timm looks); files a package installs or
   ``weights_path`` names are checked where they are.
 
 After it, no stage needs the network: the Slurm executor runs its jobs with
-``DMLBENCH_OFFLINE=1``, under which the download and weights code fail in one line naming the
-missing file and ``make fetch`` instead of downloading. timm backbones without ``weights_path``
-fetch their weights through timm (Hugging Face Hub) and are not covered: pin a ``weights_path``.
+``DMLBENCH_OFFLINE=1`` and ``HF_HUB_OFFLINE=1``, under which the download and weights code fail in
+one line naming the missing file and ``make fetch`` instead of downloading. Compute nodes must see
+the same caches (``HF_HOME``/``HF_HUB_CACHE``, ``TORCH_HOME``: a shared home or file system).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from pathlib import Path
 from dmlbench.data import DATASETS
 from dmlbench.data.archives import dataset_problems, ensure_archive, resolve
 from dmlbench.errors import DmlbenchError
+from dmlbench.models.base import WeightsFile
+from dmlbench.models.hub import hub_file_problem
 from dmlbench.models.weights import WeightsParams, resolve_weights, weights_file_problem
 from dmlbench.params.model import Params
 
@@ -33,7 +40,8 @@ def fetch_archives(params: Params, dropbox: Path) -> list[str]:
     for name, dataset_params in params.datasets.items():
         spec = DATASETS[name]
         own: list[str] = []
-        for item in resolve(spec.archives, dataset_params.source):
+        needed = spec.archives_for(dataset_params, dropbox) if spec.archives_for else spec.archives
+        for item in resolve(needed, dataset_params.source):
             if (dropbox / item.filename).exists() or item.urls:
                 try:
                     ensure_archive(name, item, dropbox)
@@ -45,20 +53,40 @@ def fetch_archives(params: Params, dropbox: Path) -> list[str]:
     return problems
 
 
+def download_unpinned(file: WeightsFile) -> str | None:
+    """A timm model's URL-only weights into torch's hub cache (where timm's loader finds them); the problem."""
+    import torch
+
+    file.path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        torch.hub.download_url_to_file(str(file.url), str(file.path))
+    except OSError as exc:
+        return f"backbones.{file.backbone}: cannot download {file.url} ({getattr(exc, 'reason', None) or exc})"
+    return None
+
+
 def fetch_weights(params: Params) -> list[str]:
-    """Download (or verify) every pinned weights file of the grid's backbones; one line per problem."""
+    """Download (or verify) every pretrained weights file of the grid's backbones, pinning each Hub
+    file in the weights lock; one line per problem."""
     if not params.protocol.pretrained:
         return []
     problems: list[str] = []
     for backbone, backbone_params in params.backbones.items():
         for file in backbone_params.weights_files(backbone):
             try:
-                if isinstance(backbone_params, WeightsParams):
+                if file.hub is not None:
+                    problem = hub_file_problem(backbone, file.hub, file.path if file.local_only else None, fetch=True)
+                elif isinstance(backbone_params, WeightsParams):
+                    problem = None
                     resolve_weights(backbone, backbone_params)
-                elif problem := weights_file_problem(file):
-                    problems.append(problem)
+                elif file.url and not file.local_only and not file.install and not file.path.is_file():
+                    problem = download_unpinned(file)
+                else:
+                    problem = weights_file_problem(file)
             except DmlbenchError as exc:
-                problems.append(str(exc))
+                problem = str(exc)
+            if problem:
+                problems.append(problem)
     return problems
 
 

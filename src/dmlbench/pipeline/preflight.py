@@ -3,10 +3,14 @@ stage call it), so that a missing input fails in seconds, not after download and
 
 * Every pinned pretrained weights file the grid needs, when the protocol is pretrained
   (:meth:`dmlbench.models.base.BackboneParams.weights_files`), is here with its sha256 or its
-  URL answers (:func:`dmlbench.models.weights.weights_file_problem`).
+  URL answers (:func:`dmlbench.models.weights.weights_file_problem`); a Hugging Face Hub file is
+  pinned in the weights lock first when it is not yet (:func:`dmlbench.models.hub.hub_file_problem`),
+  so the lock is complete before any stage runs and no stage writes it.
 * Every dataset archive the grid needs is in the drop-box ``data/`` or downloadable
   (:func:`dmlbench.pipeline.archives.missing_archives`); generated datasets (glyphs) need
   nothing, so the offline demo makes no request.
+* ``evaluate.backend: faiss`` has the faiss module installed (:func:`require_backend`), so a
+  missing extra fails before training, not when the first evaluation starts.
 
 The runner adds the device check (:mod:`dmlbench.pipeline.device_check`, kept apart so that the
 ``validate`` stage, which runs these checks, does not depend on the device code).
@@ -14,9 +18,11 @@ The runner adds the device check (:mod:`dmlbench.pipeline.device_check`, kept ap
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.models.hub import hub_file_problem
 from dmlbench.models.weights import HEAD_TIMEOUT, WeightsError, weights_file_problem
 from dmlbench.params.model import Params
 from dmlbench.pipeline.archives import require_archives
@@ -33,7 +39,11 @@ def missing_weights(params: Params, timeout: float = HEAD_TIMEOUT) -> list[str]:
         for file in backbone_params.weights_files(backbone):
             if file.path not in seen:
                 seen.add(file.path)
-                problem = weights_file_problem(file, timeout)
+                if file.hub is not None:
+                    weights_path = file.path if file.local_only else None
+                    problem = hub_file_problem(backbone, file.hub, weights_path, timeout=timeout)
+                else:
+                    problem = weights_file_problem(file, timeout)
                 if problem:
                     problems.append(problem)
     return problems
@@ -49,10 +59,20 @@ def require_weights(params: Params, timeout: float = HEAD_TIMEOUT) -> None:
         )
 
 
+def require_backend(params: Params) -> None:
+    """Raise :class:`DmlbenchError` when ``evaluate.backend`` names faiss and faiss is not installed."""
+    if params.evaluate.backend == "faiss" and importlib.util.find_spec("faiss") is None:
+        raise DmlbenchError(
+            "evaluate.backend: faiss, but the faiss module is not installed here; install the project's "
+            "cpu or gpu extra (make setup EXTRAS=cpu,test or EXTRAS=gpu,test) or set backend to one of "
+            "auto, torch, screened"
+        )
+
+
 def preflight(params: Params, dropbox: Path) -> None:
     """Every pre-flight check, all problems reported at once (one line each), before any stage."""
     problems = []
-    for check, arguments in ((require_weights, ()), (require_archives, (dropbox,))):
+    for check, arguments in ((require_backend, ()), (require_weights, ()), (require_archives, (dropbox,))):
         try:
             check(params, *arguments)
         except DmlbenchError as exc:

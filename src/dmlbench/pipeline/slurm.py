@@ -29,7 +29,11 @@ The submitting command watches the jobs (one ``squeue`` per poll for all of them
 while nothing ends) to report: which stage failed, its state and its log
 (``artifacts/logs/<stage>.log``), and which were cancelled because of it. Re-running submits
 only what is still stale. Refused in one line before anything is submitted: no Slurm, or an
-MLflow SQLite store on a network file system (:mod:`dmlbench.pipeline.cluster_checks`).
+MLflow SQLite store on a network file system (:mod:`dmlbench.pipeline.cluster_checks`), or a store
+the compute nodes cannot reach (:mod:`dmlbench.pipeline.reachability`); then one short probe job
+with the GPU kind's resources checks a compute node's GPU, driver, torch build and tracking store
+before the grid is submitted (:mod:`dmlbench.pipeline.probe`). A job that asked for a GPU runs with
+``DMLBENCH_DEVICE=cuda``: it refuses in one line where it finds none (:func:`dmlbench.launch.job_script`).
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ from dmlbench.pipeline.fetch import require_fetched
 from dmlbench.pipeline.job import spec_path
 from dmlbench.pipeline.local import GPU_SHARE_VARIABLE, LOG_DIR, plan_after_validate
 from dmlbench.pipeline.plan import Plan
+from dmlbench.pipeline.probe import probe_grid
+from dmlbench.pipeline.reachability import require_reachable_stores
 from dmlbench.pipeline.record import RecordError, StageBook
 from dmlbench.pipeline.record_only import HereStages, here_environment, record_only_stages
 from dmlbench.tracking.store import ensure_experiment, tracking_uri
@@ -67,8 +73,9 @@ from dmlbench.tracking.store import ensure_experiment, tracking_uri
 JOB_ENV_FILE = "slurm-job.env"  # in LOG_DIR: the variables every job exports (job_environment)
 # what a job takes from the submitting environment (besides what job_environment sets itself)
 FORWARDED_PREFIXES = ("DMLBENCH_", "MLFLOW_", "DVC_", "OPTUNA_")
-FORWARDED = ("PGPASSFILE", "PGSERVICEFILE", "PYTHONPATH", "TORCH_HOME", "HF_HOME", "XDG_CACHE_HOME",
-             "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", "NO_PROXY", "no_proxy")  # fmt: skip
+FORWARDED = ("PGPASSFILE", "PGSERVICEFILE", "PYTHONPATH", "TORCH_HOME", "HF_HOME", "HF_HUB_CACHE", "HF_ENDPOINT",
+             "XDG_CACHE_HOME", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", "NO_PROXY",
+             "no_proxy")  # fmt: skip
 HERE = "here"  # the job id of a stage this process runs itself (record_only: no job)
 UNCHANGED = "UNCHANGED"  # not run: only downstream of a re-run stage, whose outputs came out the same
 DONE = {"COMPLETED", UNCHANGED}
@@ -103,18 +110,20 @@ def sbatch_command(stage: str, config: ClusterConfig, after: list[str], log: Pat
     command += list(config.extra_args)
     # exec: the batch shell becomes the wrapper, so Slurm's B:USR1 reaches it
     wrapper = f"{shlex.quote(python)} -m dmlbench.pipeline.job {shlex.quote(stage)}"
-    command.append(f"--wrap={job_script(wrapper, env_file)}")
+    command.append(f"--wrap={job_script(wrapper, env_file, res.gpus)}")  # a GPU job: DMLBENCH_DEVICE=cuda
     return command
 
 
 def job_environment(environ: dict[str, str], env_file: Path) -> dict[str, str]:
     """The variables every job exports itself: those of ``environ`` it needs (:data:`FORWARDED`,
     :data:`FORWARDED_PREFIXES`), the tracking URI, torch's cache (where ``make fetch`` put the
-    weights), ``DMLBENCH_OFFLINE=1`` and where this file is (for the tune worker arrays)."""
+    weights; the Hub cache is found through ``HF_HOME``/``HF_HUB_CACHE`` or the home directory),
+    ``DMLBENCH_OFFLINE=1`` and ``HF_HUB_OFFLINE=1`` (no job asks the Hub: the weights lock and the
+    cache hold everything) and where this file is (for the tune worker arrays)."""
     env = {k: v for k, v in environ.items() if k in FORWARDED or k.startswith(FORWARDED_PREFIXES)}
     cache = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     env.setdefault("TORCH_HOME", environ.get("TORCH_HOME") or os.path.join(cache, "torch"))
-    env.update(MLFLOW_TRACKING_URI=tracking_uri(), DMLBENCH_OFFLINE="1", DVC_NO_ANALYTICS="1")
+    env.update(MLFLOW_TRACKING_URI=tracking_uri(), DMLBENCH_OFFLINE="1", HF_HUB_OFFLINE="1", DVC_NO_ANALYTICS="1")
     env[JOB_ENV_VARIABLE] = str(env_file)
     return env
 
@@ -361,6 +370,7 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX) -> tuple[int, Pl
     completed, else 1 (reported)."""
     require_slurm()
     require_tracking_for_cluster(tracking_uri())
+    require_reachable_stores(params)  # no loopback server, no store on this machine's disk alone
     plan = plan_after_validate()
     if not plan.order:
         return 0, plan
@@ -374,9 +384,10 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX) -> tuple[int, Pl
     env_file = (LOG_DIR / JOB_ENV_FILE).resolve()
     cluster = cluster_settings(params)
     environment = job_environment(dict(os.environ), env_file)
-    if cluster.gpu_slots > 1:  # each GPU job's share of its GPU (train/step.py sizes its GPU cache to it)
+    if cluster.gpu_slots > 1:  # a GPU job's share where it cannot read it from Slurm (devices.gpu_share)
         environment[GPU_SHARE_VARIABLE] = str(cluster.gpu_slots)
     write_job_environment(env_file, environment)
+    probe_grid(params, cluster, [stage for stage in plan.order if stage not in here], env_file, LOG_DIR, states)
     with StageBook(".") as book:  # this process records every stage (DVC's lock held meanwhile)
         submission = Submission(plan.order, plan.waits_for, cluster, Path("."), LOG_DIR, array_waiters=waiters,
                                 env_file=env_file, book=book, here=here,

@@ -126,9 +126,11 @@ def prepare_workspace(main: Path, name: str, params_yaml: str) -> Workspace:
 
 def environment(workspace: Workspace, main: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a preset run: the worktree's code first on ``PYTHONPATH``, MLflow in the
-    main checkout's store unless ``MLFLOW_TRACKING_URI`` says otherwise."""
+    main checkout's store unless ``MLFLOW_TRACKING_URI`` says otherwise, and the main checkout's
+    weights lock (the one to commit) unless ``DMLBENCH_WEIGHTS_LOCK`` names another."""
     env = dict(os.environ if base is None else base)
     env.pop("DVC_ROOT", None)
     env["PYTHONPATH"] = os.pathsep.join([str(workspace.root / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("DMLBENCH_WEIGHTS_LOCK", str(Path(main).resolve() / "weights.lock"))  # one lock per project
     env.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{Path(main).resolve() / 'mlflow.db'}")
     return env

@@ -6,7 +6,9 @@
   and seed run and every tuning trial.
 * :class:`TrainingRecord`: one training's MLflow run and run log (``artifacts/runlog/``), from
   :meth:`TrainingRecord.open` (a new run, or the resumed one with its missing epochs logged)
-  through :meth:`~TrainingRecord.log_epoch` to :meth:`~TrainingRecord.complete`.
+  through :meth:`~TrainingRecord.log_epoch` to :meth:`~TrainingRecord.complete`, every record
+  through the stage's spool (:mod:`dmlbench.tracking.spooled`): the training never waits for the
+  tracking store.
 """
 
 from __future__ import annotations
@@ -15,19 +17,31 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from dmlbench.data.prepare import MANIFEST
 from dmlbench.grid import RunSpec
 from dmlbench.io import md5_file
 from dmlbench.tracking.runlog import host, now, read_runlog, write_runlog
-from dmlbench.tracking.runs import TrackedRun, start_training_run
+from dmlbench.tracking.runs import TrackedRun
 
-EPOCH_KEY = "train/loss"  # logged at every epoch: tells which epochs MLflow already has
+if TYPE_CHECKING:  # the tune stage uses ending() alone: no spool code among its dependencies
+    from dmlbench.tracking.spooled import SpooledRun, StageTracking
+
+
+class RunWriter(Protocol):
+    """What ends a run: a :class:`~dmlbench.tracking.runs.TrackedRun` or a spooled run."""
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None: ...
+    def finish(self, status: str = "FINISHED") -> None: ...
+    def fail(self, exc: BaseException) -> None: ...
+
+
+Run = TypeVar("Run", bound=RunWriter)
 
 
 @contextmanager
-def ending(run: TrackedRun, on_kill: Mapping[str, str] | None = None) -> Iterator[TrackedRun]:
+def ending(run: Run, on_kill: Mapping[str, str] | None = None) -> Iterator[Run]:
     """Run the body for ``run``: KILLED on ``KeyboardInterrupt`` (``on_kill``: tags set first),
     FAILED with the failure tags on any other error; the error is re-raised. A body that returns
     leaves the run open for the caller to finish."""
@@ -63,29 +77,31 @@ class DatasetInput:
         digest = md5_file(manifest)[:12] if manifest.exists() else "unknown"
         return cls(name, digest, directory.as_posix(), profile)
 
-    def log_to(self, run: TrackedRun) -> None:
+    def log_to(self, run: TrackedRun | SpooledRun) -> None:
         run.log_dataset(self.name, self.digest, self.source, self.profile, context="train")
 
 
 @dataclass
 class TrainingRecord:
-    """One training's MLflow run, its system-metrics monitor and its run log."""
+    """One training's MLflow run (through the stage's spool) and its run log."""
 
-    run: TrackedRun
+    run: SpooledRun
     log_path: Path
     runlog: dict[str, Any]
-    monitor: Any
+    tracking: StageTracking
 
     @classmethod
     def open(
         cls,
+        tracking: StageTracking,
+        handle: str,
         spec: RunSpec,
         resolved: Mapping[str, Any],
         config_hash: str,
         experiment: str,
         *,
         fold: int | None,
-        parent_run_id: str | None,
+        parent: SpooledRun | None,
         code: str,
         resumed: Sequence[Mapping[str, Any]] | None,
         tags: Mapping[str, str],
@@ -93,49 +109,43 @@ class TrainingRecord:
         log_path: Path,
     ) -> TrainingRecord:
         """Start the training's run, or resume its unfinished one (``resumed``: the checkpoint's
-        history, whose epochs the killed process did not log are logged now, none twice); tag
-        it, record its dataset, write the run log (state ``running``) and start the monitor."""
-        run = start_training_run(
-            spec, resolved, config_hash, experiment, resume=resumed is not None, fold=fold,
-            parent_run_id=parent_run_id, code=code,
+        history; its epochs are sent as possibly logged already, so that those the killed process
+        did not log are logged now, none twice); tag it, record its dataset, write the run log
+        (state ``running``) and start the system-metrics monitor (once the run is open)."""
+        run = tracking.training_run(
+            handle, spec, resolved, config_hash, experiment, resume=resumed is not None, fold=fold, parent=parent,
+            code=code,
         )  # fmt: skip
-        if resumed is not None:
-            logged = run.logged_steps(EPOCH_KEY)
-            for entry in resumed:
-                if entry["epoch"] not in logged:
-                    run.log_metrics(
-                        {k: v for k, v in entry.items() if k not in {"epoch", "stopped_early"}}, entry["epoch"]
-                    )
+        for entry in resumed or ():
+            run.log_metrics({k: v for k, v in entry.items() if k not in {"epoch", "stopped_early"}}, entry["epoch"],
+                            check=True)  # fmt: skip
         run.set_tags(tags)
         dataset.log_to(run)
         earlier = read_runlog(log_path) or {}
         runlog = {
             "grid_key": spec.grid_key if fold is None else f"{spec.grid_key}/fold{fold}",
             "config_hash": config_hash,
-            "mlflow_run_id": run.run_id,
+            "mlflow_run_id": earlier.get("mlflow_run_id") if resumed is not None else None,
             "experiment": experiment,
             "device": tags.get("device", "unknown"),
             "host": host(),
             "started": earlier.get("started")
-            if resumed is not None and earlier.get("mlflow_run_id") == run.run_id
+            if resumed is not None and earlier.get("config_hash") == config_hash and earlier.get("started")
             else now(),
             "state": "running",
         }
         write_runlog(log_path, runlog)
-        return cls(run, log_path, runlog, run.start_system_metrics())
+        run.start_system_metrics()
+        return cls(run, log_path, runlog, tracking)
 
     def log_epoch(self, epoch: int, metrics: Mapping[str, float]) -> None:
         self.run.log_metrics(metrics, step=epoch)
 
     @contextmanager
     def training(self) -> Iterator[TrainingRecord]:
-        """The training itself: the monitor stops and the run ends KILLED or FAILED if it raises."""
-        try:
-            with ending(self.run):
-                yield self
-        except BaseException:
-            self.monitor.finish()
-            raise
+        """The training itself: the run ends KILLED or FAILED (its monitor stopped) if it raises."""
+        with ending(self.run):
+            yield self
 
     def complete(
         self,
@@ -147,14 +157,16 @@ class TrainingRecord:
         resumed_from_epoch: int,
     ) -> None:
         """End the run FINISHED with its summary ``metrics`` and ``tags``, its small ``artifacts``,
-        ``references`` (name -> (path, md5)) to DVC-tracked files, and the run log's timings."""
+        ``references`` (name -> (path, md5)) to DVC-tracked files, and the run log's timings; the
+        spool is flushed (a bounded wait) so that the run log names the run's id."""
         self.run.log_metrics(metrics)
         self.run.set_tags(tags)
         for name, (path, md5) in references.items():
             self.run.log_file_reference(name, path, md5)
         for path in artifacts:
             self.run.log_artifact(path)
-        self.monitor.finish()
         self.run.finish("FINISHED")
+        self.tracking.flush()
         extra = {"resumed_from_epoch": resumed_from_epoch, "ended": now(), "state": "complete"}
+        self.runlog["mlflow_run_id"] = self.run.run_id or self.runlog.get("mlflow_run_id")
         write_runlog(self.log_path, {**self.runlog, **extra, "epochs": list(timings)})

@@ -52,6 +52,20 @@ def failure_tags(exc: BaseException) -> dict[str, str]:
     return tags
 
 
+def start_system_metrics(run_id: str) -> Any:
+    """MLflow's ``SystemMetricsMonitor`` for run ``run_id``, started (``system/*``: CPU, memory,
+    disk, network, GPU with ``nvidia-ml-py``); continues the step count of a resumed run. Stop it
+    with ``.finish()`` before the run ends. Interval: ``$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL``
+    seconds (default 10)."""
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    from dmlbench.tracking.store import tracking_uri
+
+    monitor = SystemMetricsMonitor(run_id, resume_logging=True, tracking_uri=tracking_uri())
+    monitor.start()
+    return monitor
+
+
 class TrackedRun:
     """Thin wrapper over ``MlflowClient`` calls for one run id."""
 
@@ -84,17 +98,8 @@ class TrackedRun:
         return {m.step for m in self.client.get_metric_history(self.run_id, key)}
 
     def start_system_metrics(self) -> Any:
-        """MLflow's ``SystemMetricsMonitor`` for this run (``system/*``: CPU, memory, disk, network,
-        GPU with ``nvidia-ml-py``); continues the step count of a resumed run. Stop it with
-        ``.finish()`` before the run ends. Interval: ``$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL``
-        seconds (default 10)."""
-        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
-        from dmlbench.tracking.store import tracking_uri
-
-        monitor = SystemMetricsMonitor(self.run_id, resume_logging=True, tracking_uri=tracking_uri())
-        monitor.start()
-        return monitor
+        """MLflow's system metrics monitor for this run (:func:`start_system_metrics`)."""
+        return start_system_metrics(self.run_id)
 
     def log_dataset(self, name: str, digest: str, source: str, profile: Mapping[str, Any], context: str) -> None:
         """Record the dataset as an MLflow input of the run (the run page's "Datasets used" and
@@ -190,6 +195,73 @@ def find_training_run(grid_key: str, config_hash: str, experiment: str, mlflow_c
     return found[0] if found else None
 
 
+SPOOL_KEY_TAG = "spool_key"  # the spool record that created the run (:mod:`dmlbench.tracking.spool`)
+
+
+def training_run_request(
+    run: RunSpec,
+    resolved: Mapping[str, Any],
+    config_hash: str,
+    experiment: str,
+    resume: bool = False,
+    fold: int | None = None,
+    code: str | None = None,
+) -> dict[str, Any]:
+    """What opening a training's run sends (JSON: a spool record, :mod:`dmlbench.tracking.spool`):
+    its tags, name and params, computed here, in the training's process (its ``DVC_STAGE``, its
+    checkout's commit), and how to open it (:func:`open_training_run`)."""
+    tags = run_tags(run, config_hash, resolved["protocol"]["name"], fold)
+    if code is not None:
+        tags["code"] = code
+    return {
+        "experiment": experiment,
+        "tags": tags,
+        "name": training_run_name(run, fold),
+        "params": {key: str(value) for key, value in flatten(resolved).items()},
+        "resume": resume,
+        "code": code,
+    }
+
+
+def open_training_run(
+    mlflow_client: Any, request: Mapping[str, Any], parent_run_id: str | None = None, key: str | None = None
+) -> str:
+    """Open the run of ``request`` (:func:`training_run_request`); its id. With ``resume``: the
+    newest unfinished run of this identity and code, set RUNNING again; else a new run, with its
+    params, and the earlier runs of the identity superseded. ``key``: the spool record's key, tagged
+    on a new run; a run that already carries it is returned as it is (a replay of a request whose
+    answer was lost creates no second run)."""
+    from mlflow.entities import Param
+
+    experiment_id = ensure_experiment(request["experiment"], mlflow_client)
+    tags = dict(request["tags"])
+    identity = {"kind": "train", "grid_key": tags["grid_key"], "config_hash": tags["config_hash"]}
+    previous = find_runs(mlflow_client, experiment_id, identity)
+    done = [run for run in previous if key is not None and run.data.tags.get(SPOOL_KEY_TAG) == key]
+    if done:  # opened by this very request before: finish what its lost answer may have left undone
+        run_id = str(done[0].info.run_id)
+    else:
+        if request["resume"]:
+            for existing in previous:
+                if existing.info.status in UNFINISHED and existing.data.tags.get("code") == request["code"]:
+                    run_id = str(existing.info.run_id)
+                    mlflow_client.update_run(run_id, status="RUNNING")
+                    TrackedRun(run_id, mlflow_client).set_tags({"resumed": "true", "dvc_stage": tags["dvc_stage"]})
+                    return run_id
+        if parent_run_id is not None:
+            tags[PARENT_TAG] = parent_run_id
+        if key is not None:
+            tags[SPOOL_KEY_TAG] = key
+        run_id = str(mlflow_client.create_run(experiment_id, run_name=request["name"], tags=tags).info.run_id)
+    if not (done and done[0].data.params):
+        mlflow_client.log_batch(run_id, params=[Param(name, value) for name, value in request["params"].items()])
+    for old in previous:
+        if old.info.run_id != run_id:
+            mlflow_client.set_tag(old.info.run_id, "superseded_by", run_id)
+            mlflow_client.delete_run(old.info.run_id)
+    return run_id
+
+
 def start_training_run(
     run: RunSpec,
     resolved: Mapping[str, Any],
@@ -201,39 +273,14 @@ def start_training_run(
     code: str | None = None,
 ) -> TrackedRun:
     """Resume the newest unfinished run of this identity when ``resume`` (the training goes on
-    from a checkpoint), else create the run, log its params and supersede earlier runs of it.
+    from a checkpoint), else create the run, log its params and supersede earlier runs of it;
+    at once (a training opens its run through its spool instead, :mod:`dmlbench.tracking.spool`).
 
     ``fold``: one fold model of a cross-validation run (each fold model is a training of its own:
     grid key ``.../seed0/fold1``, tag ``fold``). ``parent_run_id``: the run it nests under (the
     cell's run; a fold model's seed run). ``code``: a fingerprint of the training code, tagged
     and required to match for a resume (a checkpoint of other code is not resumed either).
     """
-    from mlflow.entities import Param
-
     mlflow_client = make_client()
-    experiment_id = ensure_experiment(experiment, mlflow_client)
-    tags = run_tags(run, config_hash, resolved["protocol"]["name"], fold)
-    if code is not None:
-        tags["code"] = code
-    previous = find_runs(
-        mlflow_client, experiment_id, {"kind": "train", "grid_key": tags["grid_key"], "config_hash": config_hash}
-    )
-    if resume:
-        for existing in previous:
-            if existing.info.status in UNFINISHED and existing.data.tags.get("code") == code:
-                run_id = existing.info.run_id
-                mlflow_client.update_run(run_id, status="RUNNING")
-                tracked = TrackedRun(run_id, mlflow_client)
-                tracked.set_tags({"resumed": "true", "dvc_stage": tags["dvc_stage"]})
-                return tracked
-
-    if parent_run_id is not None:
-        tags[PARENT_TAG] = parent_run_id
-    created = mlflow_client.create_run(experiment_id, run_name=training_run_name(run, fold), tags=tags)
-    run_id = created.info.run_id
-    params = [Param(key, str(value)) for key, value in flatten(resolved).items()]
-    mlflow_client.log_batch(run_id, params=params)
-    for old in previous:
-        mlflow_client.set_tag(old.info.run_id, "superseded_by", run_id)
-        mlflow_client.delete_run(old.info.run_id)
-    return TrackedRun(run_id, mlflow_client)
+    request = training_run_request(run, resolved, config_hash, experiment, resume, fold, code)
+    return TrackedRun(open_training_run(mlflow_client, request, parent_run_id), mlflow_client)

@@ -36,6 +36,43 @@ def configure_environment() -> None:
         os.environ.setdefault(key, value)
 
 
+# MLflow's HTTP client for a process whose records go through a spool (:mod:`dmlbench.tracking.spool`):
+# its sender waits and retries itself, so a request fails fast instead of riding out MLflow's own
+# backoff (7 retries, about 4 minutes) and its 120 s timeout; read by MLflow at every request
+# (mlflow.environment_variables); a value set in the environment wins
+BACKGROUND_CLIENT_ENV = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
+
+
+_background_users: list[dict[str, str | None]] = []  # one entry per open spool: the values it replaced
+
+
+def configure_background_client() -> None:
+    """Short retries and timeouts for MLflow's HTTP requests in this process (:data:`BACKGROUND_CLIENT_ENV`),
+    until :func:`restore_client_environment` (a spool's close) is called as often."""
+    configure_environment()
+    _background_users.append({key: os.environ.get(key) for key in BACKGROUND_CLIENT_ENV})
+    for key, value in BACKGROUND_CLIENT_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+def restore_client_environment() -> None:
+    """Undo :func:`configure_background_client` once the last spool of this process closed."""
+    if not _background_users:
+        return
+    before = _background_users.pop()
+    if _background_users:
+        return
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 def tracking_uri() -> str:
     """``$MLFLOW_TRACKING_URI`` or the project's sqlite file. A server URI carrying a password
     (``http://user:secret@host``) is refused: it would reach logs, run records and the report;
@@ -81,13 +118,35 @@ def store_lock() -> Any:
     return FileLock(str(db) + ".lock")
 
 
+def _create_sqlite_store(db: Path) -> None:
+    """Create a new sqlite store whole or not at all: MLflow builds its tables by running every
+    migration in turn, and a process killed midway leaves a file MLflow then refuses ("out-of-date
+    database schema"). So the tables are built in a temporary file beside ``db``, which is renamed
+    into place once complete. Call under :func:`store_lock`."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    for left in db.parent.glob(f".{db.name}.*.partial"):  # by a process killed here (we hold the lock)
+        left.unlink(missing_ok=True)
+    partial = db.with_name(f".{db.name}.{os.getpid()}.partial")
+    try:
+        store = SqlAlchemyStore(f"sqlite:///{partial}", (db.parent / "mlruns").as_uri())
+        store.engine.dispose()
+        os.replace(partial, db)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
 def client() -> Any:
-    """An ``MlflowClient`` on :func:`tracking_uri`; a new sqlite store is created under the lock."""
+    """An ``MlflowClient`` on :func:`tracking_uri`; a new sqlite store is created whole under the lock."""
     configure_environment()
     from mlflow.tracking import MlflowClient
 
-    with store_lock():  # the constructor opens (and for a new file creates) the store
-        return MlflowClient(tracking_uri=tracking_uri())
+    uri = tracking_uri()
+    db = sqlite_path(uri)
+    with store_lock():  # the constructor opens the store
+        if db is not None and not db.exists():
+            _create_sqlite_store(db)
+        return MlflowClient(tracking_uri=uri)
 
 
 def ensure_experiment(name: str, mlflow_client: Any | None = None) -> str:

@@ -62,7 +62,7 @@ def log_summary_run(
     tags = {
         "n_runs": str(summary["n_runs"]),
         "interval": f"{summary['confidence']:.0%} "
-        + ("t over seeds" if summary["n_runs"] > 1 else "per-query bootstrap"),
+        + ("t over seeds" if summary["n_runs"] > 1 else "class-cluster bootstrap"),
         "interval_n": str(_interval_n(summary)),
         "summary_md5": digest,
         "dvc_stage": stage,

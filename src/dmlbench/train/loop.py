@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dmlbench.data.augment import train_transform
+from dmlbench.data.augment import rand_augment, resolve_interpolation, squash_train_transform, train_transform
 from dmlbench.data.cache import PreparedDataset, SplitData
 from dmlbench.devices import default_device
 from dmlbench.errors import TrainingDiverged
@@ -46,10 +46,11 @@ from dmlbench.models import EmbeddingModel
 from dmlbench.params.protocol import Protocol
 from dmlbench.params.run import RunConfig
 from dmlbench.train.checkpoint import TrainState, save_checkpoint
+from dmlbench.train.compiling import CompileChoice, choose_compile
 from dmlbench.train.divergence import GPU_FINITE_CHECK_EVERY, FiniteWatch, diverged, finite_check_interval
-from dmlbench.train.optim import make_loss_optimizer, make_model_optimizer, make_scheduler
+from dmlbench.train.optim import freeze_modules, make_loss_optimizer, make_model_optimizer, make_scheduler
 from dmlbench.train.rng import epoch_seed, restore_rng_state, rng_state, seed_everything
-from dmlbench.train.sampling import epoch_batches
+from dmlbench.train.sampling import batches_per_epoch, class_pass_batches, epoch_batches
 from dmlbench.train.step import FastPath, ImageSource, TrainStep
 
 EpochCallback = Callable[[int, dict[str, float]], None]
@@ -70,11 +71,14 @@ class TrainOutcome:
     resumed_from_epoch: int = 0
     test_feedback: dict[str, Any] | None = None
     stopped_early: bool = False
+    precision: str = "fp32"  # the step's arithmetic (FastPath.precision) in the process that finished it
+    compiled: str = "off"  # whether its model ran compiled, and why (CompileChoice.describe)
 
 
-def set_warmup(model: EmbeddingModel, warm: bool) -> None:
-    """During warm-up only the head (and the loss's parameters) get gradients."""
-    for parameter in model.trunk_parameters():
+def set_warmup(trunk: list[torch.nn.Parameter], warm: bool) -> None:
+    """During warm-up only the head (and the loss's parameters) get gradients: ``trunk`` are the
+    trunk parameters that train (frozen BatchNorm and ``freeze``-d modules never do)."""
+    for parameter in trunk:
         parameter.requires_grad_(not warm)
 
 
@@ -97,6 +101,8 @@ class _Scorer:
                 self.protocol.eval_batch_size,
                 self.fast.device,
                 sizes=split.sizes,
+                squash=aug.eval == "squash",
+                interpolation=aug.interpolation,
             )
         bad = nonfinite_rows(embeddings)
         if bad:
@@ -129,6 +135,7 @@ class _Parts:
     optimizers: list[torch.optim.Optimizer]
     schedulers: list[Any]
     step: TrainStep
+    trunk: list[torch.nn.Parameter]  # the trunk parameters that train (warm-up switches them off)
 
     def load(self, state: TrainState) -> None:
         self.model.load_state_dict(state.model)
@@ -148,19 +155,23 @@ class _Parts:
         return state
 
 
-def _build_parts(config: RunConfig, num_classes: int, fast: FastPath) -> _Parts:
-    """Model, loss (+ miner), optimisers and schedulers, built in a fixed order (seeded RNG)."""
+def _build_parts(config: RunConfig, num_classes: int, fast: FastPath, compiled: CompileChoice) -> _Parts:
+    """Model, loss (+ miner), optimisers and schedulers, built in a fixed order (seeded RNG); the
+    step runs the model as ``compiled`` says (compilation itself happens at the first step)."""
     protocol, loss_spec, loss_params = config.protocol, config.loss_spec, config.loss_params
     model = fast.prepare_model(config.build_model())
+    freeze_modules(protocol, model)
     loss_fn = loss_spec.build(loss_params, num_classes, config.dim).to(fast.device)
     miner = loss_spec.miner(loss_params)
     optimizers = [make_model_optimizer(protocol, model)]
     if loss_spec.has_parameters:
         optimizers.append(make_loss_optimizer(protocol, loss_params, loss_fn.parameters()))
     schedulers = [make_scheduler(protocol.scheduler, opt, protocol.epochs) for opt in optimizers]
-    return _Parts(
-        model, loss_fn, optimizers, schedulers, TrainStep(model, loss_fn, miner, optimizers, fast, protocol.grad_clip)
+    step = TrainStep(
+        model, loss_fn, miner, optimizers, fast, protocol.grad_clip, protocol.grad_clip_norm, compiled=compiled
     )
+    trunk = [p for p in model.trunk_parameters() if p.requires_grad]
+    return _Parts(model, loss_fn, optimizers, schedulers, step, trunk)
 
 
 @dataclass(frozen=True)
@@ -205,6 +216,8 @@ def train(
     A checkpoint is written to ``checkpoint_dir`` after every epoch, carrying ``extra_state``
     (the caller's data); ``on_epoch(epoch, metrics)`` is called after each epoch, after
     its checkpoint. ``fast_path``: None = on (on the CPU: channels_last only; see :mod:`dmlbench.train.step`).
+    The protocol's ``compile`` is resolved for the device and the run's planned steps
+    (:func:`dmlbench.train.compiling.choose_compile`; ``compile: on`` where it cannot run stops here).
     """
     device = device or default_device()
     fast = FastPath.for_device(device, fast_path, config.protocol.amp)
@@ -214,9 +227,15 @@ def train(
     score = _Scorer(protocol, config.recall_ks, fast, where)
     has_val = len(splits.val) > 0
     test_feedback = protocol.test_feedback and len(splits.test) > 0
+    if protocol.sampler == "class_pass":  # one pass over the classes: classes // (batch / per-class) batches
+        per_epoch = splits.num_classes // (protocol.batch_size // int(protocol.samples_per_class))
+    else:
+        per_epoch = batches_per_epoch(len(splits.labels), protocol.batch_size, protocol.iterations_per_epoch)
+    steps = protocol.epochs * per_epoch
+    compiled = choose_compile(protocol.compile, device, steps)
 
     generator = seed_everything(run.seed)
-    parts = _build_parts(config, splits.num_classes, fast)
+    parts = _build_parts(config, splits.num_classes, fast, compiled)
     state = TrainState(config_hash=chash, extra=extra_state or {})
     if resume is not None:
         if resume.config_hash != chash:
@@ -250,7 +269,9 @@ def train(
             save_checkpoint(checkpoint_dir, parts.save_into(state))
         if on_epoch is not None:
             on_epoch(epoch, metrics)
-    return _outcome(state, parts.model, protocol, has_val, splits.num_classes, start_epoch, stopped_early)
+    outcome = _outcome(state, parts.model, protocol, has_val, splits.num_classes, start_epoch, stopped_early)
+    outcome.precision, outcome.compiled = fast.precision, compiled.describe()
+    return outcome
 
 
 class _Epochs:
@@ -264,18 +285,51 @@ class _Epochs:
         self.labels = splits.labels
         self.per_class = protocol.sampling_for(config.loss_spec.sampler)
         self.hflip = protocol.augment.hflip and config.dataset_spec.hflip_invariant
+        # the resize kernel: the protocol's, or the weights' (pretrained_cfg)
+        self.interpolation = resolve_interpolation(protocol.augment.interpolation, parts.model.interpolation)
         self.images = ImageSource(splits.train.images, device, splits.train.sizes)
         self.targets = torch.from_numpy(splits.labels).to(device)
         self.check_every = finite_check_interval(device)
+
+    def transform(self, images: torch.Tensor, sizes: np.ndarray | None, generator: torch.Generator) -> torch.Tensor:
+        """The protocol's training transform of a uint8 batch (:mod:`dmlbench.data.augment`)."""
+        augment = self.protocol.augment
+        if augment.train == "squash":
+            return squash_train_transform(
+                images,
+                augment.crop_size,
+                self.hflip,
+                generator,
+                sizes=sizes,
+                interpolation=self.interpolation,
+                rand_augment_ops=augment.rand_augment,
+                rand_augment_magnitude=augment.rand_augment_magnitude,
+            )
+        inputs = train_transform(
+            images,
+            augment.crop_size,
+            augment.crop_scale,
+            augment.crop_ratio,
+            self.hflip,
+            generator,
+            sizes=sizes,
+            interpolation=self.interpolation,
+        )
+        if augment.rand_augment:
+            inputs = rand_augment(inputs, augment.rand_augment, augment.rand_augment_magnitude, generator)
+        return inputs
 
     def train_one(self, epoch: int) -> tuple[torch.Generator, dict[str, float]]:
         """Train epoch ``epoch``; return its augmentation generator (for the checkpoint) and metrics."""
         from tqdm import tqdm
 
-        run, protocol, parts, augment = self.run, self.protocol, self.parts, self.protocol.augment
+        run, protocol, parts = self.run, self.protocol, self.parts
         generator = seed_everything(epoch_seed(run.seed, epoch))
-        batches = epoch_batches(self.labels, protocol.batch_size, self.per_class, protocol.iterations_per_epoch)
-        set_warmup(parts.model, epoch <= protocol.warmup_epochs)
+        if protocol.sampler == "class_pass":
+            batches = class_pass_batches(self.labels, protocol.batch_size, protocol.samples_per_class)
+        else:
+            batches = epoch_batches(self.labels, protocol.batch_size, self.per_class, protocol.iterations_per_epoch)
+        set_warmup(parts.trunk, epoch <= protocol.warmup_epochs)
         parts.model.train()
         parts.loss_fn.train()
         started = time.perf_counter()
@@ -283,16 +337,7 @@ class _Epochs:
         desc = f"{run.key} epoch {epoch}/{protocol.epochs}"
         for index, batch in enumerate(tqdm(batches, desc=desc, unit="batch", mininterval=2.0, leave=False), 1):
             images, sizes = self.images.batch(batch), self.images.sizes_of(batch)
-            inputs = train_transform(
-                images,
-                augment.crop_size,
-                augment.crop_scale,
-                augment.crop_ratio,
-                self.hflip,
-                generator,
-                sizes=sizes,
-                interpolation=parts.model.interpolation,  # the weights' resize kernel (pretrained_cfg)
-            )
+            inputs = self.transform(images, sizes, generator)
             parts.step(inputs, self.targets[torch.from_numpy(batch).to(self.device)], watch)
             if index % self.check_every == 0 or index == len(batches):
                 found = watch.check()

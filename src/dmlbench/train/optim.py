@@ -1,4 +1,5 @@
-"""Optimisers and per-epoch learning-rate schedules from the protocol's settings."""
+"""Optimisers and per-epoch learning-rate schedules from the protocol's settings: parameter groups
+(layer-wise lr decay, no weight decay where timm skips it), frozen trunk modules."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
+from torch import nn
 
+from dmlbench.errors import ConfigError
 from dmlbench.losses.base import ParametricLossParams
 from dmlbench.models.embedding import EmbeddingModel
 from dmlbench.params.protocol import OptimizerConfig, Protocol, SchedulerConfig
@@ -32,36 +35,130 @@ def make_optimizer(
     raise ValueError(f"unknown optimizer {config.name!r}")
 
 
-def layer_lrs(lr: float, groups: int, multiplier: float = 1.0, decay: float = 1.0) -> list[float]:
-    """Learning rates of a trunk's ``groups`` layer groups, input layer first: ``lr x multiplier x
-    decay ** (groups - 1 - i)`` (BEiT's layer-wise decay: the top group gets ``lr x multiplier``).
+# The embedding head enters timm's grouping under a name no ``group_matcher`` pattern matches, as the
+# classifier of a timm model does: timm gives unmatched parameters the top layer (ordinal inf).
+HEAD_SENTINEL = "\x00embedding_head"
 
-    >>> layer_lrs(1.0, 3, multiplier=0.5, decay=0.5)
-    [0.125, 0.25, 0.5]
-    """
-    return [lr * multiplier * decay ** (groups - 1 - index) for index in range(groups)]
+
+def _timm_net(trunk: nn.Module) -> tuple[str, nn.Module] | None:
+    """The trunk's timm model (the first submodule with a ``group_matcher``) and its name prefix."""
+    for name, module in trunk.named_modules():
+        if callable(getattr(module, "group_matcher", None)):
+            return (f"{name}." if name else ""), module
+    return None
+
+
+def layer_ids(model: EmbeddingModel) -> tuple[dict[str, int], int]:
+    """Layer id of each parameter name of ``model`` (0 = input side) and the number of layers, as
+    timm 1.0's ``param_groups_layer_decay`` groups a timm model whose classifier is the embedding
+    head: the trunk's ``group_matcher(coarse=False)`` order (ViT: ``cls_token``/``pos_embed``/
+    ``patch_embed`` = 0, ``blocks.i`` = i + 1, the final ``norm`` joined to the last block (timm's
+    ``MATCH_PREV_GROUP``; BEiT's ``optim_factory`` puts it with the head instead); parameters no
+    pattern matches (ConvNeXt's ``head.norm``) join the head in the top layer. A trunk without a
+    matcher: its declared ``layer_groups`` (or one group), the head above them."""
+    trunk_names = [f"trunk.{name}" for name, _ in model.trunk.named_parameters()]
+    head_names = [f"head.{name}" for name, _ in model.head.named_parameters()]
+    found = _timm_net(model.trunk)
+    if found is not None:
+        from timm.models._manipulate import group_with_matcher
+
+        prefix, net = found
+        named = [(name, None) for name, _ in net.named_parameters()] + [(HEAD_SENTINEL, None)]
+        mapping = group_with_matcher(named, net.group_matcher(coarse=False), reverse=True)
+        top = mapping[HEAD_SENTINEL]
+        ids = {f"trunk.{prefix}{name}": lid for name, lid in mapping.items() if name != HEAD_SENTINEL}
+    else:
+        ids = {f"trunk.{name}": lid for lid, names in enumerate(model.layer_groups) for name in names}
+        top = len(model.layer_groups) if model.layer_groups else 1
+        ids = ids or dict.fromkeys(trunk_names, 0)
+    layers = {name: ids.get(name, top) for name in trunk_names}  # outside the timm net: with the head
+    layers.update(dict.fromkeys(head_names, top))
+    return layers, top + 1
+
+
+def _no_decay_names(model: EmbeddingModel) -> set[str]:
+    """Parameter names timm trains without weight decay: 1-D tensors (biases, norm weights) and the
+    trunk's ``no_weight_decay()`` names (``fnmatch`` patterns of its own parameter names)."""
+    import fnmatch
+
+    names = {name for name, p in model.named_parameters() if p.ndim <= 1}
+    found = _timm_net(model.trunk)
+    if found is not None and callable(getattr(found[1], "no_weight_decay", None)):
+        prefix, net = found
+        patterns = set(net.no_weight_decay())
+        names |= {
+            f"trunk.{prefix}{name}"
+            for name, _ in net.named_parameters()
+            if any(fnmatch.fnmatch(name, pattern) for pattern in patterns)
+        }
+    return names
 
 
 def model_param_groups(protocol: Protocol, model: EmbeddingModel) -> list[dict[str, Any]]:
-    """Param groups of an :class:`~dmlbench.models.embedding.EmbeddingModel`: the head at the
-    protocol's lr first (the logged ``train/lr``), then the trunk's layer groups, input layer first,
-    at :func:`layer_lrs` (``backbone_lr_multiplier``, ``layer_decay``). Parameters that do not train
-    (frozen BatchNorm) are in none; every other one in exactly one group."""
-    lr = protocol.optimizer.lr
-    trunk = model.trunk_layer_groups() if protocol.layer_decay < 1.0 else [model.trunk_parameters()]
-    lrs = layer_lrs(lr, len(trunk), protocol.backbone_lr_multiplier, protocol.layer_decay)
-    groups = [{"params": model.head_parameters(), "lr": lr, "name": "head"}]
-    for index, (params, group_lr) in enumerate(zip(trunk, lrs, strict=True)):
-        groups.append({"params": params, "lr": group_lr, "name": f"trunk.{index}"})
-    return groups
+    """Param groups of an :class:`~dmlbench.models.embedding.EmbeddingModel` (what trains: parameters
+    with ``requires_grad``, so frozen BatchNorm and ``freeze``-d modules are in none).
+
+    Learning rate: ``lr x scale`` with ``scale = layer_decay ** (layers - 1 - layer)`` over
+    :func:`layer_ids` (BEiT's layer-wise decay: the head, the top layer, at ``lr``; a depth-d ViT's
+    block i at decay^(d - i), its embeddings at decay^(d + 1)), trunk parameters also x
+    ``backbone_lr_multiplier``. Weight decay: the optimiser's, or 0 for :func:`_no_decay_names` with
+    ``no_weight_decay: timm``. With ``layer_decay`` 1 and multiplier 1, equal to timm's
+    ``param_groups_weight_decay``; with ``layer_decay`` < 1, to its ``param_groups_layer_decay``
+    (``tests/test_optim_groups.py``). The head's group comes first (the logged ``train/lr``)."""
+    config = protocol.optimizer
+    layers, count = layer_ids(model)
+    skip = _no_decay_names(model) if config.no_weight_decay == "timm" else set()
+    groups: dict[tuple[int, bool, bool], dict[str, Any]] = {}
+    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    head_first = sorted(trainable, key=lambda item: not item[0].startswith("head."))
+    for name, parameter in head_first:
+        layer, in_trunk, decays = layers[name], name.startswith("trunk."), name not in skip
+        key = (layer, in_trunk, decays)
+        if key not in groups:
+            scale = protocol.layer_decay ** (count - 1 - layer)
+            groups[key] = {
+                "params": [],
+                "lr": config.lr * scale * (protocol.backbone_lr_multiplier if in_trunk else 1.0),
+                "weight_decay": config.weight_decay if decays else 0.0,
+                "lr_scale": scale,
+                "name": f"{'trunk' if in_trunk else 'head'}.layer{layer}.{'decay' if decays else 'no_decay'}",
+            }
+        groups[key]["params"].append(parameter)
+    return list(groups.values())
 
 
 def make_model_optimizer(protocol: Protocol, model: EmbeddingModel) -> torch.optim.Optimizer:
-    """The optimiser of the embedding model: the head at ``optimizer.lr``; with the default
-    ``backbone_lr_multiplier: 1`` and ``layer_decay: 1`` every parameter at that lr."""
-    if protocol.backbone_lr_multiplier == 1.0 and protocol.layer_decay == 1.0:
+    """The optimiser of the embedding model: one group at ``optimizer.lr`` with the default
+    ``backbone_lr_multiplier: 1``, ``layer_decay: 1`` and ``no_weight_decay: none``, else the
+    groups of :func:`model_param_groups`."""
+    simple = protocol.backbone_lr_multiplier == 1.0 and protocol.layer_decay == 1.0
+    if simple and protocol.optimizer.no_weight_decay == "none":
         return make_optimizer(protocol.optimizer, model.parameters(), protocol.optimizer.lr)
+    if protocol.layer_decay < 1.0 and _timm_net(model.trunk) is None and not model.layer_groups:
+        raise ConfigError(
+            f"protocol: layer_decay {protocol.layer_decay:g} needs a trunk with layer groups (a timm model with a "
+            "group_matcher, e.g. a ViT or ConvNeXt); this trunk has none: set layer_decay: 1"
+        )
     return make_optimizer(protocol.optimizer, model_param_groups(protocol, model), protocol.optimizer.lr)
+
+
+def freeze_modules(protocol: Protocol, model: EmbeddingModel) -> list[str]:
+    """Stop the gradient of every trunk parameter inside a module named in ``protocol.freeze`` (a
+    dotted path at any depth, e.g. ``patch_embed``: Hyp-ViT's ``model.py`` ``freeze()``); returns
+    the frozen names. A name that matches no parameter is a :class:`ConfigError`."""
+    frozen = []
+    for module in protocol.freeze:
+        hits = [
+            (name, p) for name, p in model.trunk.named_parameters() if f".{module}." in f".{name.rsplit('.', 1)[0]}."
+        ]
+        if not hits:
+            raise ConfigError(
+                f"protocol: freeze: the trunk has no module {module!r} (a ViT has patch_embed, blocks.0, ...)"
+            )
+        for name, parameter in hits:
+            parameter.requires_grad_(False)
+            frozen.append(name)
+    return frozen
 
 
 def make_loss_optimizer(

@@ -6,6 +6,12 @@
   (thesis and Proxy-Anchor code for losses that need no positives in the batch).
 
 An epoch has ``iterations`` batches, or ``len(labels) // batch_size`` (one pass) when None.
+
+* :func:`class_pass_batches`: an epoch is one pass over the classes (Hyp-ViT, htdt/hyp_metric
+  ``sampler.py`` ``UniqueClassSempler`` under ``train.py``'s ``DataLoader(batch_size, drop_last=True)``):
+  the classes in a random order, ``m`` images of each (drawn without replacement, with replacement
+  only from a class with fewer than ``m``), cut into batches of ``batch_size / m`` classes, the
+  incomplete last batch dropped: ``floor(classes x m / batch_size)`` batches, no class twice in one.
 """
 
 from __future__ import annotations
@@ -17,11 +23,16 @@ import numpy as np
 from dmlbench.errors import ConfigError
 
 
+def batches_per_epoch(n_images: int, batch_size: int, iterations: int | None = None) -> int:
+    """Batches in an epoch: ``iterations``, or one pass over ``n_images`` (at least one batch)."""
+    return iterations or max(n_images, batch_size) // batch_size
+
+
 def epoch_batches(
     labels: np.ndarray, batch_size: int, per_class: int | str, iterations: int | None = None
 ) -> np.ndarray:
     """Index batches (``n_batches x batch_size``) drawn from numpy's global RNG / PML's RNG."""
-    n_batches = iterations or max(len(labels), batch_size) // batch_size
+    n_batches = batches_per_epoch(len(labels), batch_size, iterations)
     if per_class == "random":
         if len(labels) < batch_size:
             raise ConfigError(f"protocol: batch_size {batch_size} exceeds the {len(labels)} training images")
@@ -42,3 +53,27 @@ def epoch_batches(
     )
     order = np.fromiter(iter(sampler), dtype=np.int64, count=len(sampler))
     return order.reshape(-1, batch_size)
+
+
+def class_pass_batches(labels: np.ndarray, batch_size: int, per_class: int) -> np.ndarray:
+    """Index batches (``n_batches x batch_size``) of one pass over the classes of ``labels``, drawn
+    from numpy's global RNG (seeded per epoch by the caller); see the module docstring."""
+    classes = np.unique(labels)
+    if batch_size % per_class:
+        raise ConfigError(f"protocol: batch_size {batch_size} is not a multiple of samples_per_class {per_class}")
+    per_batch = batch_size // per_class
+    if len(classes) < per_batch:
+        raise ConfigError(
+            f"protocol: sampler class_pass puts {per_batch} distinct classes in a batch ({batch_size} / {per_class}); "
+            f"the training split has {len(classes)} (Hyp-ViT trains CUB200 on all 100 training classes: "
+            "split scheme standard)"
+        )
+    order = np.argsort(labels, kind="stable")
+    starts = np.searchsorted(labels[order], classes)
+    members = np.split(order, starts[1:])
+    rows = []
+    for index in np.random.permutation(len(classes)):
+        images = members[index]
+        rows.append(np.random.choice(images, size=per_class, replace=len(images) < per_class))
+    n_batches = len(classes) // per_batch
+    return np.concatenate(rows)[: n_batches * batch_size].reshape(n_batches, batch_size)

@@ -15,7 +15,9 @@ Every seed's run nests under its grid cell's run (:mod:`dmlbench.tracking.cells`
 first training of the cell creates. A re-run after a crash or a kill resumes from the last
 checkpoint into the same MLflow run (found by its identity,
 :class:`dmlbench.tracking.record.TrainingRecord`); every epoch is logged exactly once (epochs
-checkpointed but not yet logged when the process died are logged on resume, none twice). A
+checkpointed but not yet logged when the process died are logged on resume, none twice). Every
+tracking record goes through the stage's spool (:mod:`dmlbench.tracking.spool`, sent by a thread
+of its own): a tracking server that does not answer delays the records, never the training. A
 diverged run (:mod:`dmlbench.train.divergence`) stops in one line naming the run, fold, epoch,
 batch and what went non-finite; its MLflow run (and, on a cross-validation split, the seed's run
 above its fold runs) ends FAILED with tags ``failure``, ``failure_cause=diverged`` and
@@ -39,10 +41,9 @@ from dmlbench.grid import RunSpec
 from dmlbench.io import atomic_dir, md5_file, read_json, write_json
 from dmlbench.params.model import Params
 from dmlbench.params.run import RunConfig, run_config
-from dmlbench.tracking.cells import open_cell_run
 from dmlbench.tracking.record import DatasetInput, TrainingRecord, ending
 from dmlbench.tracking.runlog import split_timings
-from dmlbench.tracking.runs import PARENT_TAG, TrackedRun, find_training_run, start_training_run
+from dmlbench.tracking.spooled import SpooledRun, StageTracking
 from dmlbench.train.checkpoint import LAST, clear_checkpoint, code_fingerprint, load_checkpoint
 from dmlbench.train.loop import TrainOutcome, train
 from dmlbench.train.progress import EpochLine
@@ -68,13 +69,16 @@ def _finished(staged: Path, chash: str) -> dict[str, Any] | None:
 
 def train_stage(params: Params, run: RunSpec, device: torch.device | None = None) -> dict[str, Any]:
     """Train the run (one model, or one model per fold of a cross-validation split), then write
-    ``artifacts/models/<run>/`` (``fold<f>/`` sub-directories for fold models) in one step."""
+    ``artifacts/models/<run>/`` (``fold<f>/`` sub-directories for fold models) in one step. Every
+    tracking record goes through the stage's spool (:mod:`dmlbench.tracking.spool`), flushed with a
+    bounded wait at the end: an unreachable tracking server delays the records, never the training."""
     config = run_config(params, run)
     device = device or default_device()
     data = PreparedDataset.load(paths.prepared_dir(run.dataset))
     folds: list[int | None] = list(range(data.num_folds)) or [None]
     several = (len(params.datasets) > 1, len(params.backbones) > 1)  # named in the cell run's name
-    infos = _train_members(config, params.tracking.experiment, data, folds, device, several)
+    with StageTracking(paths.spool_dir(run)) as tracking:
+        infos = _train_members(config, params.tracking.experiment, data, folds, device, several, tracking)
     staged = {fold: paths.staged_dir(run, fold) for fold in folds}
     with atomic_dir(paths.model_dir(run)) as tmp:
         for fold, member in staged.items():
@@ -91,34 +95,26 @@ def _train_members(
     folds: list[int | None],
     device: torch.device,
     several: tuple[bool, bool],
+    tracking: StageTracking,
 ) -> list[dict[str, Any]]:
     """The run's model, or its fold models, in MLflow under the grid cell's run (created by the
     cell's first training); on a cross-validation split the fold models nest under the seed's own
     run, which the evaluate stage gives the concatenated embedding's test metrics."""
     run = config.run
-    cell_id = open_cell_run(experiment, run.combo, config.resolved, several)
+    cell = tracking.cell_run(experiment, run.combo, config.resolved, several)
     if folds == [None]:
-        return [train_member(config, experiment, data, None, device, parent_run_id=cell_id)]
+        return [train_member(config, experiment, data, None, device, parent=cell, tracking=tracking)]
     started = any((paths.checkpoint_dir(run, f) / LAST).exists() or paths.staged_dir(run, f).exists() for f in folds)
-    seed_run = start_training_run(
-        run, config.resolved, config.config_hash, experiment, resume=started, parent_run_id=cell_id,
+    seed_run = tracking.training_run(
+        "seed", run, config.resolved, config.config_hash, experiment, resume=started, parent=cell,
         code=code_fingerprint(),
     )  # fmt: skip
     seed_run.set_tags({"folds": str(len(folds))})
     DatasetInput.of(data.name, paths.prepared_dir(data.name), data.info, None).log_to(seed_run)
     with ending(seed_run):
-        infos = [train_member(config, experiment, data, f, device, parent_run_id=seed_run.run_id) for f in folds]
+        infos = [train_member(config, experiment, data, f, device, parent=seed_run, tracking=tracking) for f in folds]
     seed_run.finish("FINISHED")
     return infos
-
-
-def _adopt(info: dict[str, Any], experiment: str, parent_run_id: str | None) -> None:
-    """Nest a member trained before its parent existed (kept from an interrupted stage)."""
-    if parent_run_id is None:
-        return
-    found = find_training_run(info["grid_key"], info["config_hash"], experiment)
-    if found is not None and found.data.tags.get(PARENT_TAG) != parent_run_id:
-        TrackedRun(found.info.run_id).set_tags({PARENT_TAG: parent_run_id})
 
 
 def _run_tags(config: RunConfig, device_name: str) -> dict[str, str]:
@@ -137,12 +133,18 @@ def train_member(
     data: PreparedDataset,
     fold: int | None,
     device: torch.device,
-    parent_run_id: str | None = None,
+    parent: SpooledRun | None = None,
+    tracking: StageTracking | None = None,
 ) -> dict[str, Any]:
     """Train one model of the run (``fold``: one fold model) into its staging directory, with
-    its own MLflow run in ``experiment`` (nested under ``parent_run_id``); resume it from its
+    its own MLflow run in ``experiment`` (nested under ``parent``), written through ``tracking``
+    (the stage's spool; None: one of its own, flushed before this returns); resume it from its
     checkpoint, or skip it if it already finished. Returns its ``run.json`` record plus what
-    stays out of the DVC outputs (``mlflow_run_id``, ``resumed_from_epoch``)."""
+    stays out of the DVC outputs (``mlflow_run_id``: None while its opening record is unsent,
+    ``resumed_from_epoch``)."""
+    if tracking is None:
+        with StageTracking(paths.spool_dir(config.run)) as own:
+            return train_member(config, experiment, data, fold, device, parent, own)
     run, chash = config.run, config.config_hash
     name = run.key if fold is None else f"{run.key} fold {fold}"
     checkpoints, staged = paths.checkpoint_dir(run, fold), paths.staged_dir(run, fold)
@@ -150,15 +152,17 @@ def train_member(
     done = _finished(staged, chash)
     if done is not None:
         print(f"{name}: already trained (kept from an interrupted stage)")
-        _adopt(done, experiment, parent_run_id)
+        if parent is not None:  # trained before its parent existed: nest it
+            tracking.adopt(done["grid_key"], done["config_hash"], experiment, parent)
         return done
     resume = load_checkpoint(checkpoints, chash)
     if resume:
         print(f"{name}: resuming after epoch {resume.epoch} from {checkpoints}")
     device_name = _device_name(device)
     record = TrainingRecord.open(
-        run, config.resolved, chash, experiment, fold=fold, parent_run_id=parent_run_id, code=code_fingerprint(),
-        resumed=resume.history if resume else None, tags=_run_tags(config, device_name),
+        tracking, "run" if fold is None else f"fold{fold}", run, config.resolved, chash, experiment, fold=fold,
+        parent=parent, code=code_fingerprint(), resumed=resume.history if resume else None,
+        tags=_run_tags(config, device_name),
         dataset=DatasetInput.of(data.name, paths.prepared_dir(data.name), data.info, fold),
         log_path=paths.runlog_file(run, fold),
     )  # fmt: skip
@@ -189,7 +193,7 @@ def train_member(
     )
     clear_checkpoint(checkpoints)
     write_json(checkpoints / CHECKPOINT_STATUS, {"state": "complete"})
-    return {**info, "mlflow_run_id": record.run.run_id, "resumed_from_epoch": outcome.resumed_from_epoch}
+    return {**info, "mlflow_run_id": record.runlog["mlflow_run_id"], "resumed_from_epoch": outcome.resumed_from_epoch}
 
 
 def _save_member(
@@ -208,6 +212,8 @@ def _save_member(
         "code": code_fingerprint(),
         "experiment": experiment,
         "device": device_name,
+        "precision": outcome.precision,
+        "compile": outcome.compiled,
         "selection": outcome.selection,
         "test_feedback": outcome.test_feedback,
         "epochs_trained": outcome.history[-1]["epoch"],

@@ -4,7 +4,7 @@ GPU fast path (used only when the device is CUDA): bf16 autocast for the model (
 computed in float32), channels_last memory format, ``cudnn.benchmark``, and the uint8 image
 cache kept on the GPU so that batches are gathered and augmented there (``augment.py`` runs on
 any device). When the cache does not fit in half of the free GPU memory (shared among the
-trainings that run on the GPU at once: ``DMLBENCH_GPU_SHARE``), batches are gathered on the host
+trainings that run on the GPU at once: :func:`dmlbench.devices.gpu_share`), batches are gathered on the host
 (the memory-mapped cache) and copied through pinned memory instead.
 
 On the CPU only the channels_last memory format is used (float32 throughout): oneDNN's
@@ -12,16 +12,17 @@ convolutions and max-pooling run faster in it. Measured on an AMD EPYC (Zen 3), 
 the demo's ``tiny_cnn`` at 32 px: inference 2.2x, a training step 1.3-1.5x faster
 (``benchmarks/channels_last.py`` prints the figures for a machine).
 
-The protocol's ``amp`` key overrides the autocast dtype on any device (``none``, ``bf16``,
-``fp16``); float16 steps go through a ``torch.amp.GradScaler`` (Micikevicius et al., "Mixed
-Precision Training", ICLR 2018: loss scaling keeps small gradients from underflowing).
+The protocol's ``compile`` key runs the model compiled (:mod:`dmlbench.train.compiling`; on a
+CUDA GPU by default for long runs). The protocol's ``amp`` key overrides the autocast dtype on
+any device (``none``, ``bf16``, ``fp16``); float16 steps go through a ``torch.amp.GradScaler``
+(Micikevicius et al., "Mixed Precision Training", ICLR 2018: loss scaling keeps small gradients
+from underflowing).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,10 +31,12 @@ import numpy as np
 import torch
 
 from dmlbench.data.cache import RowView
+from dmlbench.devices import gpu_share
+from dmlbench.train.compiling import EAGER, CompileChoice, compile_model
 from dmlbench.train.divergence import FiniteWatch
 
 GPU_CACHE_FRACTION = 0.5  # at most this share of the free GPU memory holds the image cache
-AMP_DTYPES: dict[str, torch.dtype | None] = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+AMP_DTYPES: dict[str, torch.dtype | None] = {"none": None, "fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def cuda_amp_dtype() -> torch.dtype:
@@ -48,15 +51,22 @@ class FastPath:
     device: torch.device
     amp_dtype: torch.dtype | None = None
     channels_last: bool = False
+    strict_fp32: bool = False  # TensorFloat-32 off for convolutions and matrix products
 
     @classmethod
     def for_device(cls, device: torch.device, enabled: bool | None = None, amp: str = "auto") -> FastPath:
         """``amp``: the protocol's key; ``auto`` = bf16/fp16 on CUDA (fast path on), none elsewhere;
-        ``none``/``bf16``/``fp16`` set the autocast dtype on any device, fast path on or off."""
+        ``none``/``bf16``/``fp16`` set the autocast dtype on any device, fast path on or off;
+        ``fp32``: no autocast and no TensorFloat-32 either (the arithmetic of GPUs before Ampere, on
+        which the 2020 protocols published their numbers): the process's cuDNN and matmul TF32
+        switches are turned off here, since a training stage is a process of its own."""
         fast = cls._for_device(device, enabled)
+        strict = amp == "fp32"
+        torch.backends.cudnn.allow_tf32 = not strict  # torch's default (True) unless fp32 is asked for
+        torch.backends.cuda.matmul.allow_tf32 = False  # torch's default
         if amp == "auto":
             return fast
-        return dataclasses.replace(fast, amp_dtype=AMP_DTYPES[amp])
+        return dataclasses.replace(fast, amp_dtype=AMP_DTYPES[amp], strict_fp32=strict)
 
     @classmethod
     def _for_device(cls, device: torch.device, enabled: bool | None) -> FastPath:
@@ -83,19 +93,29 @@ class FastPath:
     def prepare_inputs(self, inputs: torch.Tensor) -> torch.Tensor:
         return inputs.contiguous(memory_format=torch.channels_last) if self.channels_last else inputs
 
+    @property
+    def precision(self) -> str:
+        """The step's arithmetic, as ``run.json`` records it: ``bf16`` / ``fp16`` autocast (the loss in
+        float32), else ``fp32``; ``fp32 (TF32 convolutions)`` on a GPU whose cuDNN convolutions
+        use TensorFloat-32 (Ampere and later with ``torch.backends.cudnn.allow_tf32``, torch's default)."""
+        if self.amp_dtype is not None:
+            return {torch.bfloat16: "bf16", torch.float16: "fp16"}[self.amp_dtype]
+        if (
+            self.device.type == "cuda"
+            and not self.strict_fp32
+            and torch.backends.cudnn.allow_tf32
+            and torch.cuda.get_device_capability(self.device) >= (8, 0)
+        ):
+            return "fp32 (TF32 convolutions)"
+        return "fp32"
 
-def cache_fits(nbytes: int, free_bytes: int, share: int = 1) -> bool:
+
+def cache_fits(nbytes: int, free_bytes: int, share: float = 1) -> bool:
     """True when an image cache of ``nbytes`` may live on the GPU: at most ``GPU_CACHE_FRACTION`` of
     the free memory divided among the ``share`` trainings that use the GPU at once (the local
-    executor's ``--gpu-slots``), so that together they hold at most that fraction."""
-    return nbytes <= GPU_CACHE_FRACTION * free_bytes / max(1, share)
-
-
-def gpu_share() -> int:
-    """How many stages share this process's GPU (``DMLBENCH_GPU_SHARE``, set by the local executor
-    per worker; 1 when unset or not a positive integer)."""
-    value = os.environ.get("DMLBENCH_GPU_SHARE", "1")
-    return int(value) if value.isdigit() and int(value) > 0 else 1
+    executor's ``--gpu-slots``, a Slurm job's shard or MPS share: :func:`dmlbench.devices.gpu_share`),
+    so that together they hold at most that fraction."""
+    return nbytes <= GPU_CACHE_FRACTION * free_bytes / max(1.0, share)
 
 
 def free_memory(device: torch.device) -> int:
@@ -167,9 +187,12 @@ class ImageSource:
 
 
 class TrainStep:
-    """forward (autocast) -> miner -> loss (float32) -> backward -> clip -> optimiser steps; with a
+    """forward (autocast) -> miner -> loss (float32) -> backward -> clip (each value: ``grad_clip``;
+    the embedding model's gradient 2-norm: ``grad_clip_norm``) -> optimiser steps; with a
     ``watch``, the batch's loss and embeddings are recorded there (device-side finiteness flags,
-    :mod:`dmlbench.train.divergence`)."""
+    :mod:`dmlbench.train.divergence`). ``compiled``: the forward runs through ``torch.compile``'s
+    wrapper of the model (:mod:`dmlbench.train.compiling`), which shares its parameters; the
+    model itself stays eager for evaluation and state dicts."""
 
     def __init__(
         self,
@@ -179,9 +202,12 @@ class TrainStep:
         optimizers: list[torch.optim.Optimizer],
         fast: FastPath,
         grad_clip: float | None = None,
+        grad_clip_norm: float | None = None,
+        compiled: CompileChoice = EAGER,
     ):
         self.model, self.loss_fn, self.miner, self.optimizers = model, loss_fn, miner, optimizers
-        self.fast, self.grad_clip = fast, grad_clip
+        self.fast, self.grad_clip, self.grad_clip_norm, self.compiled = fast, grad_clip, grad_clip_norm, compiled
+        self.forward = compile_model(model, compiled)
         self.scaler = fast.grad_scaler()  # fp16 only
 
     def parameters(self) -> Iterable[torch.nn.Parameter]:
@@ -196,20 +222,25 @@ class TrainStep:
                 yield f"{prefix}.{name}", tensor.detach()
 
     def __call__(self, inputs: torch.Tensor, labels: torch.Tensor, watch: FiniteWatch | None = None) -> torch.Tensor:
+        self.compiled.step_begin()
+        for optimizer in self.optimizers:  # first: the last step's gradients are freed before the forward
+            optimizer.zero_grad(set_to_none=True)
         with self.fast.autocast():
-            embeddings = self.model(self.fast.prepare_inputs(inputs))
+            embeddings = self.forward(self.fast.prepare_inputs(inputs))
         embeddings = embeddings.float()
         mined = self.miner(embeddings, labels) if self.miner is not None else None
         loss = self.loss_fn(embeddings, labels, mined)
-        for optimizer in self.optimizers:
-            optimizer.zero_grad(set_to_none=True)
         scaler = self.scaler
         (loss if scaler is None else scaler.scale(loss)).backward()
+        if (self.grad_clip is not None or self.grad_clip_norm is not None) and scaler is not None:
+            for optimizer in self.optimizers:
+                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
         if self.grad_clip is not None:  # value clipping, as the Proxy-Anchor/thesis code does
-            if scaler is not None:
-                for optimizer in self.optimizers:
-                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             torch.nn.utils.clip_grad_value_([p for p in self.parameters() if p.grad is not None], self.grad_clip)
+        if self.grad_clip_norm is not None:  # the model's gradient norm (Hyp-ViT: its one optimiser's params)
+            torch.nn.utils.clip_grad_norm_(
+                [p for p in self.model.parameters() if p.grad is not None], self.grad_clip_norm
+            )
         for optimizer in self.optimizers:
             if scaler is None:
                 optimizer.step()

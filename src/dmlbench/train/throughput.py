@@ -8,6 +8,11 @@ model FLOP utilisation.
   (no sampling, no augmentation). ``full / model only`` shows whether data handling limits
   training (target on a GPU: >= 0.6).
 
+``compile_mode``: the step's model compiled with ``torch.compile`` in that mode
+(:mod:`dmlbench.train.compiling`; None = eager), so that one process measures a setting eager
+and compiled on the same device; ``first_step_seconds`` is the first step's wall time, which
+holds the compilation.
+
 Model FLOP utilisation (MFU) = images/s x training FLOPs per image / peak FLOP/s, with the
 training FLOPs = 3 x the forward FLOPs (backward ~ 2 x forward: Kaplan et al. 2020, sec. 2.1)
 counted by ``torch.utils.flop_counter.FlopCounterMode`` (convolutions and matrix products; one
@@ -29,6 +34,7 @@ import torch
 from dmlbench.data.augment import train_transform
 from dmlbench.losses import LOSSES
 from dmlbench.models import BACKBONES, build_model
+from dmlbench.train.compiling import EAGER, CompileChoice
 from dmlbench.train.sampling import epoch_batches
 from dmlbench.train.step import FastPath, ImageSource, TrainStep
 
@@ -82,6 +88,11 @@ class Throughput:
     train_flops_per_image: float
     peak_flops: float | None
     peak_memory_mib: float | None
+    compile_mode: str | None = None  # torch.compile mode of the step's model; None = eager
+    first_step_seconds: float | None = None  # the first full step (with compile: the compilation)
+    compiled_graphs: int | None = None  # graphs torch.compile made (a recompilation adds one)
+    graph_breaks: int | None = None  # where dynamo split the model (0: one graph for the forward)
+    cudagraph_skips: int | None = None  # compiled graphs that reduce-overhead ran without a CUDA graph
 
     @property
     def ratio(self) -> float:
@@ -169,13 +180,15 @@ def benchmark_steps(
     images: int = 2000,
     classes: int = 100,
     fast_path: bool | None = None,
+    compile_mode: str | None = None,
 ) -> BenchmarkSteps:
     """The steps :func:`measure_throughput` times for ``setting`` (random-init weights, random
     uint8 images of ``setting.image_size`` px; ``images`` x ``classes`` cache; ``iterations``
-    distinct batches, then they repeat)."""
+    distinct batches, then they repeat); ``compile_mode``: the model runs compiled (None: eager)."""
     if setting.batch % setting.per_class:
         raise ValueError(f"batch {setting.batch} is not a multiple of {setting.per_class} images per class")
     fast = FastPath.for_device(device, fast_path)
+    compiled = EAGER if compile_mode is None else CompileChoice(compile_mode, "benchmark")
     torch.manual_seed(0)
     model = build_model(
         setting.backbone, BACKBONES[setting.backbone].params(), setting.dim, frozen_bn=setting.frozen_bn
@@ -188,7 +201,9 @@ def benchmark_steps(
     optimizers = [torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)]
     if loss_spec.has_parameters:
         optimizers.append(torch.optim.AdamW(loss_fn.parameters(), lr=1e-3))
-    step = TrainStep(model.train(), loss_fn, loss_spec.miner(loss_params), optimizers, fast, setting.grad_clip)
+    step = TrainStep(
+        model.train(), loss_fn, loss_spec.miner(loss_params), optimizers, fast, setting.grad_clip, compiled=compiled
+    )
 
     rng = np.random.default_rng(0)
     side = setting.image_size
@@ -224,12 +239,16 @@ def measure_throughput(
     classes: int = 100,
     fast_path: bool | None = None,
     peak_flops: float | None = None,
+    compile_mode: str | None = None,
 ) -> Throughput:
-    """Images/s of the full step and of the model alone for ``setting`` (see :func:`benchmark_steps`)."""
-    steps_of = benchmark_steps(setting, device, steps + warmup, images, classes, fast_path)
+    """Images/s of the full step and of the model alone for ``setting`` (see :func:`benchmark_steps`),
+    after one first step (timed alone: with ``compile_mode`` it compiles) and ``warmup`` steps."""
+    steps_of = benchmark_steps(setting, device, steps + warmup + 1, images, classes, fast_path, compile_mode)
     full_step, model_step = steps_of.full, steps_of.model_only
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    before = _compile_counts()
+    first = _timed(full_step, 1, 0, device)
     full = _timed(full_step, steps, warmup, device)
     model_only = _timed(model_step, steps, warmup, device)
     peak_memory = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
@@ -242,4 +261,19 @@ def measure_throughput(
         train_flops_per_image=steps_of.train_flops_per_image,
         peak_flops=peak_flops,
         peak_memory_mib=peak_memory,
+        compile_mode=compile_mode,
+        first_step_seconds=first,
+        **({key: value - before[key] for key, value in _compile_counts().items()} if compile_mode else {}),
     )
+
+
+def _compile_counts() -> dict[str, int]:
+    """What ``torch.compile`` has done in this process so far (dynamo's and Inductor's counters):
+    graphs made, graph breaks, graphs run without CUDA graphs under ``reduce-overhead``."""
+    from torch._dynamo.utils import counters
+
+    return {
+        "compiled_graphs": int(counters["stats"]["unique_graphs"]),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+        "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"]),
+    }

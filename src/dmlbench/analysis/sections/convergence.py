@@ -76,7 +76,7 @@ def write(analysis: Analysis, doc: Document) -> None:
     models = fold_models_per_seed(results.selections)
     doc.add(
         f"Epoch selected on the validation classes ({params.protocol.epochs} epochs trained); mean over n = {n} "
-        "seeds [95% interval] unless a cell states its own n"
+        f"seeds [95% t-interval over seeds, clipped to 1-{params.protocol.epochs}] unless a cell states its own n"
         + (
             f" (each seed's value is the mean of its {models} fold models, which share the seed; min and max are "
             "over the fold models):"

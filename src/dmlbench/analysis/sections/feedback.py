@@ -59,7 +59,8 @@ def write(analysis: Analysis, doc: Document) -> None:
         part for part, count in ((f"{dims} embedding sizes", dims), (f"{models} fold models", models)) if count > 1
     )
     doc.add(
-        f"Per loss: mean over n = {n} seeds [95% interval] unless a cell states its own n"
+        f"Per loss: mean over n = {n} seeds [95% t-interval over seeds, clipped to the range] unless a cell states "
+        "its own n"
         + (
             f"; each seed's value is the mean of its {dims * models} models ({pooled}), which share the seed "
             "and are not independent."

@@ -2,7 +2,7 @@
 the best of the losses the 2020 studies compared (the Reality Check and the thesis: methods.csv
 ``studies_2020``) and the best of the newer losses (those neither study ran), each with its
 interval, and what training gained over the frozen trunk on the same test queries (a paired
-two-level bootstrap, :mod:`dmlbench.analysis.paired_gain`); then the published 2021-2025 numbers
+interval over seeds and test classes, :mod:`dmlbench.analysis.paired_gain`); then the published 2021-2025 numbers
 of frozen foundation models and trained ViT-era methods, and why a frozen model's number on these
 benchmarks may not be a zero-shot number at all."""
 
@@ -16,32 +16,35 @@ import pandas as pd
 
 from dmlbench import paths
 from dmlbench.analysis import literature as lit
-from dmlbench.analysis.collect import per_query_scores
+from dmlbench.analysis.collect import per_query_labels, per_query_scores
 from dmlbench.analysis.labels import metric_header
 from dmlbench.analysis.numbers import TOP1, Analysis
 from dmlbench.analysis.paired_gain import PairedGain, paired_gain
 from dmlbench.analysis.sections.base import Document, Section, demo_note
-from dmlbench.analysis.text import format_bounds, format_interval, markdown_table
+from dmlbench.analysis.text import bootstrap_unit, format_bounds, format_interval, markdown_table
 from dmlbench.grid import Combo
 
 PUBLISHED_FROM = 2021  # the literature table: numbers published in this year or later
 # row labels: the best loss a 2020 study ran (methods.csv ``studies_2020`` not empty), the best other
 TIERS = ("best 2020 loss", "best newer loss")
+RECIPE_ROW = "the recipe's own loss"  # the protocol's reference_loss: what its source published with
 PROTOCOLS = {  # literature.csv ``setting`` -> how the table names it
     "frozen": "no training on it",
     "test_selection": "selects on the test classes",
 }
 
 LEAKAGE = (
-    "**Pre-training leakage.** A frozen foundation model's score on these benchmarks is not necessarily a "
-    "zero-shot score. DINOv2's LVD-142M was built by retrieving web images close to curated seed datasets, "
-    "and the DINOv2 paper (Oquab et al. 2023) lists those seed datasets, fine-grained ones among them (its "
-    "table of LVD-142M's sources, Table 15 as cited in issue 32; not re-checked here). CLIP- and LAION-style "
-    "web crawls contain many photos of cars and of retail products, the domains of Cars196, SOP and In-Shop. "
-    "ImageNet-1k, behind every ImageNet-pretrained trunk here, contains dozens of bird species, some of them "
-    "CUB200 classes. How far the test images or classes themselves were seen is published for none of these "
-    "models, so a frozen model's number here may be higher than on truly unseen classes, and the gap to a "
-    "trained model understated."
+    "**Pre-training leakage.** A frozen model's score on these benchmarks is not necessarily a score on unseen "
+    "images. ImageNet-1k, behind every ImageNet-pretrained trunk here, contains dozens of bird species, some of "
+    "them CUB200 classes, and the CUB-200-2011 dataset's own page warns that its images overlap with ImageNet's, "
+    "so CUB's test set may overlap the trunk's training set (www.vision.caltech.edu/datasets/cub_200_2011; "
+    "an MD5 comparison found 23 byte-identical CUB/ImageNet pairs: Guo 2016, guopei.github.io). DINOv2's "
+    "LVD-142M was built by retrieving web images close to curated datasets, several fine-grained ones among "
+    "them (Oquab et al. 2023, appendix Table 15); CLIP- and LAION-style web crawls contain many photos of cars "
+    "and of retail products, the domains of Cars196, SOP and In-Shop. How far the test images themselves were "
+    "seen is published for none of these models. The trained models start from the same pretrained trunk, so "
+    "leakage can raise both the frozen and the trained scores: the direction of its effect on the gain of "
+    "training is unknown, and a frozen foundation model's number may be higher than on truly unseen classes."
 )
 
 
@@ -56,22 +59,18 @@ def write(analysis: Analysis, doc: Document) -> None:
         "studies compared under one protocol (Musgrave, Belongie & Lim, *A Metric Learning Reality Check*, ECCV "
         "2020; Psomas, *Metric Learning: A Deep Dive*, 2020; `methods.csv` column `studies_2020`) - and the "
         "*best newer loss* - the best of this benchmark's losses that neither study ran, whatever the year of "
-        f"their paper. {_tier_members(analysis)} Each at embedding size "
+        f"their paper. {_tier_members(analysis)} {_recipe(analysis)}Each at embedding size "
         f"{analysis.dim}. *Best* is the highest seed-mean test {metric_header(primary)}: it is picked on the "
         "very scores it is reported with, so the best loss's score and gain are optimistic (the largest of "
         "several noisy means). Trained scores: mean over seeds with its "
-        f"{level}% t-interval (n = seeds); frozen: one evaluation with its {level}% per-query bootstrap "
-        "interval (n = test queries). *Gain*: trained minus frozen in points, mean over seeds, with a "
-        f"{level}% paired two-level bootstrap interval: each replicate resamples the test queries (one draw "
-        "shared by the trunk and every seed, which answer the same queries) and the seeds, so it covers both "
-        "the test sample and the training seed; n = queries x seeds."
-        + (
-            f" With {len(params.seeds)} seed(s) the seed resampling understates the spread between training runs "
-            "(a bootstrap over fewer than about 10 values is too narrow): the trained scores' t-intervals show "
-            "that spread."
-            if len(params.seeds) < 10
-            else ""
-        ),
+        f"{level}% t-interval (n = seeds); frozen: one evaluation with its {level}% bootstrap interval over the "
+        "test classes (n = classes; the queries of one class share its difficulty, so they are not independent). "
+        f"*Gain*: trained minus frozen in points, mean over seeds, with a {level}% interval over both of its "
+        "sources of chance: the training seed (a t-interval over the per-seed gains, seeds - 1 degrees of "
+        "freedom; every seed is scored on the same test set, so their spread holds no test-sampling noise) and "
+        "the test classes (a bootstrap of the classes, one draw shared by the trunk and every seed, which answer "
+        "the same queries), their half-widths added in quadrature (Zou & Donner's MOVER; "
+        "`analysis/paired_gain.py`): never narrower than the seeds' t-interval alone.",
         "",
     )
     if results.baselines.empty:
@@ -95,12 +94,14 @@ def _block(analysis: Analysis, dataset: str, backbone: str, baseline: pd.DataFra
     frozen = [f"frozen trunk ({weights})", "-", int(baseline["dim"].iloc[0])]
     for metric in metrics:
         if metric in by_metric.index:
-            mean, low, high, n = by_metric.loc[metric, ["mean", "low", "high", "n"]]
-            frozen += [format_bounds(mean, low, high, int(n)), "0 (reference)"]
+            mean, low, high, n, unit, queries = by_metric.loc[metric, ["mean", "low", "high", "n", "unit", "queries"]]
+            frozen += [format_bounds(mean, low, high, int(n), unit=bootstrap_unit(unit, queries)), "0 (reference)"]
         else:
             frozen += ["-", "-"]
     rows, notes = [frozen], []
-    for label, loss in _tiers(analysis, dataset, backbone, metrics[-1]):
+    reference = analysis.params.protocol.reference_loss
+    recipe = [(RECIPE_ROW, reference)] if reference in analysis.params.losses else []
+    for label, loss in _tiers(analysis, dataset, backbone, metrics[-1]) + recipe:
         if loss is None:
             why = "no loss of this grid was run by a 2020 study" if label == TIERS[0] else "a 2020 study ran every loss"
             rows.append([label, f"none in this grid ({why})", "-", *["-"] * (2 * len(metrics))])
@@ -138,6 +139,19 @@ def _tier_members(analysis: Analysis) -> str:
         names = ", ".join(_named(analysis, loss) for loss in members)
         parts.append(f"{label}: {names or 'none'}")
     return f"In this grid, {'; '.join(parts)}."
+
+
+def _recipe(analysis: Analysis) -> str:
+    """The sentence naming the one recipe every row trained under, and its own loss (if in the grid)."""
+    params = analysis.params
+    reference = params.protocol.reference_loss
+    if reference is None or reference not in params.losses:
+        return ""
+    return (
+        f"Every loss trained under one recipe, protocol `{params.protocol_name}`; *{RECIPE_ROW}* is the loss its "
+        f"source published its numbers with, {_named(analysis, reference)}, beside which the other losses are "
+        "compared under the same recipe. "
+    )
 
 
 def _named(analysis: Analysis, loss: str) -> str:
@@ -183,6 +197,9 @@ def _gain(analysis: Analysis, combo: Combo, metric: str) -> PairedGain | str:
     frozen = per_query_scores(paths.pretrained_evaluation_dir(combo.dataset, combo.backbone), paths.PRETRAINED, metric)
     if frozen is None:
         return "the frozen trunk's per-query values are missing"
+    classes = per_query_labels(paths.pretrained_evaluation_dir(combo.dataset, combo.backbone), paths.PRETRAINED)
+    if classes is None:
+        return "the frozen trunk's per-query classes are missing (its evaluation predates them: re-run it)"
     trained = []
     for seed in params.seeds:
         found = per_query_scores(paths.evaluation_dir(combo), f"seed{seed}", metric)
@@ -192,14 +209,13 @@ def _gain(analysis: Analysis, combo: Combo, metric: str) -> PairedGain | str:
             return f"seed {seed} was evaluated on other queries than the frozen trunk"
         trained.append(found[1])
     boot = params.evaluate.bootstrap
-    return paired_gain(np.vstack(trained), frozen[1], params.evaluate.confidence, boot.resamples, boot.seed)
+    return paired_gain(np.vstack(trained), frozen[1], classes, params.evaluate.confidence, boot.resamples, boot.seed)
 
 
 def _gain_cell(gain: PairedGain) -> str:
-    n = f"n = {gain.queries} x {gain.seeds}"
     if gain.low == gain.high:
-        return f"{100 * gain.estimate:+.1f} (every replicate equal, {n})"
-    return f"{100 * gain.estimate:+.1f} [{100 * gain.low:+.1f}, {100 * gain.high:+.1f}] ({n})"
+        return f"{100 * gain.estimate:+.1f} (no spread over seeds or classes; {gain.label})"
+    return f"{100 * gain.estimate:+.1f} [{100 * gain.low:+.1f}, {100 * gain.high:+.1f}] ({gain.label})"
 
 
 def literature_lines(literature: pd.DataFrame, methods: pd.DataFrame) -> list[str]:

@@ -46,14 +46,19 @@ def write(analysis: Analysis, doc: Document) -> None:
     tests = analysis.tests
     if tests.friedman is not None and tests.friedman.n_blocks < 10:
         lines.append(
-            f"- The significance tests rest on {tests.friedman.n_blocks} datasets; with so few, only large "
-            "differences can reach significance."
+            f"- The tests across datasets rest on {tests.friedman.n_blocks} datasets; with so few, only large and "
+            "consistent differences can reach significance"
+            + (
+                f", and the sign tests and the Bayesian test across datasets (from {MIN_BLOCKS} datasets) are not run."
+                if tests.friedman.n_blocks < MIN_BLOCKS
+                else "."
+            )
         )
-    elif tests.friedman is None and tests.datasets < MIN_BLOCKS:
+    elif tests.friedman is None and tests.datasets < 2:
         lines.append(
-            f"- {tests.datasets} dataset{'' if tests.datasets == 1 else 's'}: too few independent blocks for the "
-            "Friedman, Nemenyi and sign tests, so the tournament and the per-experiment comparisons describe this "
-            "grid and test nothing beyond it."
+            f"- {tests.datasets} dataset: no independent blocks to compare the losses across, so only the "
+            "per-experiment tests over seeds apply; the tournament and those comparisons describe this grid and test "
+            "nothing beyond it."
         )
     if tests.bayes is not None and tests.bayes["better"].notna().any():
         lines.append(

@@ -52,6 +52,12 @@ def write(analysis: Analysis, doc: Document) -> None:
     frames = [papers.ours[b] for b in BASELINES if len(papers.ours[b])]
     pairs = [f"n={r.interval.n_a} vs {r.interval.n_b}" for frame in frames for r in frame.itertuples()]
     shared = max(set(pairs), key=pairs.count) if pairs else ""
+    kinds = {r.interval.paired for frame in frames for r in frame.itertuples()}
+    methods = {
+        frozenset({True}): "paired over matched seeds",
+        frozenset({False}): "Welch (unpaired)",
+        frozenset({True, False}): "paired over matched seeds, Welch where seeds do not match",
+    }.get(frozenset(kinds), "")
     for baseline in BASELINES:
         frame = papers.ours[baseline]
         for r in frame.itertuples():
@@ -68,8 +74,8 @@ def write(analysis: Analysis, doc: Document) -> None:
     if ours_rows:
         lines += [
             f"Our runs: relative P@1 improvement over the baselines at dim {analysis.dim} (delta-method "
-            f"{int(analysis.params.evaluate.confidence * 100)}% t-interval; {shared.replace('n=', 'n = ')} seeds "
-            "unless a cell states its own n):",
+            f"{int(analysis.params.evaluate.confidence * 100)}% t-interval on the log ratio, {methods}; "
+            f"{shared.replace('n=', 'n = ')} seeds unless a cell states its own n):",
             "",
             markdown_table(["loss", "cell", "over", "relative improvement"], ours_rows, "lllr"),
             "",

@@ -15,7 +15,15 @@ from dmlbench.analysis.labels import metric_header
 from dmlbench.analysis.numbers import TOP1, Analysis
 from dmlbench.analysis.plots import results as plots
 from dmlbench.analysis.sections.base import Document, Section, demo_note
-from dmlbench.analysis.text import common_n, format_bounds, format_interval, markdown_table, p_value, points
+from dmlbench.analysis.text import (
+    bootstrap_unit,
+    common_n,
+    format_bounds,
+    format_interval,
+    markdown_table,
+    p_value,
+    points,
+)
 
 
 def table_metrics(present: Iterable[str]) -> list[str]:
@@ -38,7 +46,11 @@ def write(analysis: Analysis, doc: Document) -> None:
         doc.add(f"### `{dataset}` / `{backbone}`", "")
         n = common_n(block["n"])  # stated once; a cell with another n (a missing seed) states its own
         exceptions = "" if block["n"].nunique() == 1 else " unless the cell states its own n"
-        doc.add(f"Every trained cell: mean over n = {n} seeds [95% interval]{exceptions}.", "")
+        doc.add(
+            f"Every trained cell: mean over n = {n} seeds [95% t-interval over seeds, clipped to the metric's "
+            f"range]{exceptions}.",
+            "",
+        )
         rows = []
         cells = sorted(
             block.groupby(["loss", "dim"], sort=False),
@@ -64,8 +76,9 @@ def write(analysis: Analysis, doc: Document) -> None:
         if baseline is not None:
             doc.add(
                 f"*Pretrained*: the trunk's pooled features before any training (the thesis's \"Pretrained\" row), "
-                f"evaluated once, so its interval is a {int(confidence * 100)}% per-query bootstrap interval "
-                "with n = test queries (in its row), not a t-interval over seeds.",
+                f"evaluated once, so its interval is a {int(confidence * 100)}% bootstrap interval over the test "
+                "classes (each drawn with all its queries: the queries of one class share its difficulty), n = test "
+                "classes (in its row), not a t-interval over seeds.",
                 "",
             )
     note = demo_note(params)
@@ -91,31 +104,36 @@ def write(analysis: Analysis, doc: Document) -> None:
 
 
 def _baseline_row(baseline: pd.DataFrame, metrics: list[str]) -> list:
-    """The untrained trunk's row: one bootstrap interval per metric; their n (test queries), when
-    shared, stated once in the row's label."""
+    """The untrained trunk's row: one bootstrap interval per metric; their n (test classes, or queries
+    for older outputs), when shared, stated once in the row's label."""
     by_metric = baseline.set_index("metric")
     bounded = by_metric[by_metric["low"].notna()]
-    queries = common_n(bounded["n"]) if bounded["n"].nunique() == 1 else None
+    shared = bounded[["n", "unit", "queries"]].drop_duplicates()
+    common = shared.iloc[0] if len(shared) == 1 else None
     cells = []
     for m in metrics:
         if m not in by_metric.index:
             cells.append("-")
             continue
-        mean, low, high = by_metric.loc[m, ["mean", "low", "high"]]
-        if queries is not None and not math.isnan(low):
-            cells.append(format_interval(mean, low, high, queries, show_n=False))
+        mean, low, high, n, unit, queries = by_metric.loc[m, ["mean", "low", "high", "n", "unit", "queries"]]
+        if common is not None and not math.isnan(low):
+            cells.append(format_interval(mean, low, high, int(n), show_n=False))
         else:
-            cells.append(format_bounds(mean, low, high, int(by_metric.loc[m, "n"])))
+            cells.append(format_bounds(mean, low, high, int(n), unit=bootstrap_unit(unit, queries)))
     label = f"*Pretrained* ({baseline['weights'].iloc[0]}, no training" + (
-        f"; n = {queries} test queries)" if queries is not None else ")"
+        f"; n = {int(common['n'])} test {bootstrap_unit(common['unit'], common['queries'])})"
+        if common is not None
+        else ")"
     )
     return [label, int(baseline["dim"].iloc[0]), *cells]
 
 
 def reproduction_lines(analysis: Analysis) -> list[str]:
     """Per grid cell of a published setup: our interval beside the published one, the difference
-    with its Welch interval, the equivalence test's p and the verdict (:mod:`~dmlbench.analysis.reproduction`).
-    One line when the protocol follows no published setup."""
+    with its interval (Welch, or the prediction interval of one published run), the equivalence test's
+    p and the verdict, and for numbers that kept their best test epoch the same against our
+    best-test-epoch score (:mod:`~dmlbench.analysis.reproduction`). One line when the protocol follows
+    no published setup."""
     params = analysis.params
     lines = ["### Published numbers reproduced?", ""]
     if params.protocol_name not in lit.PROTOCOL_SOURCES:
@@ -133,60 +151,84 @@ def reproduction_lines(analysis: Analysis) -> list[str]:
             "",
         ]
     n, level = common_n(table["n"]), int(round(100 * confidence))
+    selected = table["test_selected"].astype(bool) if "test_selected" in table.columns else table["n"] < 0
     rows = []
-    for r in table.itertuples():
+    for r, on_test in zip(table.itertuples(), selected, strict=True):
         interval = "" if pd.isna(r.half_width) else f" ± {r.half_width:.2f} (n={int(r.n_published)})"
-        rows.append(
-            [
-                analysis.names.get(r.loss, r.loss),
-                f"{r.dataset}/{r.backbone}/{r.dim}",
-                metric_header(r.metric),
-                f"{r.published:.2f}{interval}{'?' if r.uncertain else ''} ({r.source})",
-                format_interval(r.mean, r.low, r.high, int(r.n), show_n=int(r.n) != n),
-                "-"
-                if math.isnan(r.difference_low)
-                else f"{r.difference:+.1f} [{r.difference_low:+.1f}, {r.difference_high:+.1f}]",
-                "-" if math.isnan(r.p_equivalent) else p_value(r.p_equivalent),
-                r.verdict,
-            ]
-        )
-    counts = table["outcome"].value_counts()
+        row = [
+            analysis.names.get(r.loss, r.loss),
+            f"{r.dataset}/{r.backbone}/{r.dim}",
+            metric_header(r.metric),
+            f"{r.published:.2f}{interval}{'?' if r.uncertain else ''} ({r.source})",
+            format_interval(r.mean, r.low, r.high, int(r.n), show_n=int(r.n) != n),
+            _difference(r.difference, r.difference_low, r.difference_high),
+            "-" if math.isnan(r.p_equivalent) else p_value(r.p_equivalent),
+            r.verdict,
+        ]
+        if selected.any():
+            best = not pd.isna(getattr(r, "best_mean", math.nan))
+            row += (
+                [
+                    format_interval(r.best_mean, r.best_low, r.best_high, int(r.best_n), show_n=int(r.best_n) != n),
+                    _difference(r.best_difference, r.best_difference_low, r.best_difference_high),
+                    r.best_verdict,
+                ]
+                if on_test and best
+                else ["not recorded (no test-set feedback)" if on_test else "-", "-", "-"]
+            )
+        rows.append(row)
+    verdicts = table["best_outcome"].where(selected & (table["best_outcome"] != ""), table["outcome"])
+    counts = verdicts.value_counts()
     tally = ", ".join(
         f"{counts.get(o, 0)} {o}" for o in (rp.LOWER, rp.HIGHER, rp.INCONCLUSIVE, rp.NO_TEST) if counts.get(o, 0)
     )
-    bare = int(table["half_width"].isna().sum())
+    single = int(table["half_width"].isna().sum())
+    header = [
+        "loss",
+        "cell",
+        "metric",
+        "published (± 95% half-width, n runs)",
+        f"ours [{level}% CI]",
+        f"ours - published, points [{level}% CI]",
+        f"TOST p (± {points(rope)})",
+        "verdict",
+    ]
+    if selected.any():
+        header += ["ours at best test epoch", "best epoch - published", "verdict, like with like"]
+    evidence = sorted({rp.selection_evidence(source) for source in table.loc[selected, "source"]} - {None})
     return lines + [
         f"Protocol `{params.protocol_name}` follows a published setup. Each published number is compared with our "
         f"mean over n = {n} seeds (independent training runs; a cell with another n states it), interval against "
-        "interval, in points of the metric: our standard error s/sqrt(n) is the one behind our "
-        f"{level}% interval, the published one comes from its 95% half-width h over the paper's n runs "
-        "(se = h / t(0.975, n - 1); the Reality Check: 10 runs). Welch's t-test gives ours - published with its "
-        f"{level}% interval (Welch-Satterthwaite df); the equivalence test (TOST, two one-sided Welch tests) asks "
-        f"whether the difference lies within ± {points(rope)} (`report.rope`), p in the table. Verdict: "
-        f"*reproduced* when TOST rejects a difference of {points(rope)} or more at level {1 - confidence:.2g} "
-        f"(the {100 - 2 * (100 - level)}% interval of the difference inside ± {points(rope)}); else *ours "
-        f"lower*/*higher* when the {level}% interval of the difference excludes 0; else *inconclusive*. A "
-        "published number without an interval is taken as exact (one-sample tests on our n - 1 df) and its "
-        f"verdict says so ({bare} of {len(table)} here). `?` = not verified. "
-        f"{counts.get(rp.REPRODUCED, 0)} of {len(table)} published numbers reproduced"
+        "interval, in points of the metric: our standard error is s/sqrt(n) over the seeds; a published number "
+        "with an interval gets the standard error behind its 95% half-width h over the paper's n runs "
+        "(se = h / t(0.975, n - 1); the Reality Check: 10 runs), and Welch's t-test gives ours - published with "
+        f"its {level}% interval (Welch-Satterthwaite df). A published number without an interval is one training "
+        "run, which varies about as much as one of ours: it is judged by the prediction interval of a single run, "
+        f"se = s sqrt(1/n + 1) with n - 1 df ({single} of {len(table)} here), not taken as an exact mean. The "
+        f"equivalence test (TOST, two one-sided tests) asks whether the difference lies within ± {points(rope)} "
+        f"(`report.rope`), p in the table. Verdict: *reproduced* when TOST rejects a difference of {points(rope)} "
+        f"or more at level {1 - confidence:.2g} (the {100 - 2 * (100 - level)}% interval of the difference inside "
+        f"± {points(rope)}); else *ours lower*/*higher* when the {level}% interval of the difference excludes 0; "
+        "else *inconclusive*. `?` = a published number read off a figure or in another paper's table, not in its own."
+        + (
+            " Like with like: these published numbers kept the epoch with the best *test* score ("
+            + "; ".join(evidence)
+            + "), ours the epoch picked on the validation classes, so they are also compared, the same way, with "
+            "our best-test-epoch score (each run's best test score over its epochs, the test-set feedback record, "
+            "mean over seeds); that comparison's verdict is the like-with-like one and the one counted."
+            if selected.any()
+            else ""
+        )
+        + f" {counts.get(rp.REPRODUCED, 0)} of {len(table)} published numbers reproduced"
         + (f"; {tally}." if tally else "."),
         "",
-        markdown_table(
-            [
-                "loss",
-                "cell",
-                "metric",
-                "published (± 95% half-width, n runs)",
-                f"ours [{level}% CI]",
-                f"ours - published, points [{level}% CI]",
-                f"TOST p (± {points(rope)})",
-                "verdict",
-            ],
-            rows,
-            "lllrrrrl",
-        ),
+        markdown_table(header, rows, "lllrrrrl" + ("rrl" if selected.any() else "")),
         "",
     ]
+
+
+def _difference(difference: float, low: float, high: float) -> str:
+    return "-" if math.isnan(low) else f"{difference:+.1f} [{low:+.1f}, {high:+.1f}]"
 
 
 def _baseline_block(baselines: pd.DataFrame, dataset: str, backbone: str) -> pd.DataFrame | None:

@@ -9,7 +9,9 @@ from dmlbench.analysis.numbers import Analysis
 from dmlbench.analysis.sections.base import Document, Section
 from dmlbench.analysis.text import markdown_table
 from dmlbench.data import DATASETS
+from dmlbench.data.content import describe_counts
 from dmlbench.params.model import Params
+from dmlbench.params.protocol import AugmentConfig
 
 PACKAGES = (
     "torch",
@@ -55,6 +57,7 @@ def write(analysis: Analysis, doc: Document) -> None:
         "",
         "Splits are class-disjoint: no test class is seen in training or model selection. "
         "Validation classes are carved from the training classes only.",
+        *[f"- {line}" for name, info in results.datasets.items() for line in describe_counts(name, info.get("counts"))],
         "",
         "### Grid and protocol",
         "",
@@ -64,19 +67,23 @@ def write(analysis: Analysis, doc: Document) -> None:
         f"- Protocol `{params.protocol_name}`: {protocol.description or 'see params.yaml'}",
         f"  - {protocol.epochs} epochs, batch {protocol.batch_size} = "
         f"{protocol.batch_size // protocol.samples_per_class} classes x {protocol.samples_per_class} images "
-        "(PML `MPerClassSampler`);",
+        + (
+            "(PML `MPerClassSampler`);"
+            if protocol.sampler == "pml"
+            else "(distinct classes; an epoch is one pass over the training classes);"
+        ),
         f"  - {protocol.optimizer.name} lr {protocol.optimizer.lr:g}, weight decay "
         f"{protocol.optimizer.weight_decay:g}, schedule `{protocol.scheduler.name}`; losses with parameters get "
         "their own optimiser (at an explicit `param_lr`, else the lr x the protocol's multiplier, else the loss's "
         "default absolute `param_lr` (thesis Table 4), else the lr x the loss's multiplier);",
-        f"  - train transform RandomResizedCrop({protocol.augment.crop_size}, "
-        f"scale={list(protocol.augment.crop_scale)}){flip_note(params)}; eval transform resize "
-        f"{protocol.augment.eval_resize} + centre crop {protocol.augment.crop_size};",
-        f"  - pooling {protocol.pooling.upper()}, linear head, L2-normalised output; "
+        f"  - {_transforms(protocol.augment)}{flip_note(params)} (overrides may change them per dataset);",
+        f"  - pooling {protocol.pooling.upper()}, {'linear head' if protocol.head == 'linear' else 'no head'}, "
+        "L2-normalised output; "
         f"{'frozen' if protocol.frozen_bn else 'trainable'} BatchNorm; "
         f"{'ImageNet' if protocol.pretrained else 'random'} initialisation.",
         f"- Model selection: the epoch with the best validation `{protocol.selection_metric}` "
         "(validation classes only; never the test set). Without a validation split the last epoch is kept.",
+        *_precision_note(params, results),
         *_loss_settings(analysis),
         *_cross_validation_note(results),
         "- Metrics (Reality Check definitions): every test image queries all other test images by cosine "
@@ -141,6 +148,30 @@ def _loss_settings(analysis: Analysis) -> list[str]:
     return lines
 
 
+PRECISION_WORDS = {
+    "bf16": "bf16 autocast (the loss in float32)",
+    "fp16": "fp16 autocast with loss scaling (the loss in float32)",
+    "fp32": "float32",
+    "fp32 (TF32 convolutions)": "float32 with TF32 convolutions (cuDNN's default on Ampere and later)",
+}
+
+
+def _precision_note(params: Params, results: Results) -> list[str]:
+    """The training step's arithmetic, as each model's ``run.json`` records it (``precision``:
+    what the protocol's ``amp`` became on the device that trained it), counted per device."""
+    selections = results.selections
+    if selections.empty or "precision" not in selections:
+        return []
+    counts = selections.fillna({"precision": "not recorded"}).groupby(["precision", "device"], sort=True).size()
+    unit = "fold models" if selections["fold"].notna().any() else "models"
+    parts = [
+        f"{PRECISION_WORDS.get(precision, precision)}: {count} {unit} ({device})"
+        for (precision, device), count in counts.items()
+    ]
+    where = f"protocol `amp: {params.protocol.amp}`; per model in `run.json`"
+    return [f"- Training arithmetic ({where}): {'; '.join(parts)}."]
+
+
 def _cross_validation_note(results: Results) -> list[str]:
     """Setup line for datasets prepared with a cross-validation split (Reality Check protocol)."""
     cv = {name: info.get("num_folds", 0) for name, info in results.datasets.items() if info.get("num_folds", 0)}
@@ -154,6 +185,24 @@ def _cross_validation_note(results: Results) -> list[str]:
         "cross-validation table of the results and in `artifacts/metrics/*.json` (`test_separated`: fold means "
         "over seeds; `test_folds`: mean and sd over the fold models)."
     ]
+
+
+def _transforms(augment: AugmentConfig) -> str:
+    """The train and eval transforms of ``augment`` in words."""
+    size = augment.crop_size
+    train = (
+        f"Resize(({size}, {size}))"
+        if augment.train == "squash"
+        else f"RandomResizedCrop({size}, scale={list(augment.crop_scale)})"
+    )
+    if augment.rand_augment:
+        train += f" + RandAugment({augment.rand_augment}, magnitude {augment.rand_augment_magnitude})"
+    resize = (
+        f"Resize(({augment.eval_resize}, {augment.eval_resize}))"
+        if augment.eval == "squash"
+        else f"resize {augment.eval_resize}"
+    )
+    return f"train transform {train}; eval transform {resize} + centre crop {size}"
 
 
 def flip_note(params: Params) -> str:

@@ -8,6 +8,7 @@ import math
 import pandas as pd
 
 from dmlbench.analysis import bayesian as bz
+from dmlbench.analysis.friedman import FriedmanResult
 from dmlbench.analysis.labels import metric_header
 from dmlbench.analysis.numbers import Analysis
 from dmlbench.analysis.plots import statistical_tests as plots
@@ -38,8 +39,8 @@ def write(analysis: Analysis, doc: Document) -> None:
     else:
         f = tests.friedman
         doc.add(
-            f"- Friedman test (scipy): chi2({f.n_losses - 1}) = {f.statistic:.2f}, p = {p_value(f.pvalue)}, "
-            f"N = {f.n_blocks} datasets, k = {f.n_losses} losses.",
+            f"- Friedman test: chi2 = {f.statistic:.2f}, p = {p_value(f.pvalue)} ({f.method_text}), "
+            f"N = {f.n_blocks} datasets, k = {f.n_losses} losses{_floor(f)}.",
             f"- Nemenyi post-hoc (scikit-posthocs): critical difference of mean ranks CD = {tests.cd:.2f} at "
             f"alpha = {params.report.alpha:g}; {nemenyi_sentence(analysis)}"
             if tests.nemenyi is not None
@@ -57,11 +58,14 @@ def write(analysis: Analysis, doc: Document) -> None:
         doc.add(
             "### Win rates",
             "",
-            f"Not run: win rates and their sign tests count wins over independent blocks and need at least "
-            f"{MIN_BLOCKS} datasets (over N blocks a two-sided sign test cannot go below p = 2 / 2^N); this grid has "
-            f"{tests.grid}. The tournament above describes the order within each experiment.",
+            f"Not run: win rates and their Holm-adjusted sign tests are pairwise comparisons after a Friedman test "
+            f"that rejects, and count wins over at least {MIN_BLOCKS} independent datasets (over N blocks a two-sided "
+            f"sign test cannot go below p = 2 / 2^N); this grid has {tests.grid}"
+            + ("" if tests.friedman is None or tests.friedman.pvalue < params.report.alpha else ", and its Friedman "
+               "test does not reject")
+            + ". The tournament above describes the order within each experiment.",
             "",
-        )
+        )  # fmt: skip
         return
     wins = tests.wins.set_index(["loss", "opponent"])
     ranked = list(analysis.ranking["loss"])
@@ -103,6 +107,13 @@ def write(analysis: Analysis, doc: Document) -> None:
         "How often the row loss beats the column loss over the datasets, with 95% Wilson intervals: a rate whose "
         "interval covers 0.5 is no evidence of a difference.",
     )
+
+
+def _floor(f: FriedmanResult) -> str:
+    """The smallest p these blocks could give, where it was computed (the exact test)."""
+    if math.isnan(f.min_pvalue):
+        return ""
+    return f"; the smallest p {f.n_blocks} datasets and {f.n_losses} losses can give is {p_value(f.min_pvalue)}"
 
 
 def _critical_difference_figure(analysis: Analysis, doc: Document) -> None:

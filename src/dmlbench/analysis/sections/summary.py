@@ -145,11 +145,12 @@ def write(analysis: Analysis, doc: Document) -> None:
     ]
     tests = analysis.tests
     if tests.friedman is not None:
-        verdict = "differ" if tests.friedman.pvalue < params.report.alpha else "cannot be told apart"
+        f = tests.friedman
+        verdict = "differ" if f.pvalue < params.report.alpha else "cannot be told apart"
         lines.append(
-            f"- **Friedman test** over {tests.friedman.n_blocks} datasets x {tests.friedman.n_losses} losses: "
-            f"chi2 = {tests.friedman.statistic:.2f}, p = {p_value(tests.friedman.pvalue)}: the losses' "
-            f"ranks {verdict} at alpha = {params.report.alpha:g}; Nemenyi: {nemenyi_sentence(analysis)}"
+            f"- **Friedman test** over {f.n_blocks} datasets x {f.n_losses} losses: chi2 = {f.statistic:.2f}, "
+            f"p = {p_value(f.pvalue)} ({f.method} p): the losses' ranks {verdict} at alpha = "
+            f"{params.report.alpha:g}; Nemenyi: {nemenyi_sentence(analysis)}"
         )
     else:
         lines.append(f"- **Friedman and Nemenyi tests not run:** {tests.skipped}.")
@@ -166,8 +167,8 @@ def write(analysis: Analysis, doc: Document) -> None:
         lines.append(
             "- **Test-set feedback:** picking each run's epoch on the test set instead of on the validation classes "
             f"would have added {gain} points of test {metric_header(str(analysis.bias['metric'].iloc[0]))} "
-            f"(n = {interval.n} seeds; each seed's value is the mean of its {models} models over every loss and "
-            "embedding size)."
+            f"(95% t-interval over n = {interval.n} seeds, clipped at 0; each seed's value is the mean of its "
+            f"{models} models over every loss and embedding size)."
         )
     costs = analysis.costs
     devices = ", ".join(sorted(set(costs["device"])))

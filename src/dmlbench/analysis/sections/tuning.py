@@ -17,6 +17,7 @@ from dmlbench.analysis.tuning import (
     difference_interval,
     load_baseline_runs,
     load_studies,
+    matched,
     swapped_pairs,
     tuning_gain,
 )
@@ -175,8 +176,12 @@ def _test_gain(analysis: Analysis, doc: Document) -> None:
         return
     metric = params.report.primary_metric
     baseline = load_baseline_runs(params, "published")
+    search_seed = tuning_settings(params).seed
+    left_out = (search_seed,) if search_seed in params.seeds else ()
     gains = (
-        tuning_gain(analysis.results.runs, baseline, metric, params.evaluate.confidence) if len(baseline) else baseline
+        tuning_gain(analysis.results.runs, baseline, metric, params.evaluate.confidence, left_out)
+        if len(baseline)
+        else baseline
     )
     if not len(gains):
         doc.note("No baseline results here: run the `baseline@` stages (make repro does).")
@@ -199,13 +204,35 @@ def _test_gain(analysis: Analysis, doc: Document) -> None:
             f"{row['rank_baseline']:g} -> {row['rank_tuned']:g}",
         ])  # fmt: skip
     dims = ", ".join(str(d) for d in sorted(gains["dim"].unique()))
+    method = (
+        "paired over the matched seeds (seed k trains both with the same initial weights and batches; paired t)"
+        if gains["paired"].all()
+        else "paired over matched seeds where both cells have the same seeds, else Welch's"
+    )
+    excluded = (
+        f" Seed {search_seed} is left out of both: it is also the search's seed, so its tuned run repeats the trial "
+        "the search picked for its validation score and would carry that selection luck into the gain."
+        if left_out
+        else ""
+    )
     doc.add(
         f"What tuning bought on the test classes: test {header} (%) of the published values and of the tuned ones, "
-        f"both trained with the grid's {n} seeds at dim {dims} under the same protocol (mean [95% t-interval], n = {n} "
-        "seeds per cell unless stated), the gain tuned - published in points with Welch's 95% interval and p-value, "
-        "and each loss's rank by mean (1 = best) before and after tuning.",
+        f"both trained with the grid's seeds at dim {dims} under the same protocol (mean [95% t-interval over seeds, "
+        f"clipped to the range], n = {n} seeds per cell unless stated), the gain tuned - published in points with "
+        f"its 95% interval and p-value, {method}, and each loss's rank by mean (1 = best) before and after "
+        f"tuning.{excluded}",
         "",
-        markdown_table(["loss", "published", "tuned", "gain (points)", "p (Welch)", "rank published -> tuned"], rows),
+        markdown_table(
+            [
+                "loss",
+                "published",
+                "tuned",
+                "gain (points)",
+                "p (paired t)" if gains["paired"].all() else "p",
+                "rank published -> tuned",
+            ],
+            rows,
+        ),
         "",
     )
     doc.add(_gain_sentence(analysis, gains, alpha, same), "")
@@ -248,7 +275,8 @@ def _gain_sentence(analysis: Analysis, gains: pd.DataFrame, alpha: float, same: 
             "changed, the "
             "difference is not significant (with few seeds a difference of a few points goes undetected)"
         )
-    return f"At the {alpha:g} level (Welch's test per loss, uncorrected): " + "; ".join(parts) + "."
+    test = "paired t-test" if gains["paired"].all() else "paired or Welch test"
+    return f"At the {alpha:g} level ({test} per loss, uncorrected): " + "; ".join(parts) + "."
 
 
 def _ranking_sentence(analysis: Analysis, gains: pd.DataFrame, baseline: pd.DataFrame, metric: str) -> str:
@@ -271,17 +299,14 @@ def _ranking_sentence(analysis: Analysis, gains: pd.DataFrame, baseline: pd.Data
                 & (runs["dim"] == dim)
                 & (runs["metric"] == metric)
             ]
-            _, _, _, p = difference_interval(
-                pick[pick["loss"] == a]["value"].to_numpy(),
-                pick[pick["loss"] == b]["value"].to_numpy(),
-                confidence,
-                upper - lower,
-            )
+            first, second, paired = matched(pick[pick["loss"] == a], pick[pick["loss"] == b])
+            _, _, _, p = difference_interval(first, second, confidence, upper - lower, paired)
             if not math.isnan(p) and p < alpha:
                 separated.append(label)
         verdict = (
             f"separated at the {alpha:g} level with the {' and the '.join(separated)} values"
-            if separated else f"not separated at the {alpha:g} level either way (Welch), so the swap is within noise"
+            if separated else f"not separated at the {alpha:g} level either way (paired t over seeds), so the swap is "
+            "within noise"
         )  # fmt: skip
         texts.append(f"{analysis.names.get(a, a)} and {analysis.names.get(b, b)} swap places ({verdict})")
     return "Tuning changes the order by mean test score: " + "; ".join(texts) + "."

@@ -1,0 +1,38 @@
+"""DINOv3 ViT-B/16 (Siméoni et al., "DINOv3", arXiv 2508.10104; github.com/facebookresearch/dinov3).
+
+Weights: timm's Hub copy ``timm/vit_base_patch16_dinov3.lvd1689m``, pinned by the weights lock
+(DINOv3 license; see :mod:`dmlbench.models.dinov3_vits16`). timm ``Eva``, rotary position
+embeddings, 4 registers; ImageNet mean/std, bicubic, made for 256 px. Feature: the class token
+after the final norm (``global_pool="token"``, as upstream).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from dmlbench.models.base import BackboneParams, BackboneSpec, HubFile, InputNorm, Trunk
+from dmlbench.models.pinned_timm import VIT_KWARGS, PinnedTimmParams, build_pinned
+
+# timm architecture.tag: its pretrained_cfg gives mean, std, interpolation and native resolution
+MODEL_NAME = "vit_base_patch16_dinov3.lvd1689m"
+HUB_FILE = HubFile("timm/vit_base_patch16_dinov3.lvd1689m")
+# upstream DINOv3 embeds the class token; timm's default pooling is the patch-token average
+KWARGS: dict[str, Any] = {**VIT_KWARGS, "global_pool": "token"}
+
+
+class DINOv3ViTB16Params(PinnedTimmParams):
+    HUB_FILE: ClassVar[HubFile | None] = HUB_FILE
+
+
+def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trunk:
+    """The trunk (``architecture``: ``create_model`` overrides, e.g. a tiny depth for tests)."""
+    return build_pinned("dinov3_vitb16", MODEL_NAME, {**KWARGS, **architecture}, params, pretrained)
+
+
+SPEC = BackboneSpec(
+    name="dinov3_vitb16",  # a literal: tests/test_dvc_deps.py reads registry names from the source
+    params=DINOv3ViTB16Params,
+    build=build,
+    input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)
+    description="DINOv3 ViT-B/16 (Simeoni et al. 2025), timm vit_base_patch16_dinov3.lvd1689m, CLS, 256 px config",
+)

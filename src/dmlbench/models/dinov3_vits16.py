@@ -1,0 +1,42 @@
+"""DINOv3 ViT-S/16 (Siméoni et al., "DINOv3", arXiv 2508.10104; github.com/facebookresearch/dinov3),
+self-supervised on LVD-1689M, distilled from the 7B model.
+
+Weights: timm's Hub copy ``timm/vit_small_patch16_dinov3.lvd1689m``, pinned by the weights lock
+(released under the DINOv3 license; the Hub may ask you to accept it and log in before the first
+fetch: ``hf auth login`` or ``HF_TOKEN``). timm's ``Eva`` implementation: rotary position
+embeddings (nothing to resample: any crop that is a multiple of 16 px), 4 registers. Preprocessing
+from its timm config: ImageNet mean/std, bicubic, made for 256 px (crop_pct 1.0). Feature: the class
+token after the final norm (``global_pool="token"``, as upstream embeds; timm's default is the
+patch-token average).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from dmlbench.models.base import BackboneParams, BackboneSpec, HubFile, InputNorm, Trunk
+from dmlbench.models.pinned_timm import VIT_KWARGS, PinnedTimmParams, build_pinned
+
+# timm architecture.tag: its pretrained_cfg gives mean, std, interpolation and native resolution
+MODEL_NAME = "vit_small_patch16_dinov3.lvd1689m"
+HUB_FILE = HubFile("timm/vit_small_patch16_dinov3.lvd1689m")
+# upstream DINOv3 embeds the class token; timm's default pooling is the patch-token average
+KWARGS: dict[str, Any] = {**VIT_KWARGS, "global_pool": "token"}
+
+
+class DINOv3ViTS16Params(PinnedTimmParams):
+    HUB_FILE: ClassVar[HubFile | None] = HUB_FILE
+
+
+def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trunk:
+    """The trunk (``architecture``: ``create_model`` overrides, e.g. a tiny depth for tests)."""
+    return build_pinned("dinov3_vits16", MODEL_NAME, {**KWARGS, **architecture}, params, pretrained)
+
+
+SPEC = BackboneSpec(
+    name="dinov3_vits16",  # a literal: tests/test_dvc_deps.py reads registry names from the source
+    params=DINOv3ViTS16Params,
+    build=build,
+    input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)
+    description="DINOv3 ViT-S/16 (Simeoni et al. 2025), timm vit_small_patch16_dinov3.lvd1689m, CLS, 256 px config",
+)
