@@ -37,7 +37,7 @@ from dmlbench.evaluate.ranking import (
     rank_torch,
     rows_per_chunk,
 )
-from dmlbench.evaluate.screen import fast_bf16_matmul, rank_screened
+from dmlbench.evaluate.screen import fast_bf16_matmul
 
 BACKENDS = ("auto", "faiss", "torch", "screened")
 FAISS_GPU_MAX_K = 2048
@@ -161,6 +161,8 @@ def rank_neighbours(
         if ranking is not None:
             return ranking
     if backend == "screened":
+        from dmlbench.evaluate.screen import rank_screened  # looked up at call time (tests spy on it)
+
         return rank_screened(
             queries, query_labels, references, reference_labels, k, first_limit, self_index, chunk_size, progress
         )
@@ -191,6 +193,8 @@ def _rank_symmetric(
     def rank_rows(subset: np.ndarray) -> Ranking:
         args = (queries[subset], query_labels[subset], references, reference_labels, k, first_limit, self_index[subset])
         if backend == "screened":
+            from dmlbench.evaluate.screen import rank_screened
+
             return rank_screened(*args, chunk, None)
         if backend == "faiss":
             return _rank_faiss(*args, chunk, None)

@@ -37,6 +37,7 @@ arithmetic. When ties make the candidates explode (a collapsed embedding: every 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class _Products:
         if bf16:
             self.x16 = self.x.to(torch.bfloat16)
             # every finite bf16 number, ascending, with its key (:meth:`keys`)
-            bits = np.arange(-(2**15), 2**15, dtype=np.int32).astype(np.int16)
+            bits: np.ndarray = np.arange(-(2**15), 2**15, dtype=np.int32).astype(np.int16)
             values = (bits.astype(np.int32) << 16).view(np.float32)
             numbers = ~np.isnan(values)
             order = np.argsort(values[numbers], kind="stable")
@@ -75,7 +76,7 @@ class _Products:
         """int16 keys of bf16 bit patterns that order as the numbers do (-0 and +0 equal)."""
         return np.where(bits < 0, -(bits & np.int16(0x7FFF)), bits).astype(np.int16)
 
-    def block(self, a: int, b: int, buffer) -> np.ndarray:
+    def block(self, a: int, b: int, buffer: Any) -> np.ndarray:
         """Products of rows [a, b) with rows [a, n), self set to -inf, in the comparable form
         (raw bf16 bits: :meth:`comparable` turns them into keys only when a threshold needs it)."""
         n = len(self.embeddings)
@@ -169,16 +170,19 @@ def rank_symmetric(
             if b < n:  # the later rows' pairs with this block, kept for their own block
                 later_thresholds = thresholds[b:]
                 later = np.flatnonzero(arithmetic.comparable(raw[:, b - a :], later_thresholds) >= later_thresholds)
-                source, target = later // (n - b) + a, later % (n - b) + b
+                source: np.ndarray = later // (n - b) + a
+                target: np.ndarray = later % (n - b) + b
                 keep = wanted[target]
                 source, target = source[keep], target[keep]
                 values = arithmetic.values(raw, (source - a) * width + (target - a))
-                destination = target // block  # the block each pair waits for
+                destination: np.ndarray = target // block  # the block each pair waits for
                 order = np.argsort(
                     destination.astype(np.int16 if n // block < 2**15 else np.int64), kind="stable"
                 )  # radix
                 target, source, values = target[order], source[order], values[order]
-                cuts = np.searchsorted(destination[order], np.arange(b // block, (n - 1) // block + 2))
+                cuts: np.ndarray = np.asarray(
+                    np.searchsorted(destination[order], np.arange(b // block, (n - 1) // block + 2))
+                )
                 for i, (s, e) in enumerate(zip(cuts[:-1], cuts[1:], strict=True)):
                     if e > s:
                         pending.setdefault(b // block + i, []).append((target[s:e], source[s:e], values[s:e]))
@@ -238,11 +242,11 @@ def _row_thresholds(arithmetic: _Products, k: int, base: np.ndarray, gamma: floa
         threshold = ScreenError.approx_below(exact_floor - 2 * gamma, base)
     else:
         threshold = kth - 2 * gamma
-    low = threshold.astype(np.float32)
+    low: np.ndarray = np.asarray(threshold).astype(np.float32)
     return np.where(low.astype(np.float64) > threshold, np.nextafter(low, np.float32(-np.inf)), low)
 
 
-def _row_slices(query: np.ndarray, a: int, b: int, width: int):
+def _row_slices(query: np.ndarray, a: int, b: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Grouping of sorted pairs by row: (row of each of ``width`` slots per row in [a, b), the
     slot's position in the sorted pairs, whether the slot holds a pair, each row's pair count)."""
     counts = np.bincount(query - a, minlength=b - a)
@@ -264,7 +268,16 @@ def _row_order(query: np.ndarray, a: int, value: np.ndarray, tie: np.ndarray | N
     return np.argsort(key)
 
 
-def _rank_block_fp32(labels, query, reference, value, a, b, k, hits_all) -> np.ndarray:
+def _rank_block_fp32(
+    labels: np.ndarray,
+    query: np.ndarray,
+    reference: np.ndarray,
+    value: np.ndarray,
+    a: int,
+    b: int,
+    k: int,
+    hits_all: np.ndarray,
+) -> np.ndarray:
     """Rank the pairs of rows [a, b) (fp32 similarities) with the tie rule; False for rows with
     fewer than k candidates (only possible through rounding beyond the bound)."""
     hit = labels[query] == labels[reference]
@@ -276,7 +289,19 @@ def _rank_block_fp32(labels, query, reference, value, a, b, k, hits_all) -> np.n
     return counts >= k
 
 
-def _rank_block_bf16(x, labels, query, reference, value, a, b, k, base, gamma, hits_all) -> np.ndarray:
+def _rank_block_bf16(
+    x: Any,
+    labels: np.ndarray,
+    query: np.ndarray,
+    reference: np.ndarray,
+    value: np.ndarray,
+    a: int,
+    b: int,
+    k: int,
+    base: np.ndarray,
+    gamma: float,
+    hits_all: np.ndarray,
+) -> np.ndarray:
     """Re-score the ``k + SCREEN_MARGIN`` best bf16 candidates of each row of [a, b) in fp32, rank
     them with the tie rule, and certify the list (module docstring); False where not certified."""
     import torch
