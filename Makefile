@@ -17,7 +17,8 @@
 # A published setup: make repro PRESET=thesis-cub GPUS=0,1 runs presets/thesis-cub.yaml in its own
 # workspace, artifacts/presets/thesis-cub/ (docs/presets.md); params.yaml stays the demo.
 # On Slurm: make repro EXECUTOR=slurm submits one job per stale stage (afterok dependencies; the
-# cluster: section of params.yaml; README "Running on a cluster").
+# cluster: section of params.yaml; README "Running on a cluster"); DETACH=1 returns after
+# submitting, ATTACH=1 takes an earlier run's jobs over (so does a plain re-run; docs/cluster.md).
 # A local cluster (docs/cluster.md; as root, installs Debian packages):
 #   make cluster-up    single-node Slurm (sacct through slurmdbd) + PostgreSQL on 127.0.0.1, under .cluster/
 #   make server        the team MLflow server on it (PostgreSQL store, basic-auth) on http://127.0.0.1:5001;
@@ -58,7 +59,7 @@ $(STAMP): pyproject.toml requirements.lock
 	@touch $@
 
 repro: $(STAMP)
-	python -m dmlbench.pipeline $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(PRESET),--preset $(PRESET)) $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS)) $(if $(GPU_SLOTS),--gpu-slots $(GPU_SLOTS)) $(if $(filter 1 yes true,$(MPS)),--mps) $(if $(DEVICE),--device $(DEVICE))
+	python -m dmlbench.pipeline $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(PRESET),--preset $(PRESET)) $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS)) $(if $(GPU_SLOTS),--gpu-slots $(GPU_SLOTS)) $(if $(filter 1 yes true,$(MPS)),--mps) $(if $(DEVICE),--device $(DEVICE)) $(if $(filter 1 yes true,$(ATTACH)),--attach) $(if $(filter 1 yes true,$(DETACH)),--detach)
 
 plan: $(STAMP)
 	@python -m dmlbench.pipeline --plan $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(PRESET),--preset $(PRESET)) $(if $(JOBS),--jobs $(JOBS)) $(if $(GPUS),--gpus $(GPUS)) $(if $(GPU_SLOTS),--gpu-slots $(GPU_SLOTS)) $(if $(DEVICE),--device $(DEVICE))

@@ -10,6 +10,15 @@ time and peak memory of each phase.
     python benchmarks/eval_speed.py --backend faiss      # faiss-cpu IndexFlatIP
     python benchmarks/eval_speed.py --device cuda        # GPU (torch, or faiss-gpu if installed)
     taskset -c 0,1 python benchmarks/eval_speed.py --threads 2   # the 2-core target
+    taskset -c 0,1 python benchmarks/eval_speed.py --threads 2 --no-clustering --pml 3   # beside PML
+
+``--pml N``: then N rounds, alternating, of the same three metrics from both sides on the same
+embeddings: ours (``per_query_metrics`` with Recall@1 only, so nothing beyond the R-long list is
+searched) and pytorch-metric-learning's ``AccuracyCalculator(include=("precision_at_1",
+"r_precision", "mean_average_precision_at_r"), k="max_bin_count")`` on the CPU with its default
+k-NN (faiss-cpu ``IndexFlatL2`` on the L2-normalised embeddings: the cosine ranking). Each side is
+timed from the raw embeddings to the three means (normalisation included); the metrics must agree
+to 1e-9 (else the script fails). Prints medians, wall and CPU, and their ratio.
 
 Before timing, a small evaluation warms the process up (imports, CUDA context, library
 handles: paid once per process, not per evaluation); ``--cold`` times the first one instead.
@@ -89,6 +98,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument(
+        "--pml", type=int, default=0, metavar="N", help="then N alternating rounds beside PML's AccuracyCalculator"
+    )
+    parser.add_argument(
         "--cold", action="store_true", help="time the first evaluation of the process (imports, CUDA start-up)"
     )
     args = parser.parse_args()
@@ -98,7 +110,7 @@ def main() -> None:
 
     from dmlbench.evaluate.clustering import clustering_metrics
     from dmlbench.evaluate.intervals import bootstrap_intervals
-    from dmlbench.evaluate.knn import faiss_available, faiss_gpus, resolve_backend
+    from dmlbench.evaluate.knn import faiss_available, faiss_gpus, ranking_schedule
     from dmlbench.evaluate.metrics import QUERY_FIELDS, means, per_query_metrics
 
     if args.threads:
@@ -107,18 +119,22 @@ def main() -> None:
             import faiss
 
             faiss.omp_set_num_threads(args.threads)
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(args.threads)  # numpy's (and faiss's) BLAS
     rng = np.random.default_rng(args.seed)
     labels = sop_like_labels(args.n, rng)
     classes = int(labels.max()) + 1
     centres = rng.standard_normal((classes, args.dim), dtype=np.float32)
     embeddings = centres[labels] + 2.5 * rng.standard_normal((args.n, args.dim), dtype=np.float32)
-    backend, device = resolve_backend(args.backend, args.device)
+    backend, device, schedule = ranking_schedule(args.backend, args.device, True, args.n)
     setup = {
         "n": args.n,
         "dim": args.dim,
         "classes": classes,
         "class_sizes": [int(np.bincount(labels).min()), int(np.bincount(labels).max())],
         "backend": backend,
+        "schedule": schedule,  # symmetric: each similarity once for both rows (self-retrieval on the CPU)
         "device": device,
         "faiss_gpus": faiss_gpus(),
         "threads": torch.get_num_threads(),
@@ -131,7 +147,7 @@ def main() -> None:
     if not args.cold:  # imports, the CUDA context and library handles: paid once per process
         warm_labels = sop_like_labels(2000, np.random.default_rng(1))
         warm = embeddings[: len(warm_labels)]
-        warm_values = per_query_metrics(warm, warm_labels, recall_ks=[1, 10], backend=backend, device=device)
+        warm_values = per_query_metrics(warm, warm_labels, recall_ks=[1, 10], backend=args.backend, device=device)
         clustering_metrics(warm, warm_labels, device=device, backend="auto")
         bootstrap_intervals(
             {"p": warm_values["precision_at_1"]}, n_resamples=10, seed=0, clusters=warm_values["query_label"]
@@ -140,7 +156,7 @@ def main() -> None:
     rows: list = []
     total_wall, total_cpu = time.perf_counter(), time.process_time()
     with Phase("ranking metrics", rows):
-        values = per_query_metrics(embeddings, labels, recall_ks=args.recall_at, backend=backend, device=device)
+        values = per_query_metrics(embeddings, labels, recall_ks=args.recall_at, backend=args.backend, device=device)
     metrics = means(values)
     if not args.no_clustering:
         with Phase("nmi/ami/f1 (k-means)", rows):
@@ -157,8 +173,72 @@ def main() -> None:
     print(json.dumps(total))
     print(json.dumps({name: round(value, 4) for name, value in metrics.items()}))
     print(json.dumps({name: [round(i.low, 4), round(i.high, 4), i.n] for name, i in intervals.items()}))
+    beside_pml = compare_with_pml(embeddings, labels, args.backend, device, args.pml) if args.pml else None
     if args.json:
-        args.json.write_text(json.dumps({"setup": setup, "phases": rows + [total], "metrics": metrics}, indent=2))
+        figures = {"setup": setup, "phases": rows + [total], "metrics": metrics, "pml": beside_pml}
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+PML_METRICS = {
+    "precision_at_1": "precision_at_1",
+    "r_precision": "r_precision",
+    "map_at_r": "mean_average_precision_at_r",
+}
+
+
+def compare_with_pml(embeddings, labels, backend: str, device: str, rounds: int) -> dict:
+    """``rounds`` alternating timings of P@1, R-Precision and MAP@R, ours and PML's
+    (module docstring); fails when the metrics differ by more than 1e-9."""
+    import numpy as np
+    import torch
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+
+    from dmlbench.evaluate.knn import ranking_schedule
+    from dmlbench.evaluate.metrics import means, per_query_metrics
+
+    def ours() -> dict[str, float]:
+        values = means(per_query_metrics(embeddings, labels, recall_ks=[1], backend=backend, device=device))
+        return {name: values[name] for name in PML_METRICS}
+
+    def pml() -> dict[str, float]:
+        calculator = AccuracyCalculator(
+            include=tuple(PML_METRICS.values()), k="max_bin_count", device=torch.device(device)
+        )
+        normalized = torch.nn.functional.normalize(torch.from_numpy(embeddings), dim=1)
+        values = calculator.get_accuracy(normalized, torch.from_numpy(labels))
+        return {name: values[pml_name] for name, pml_name in PML_METRICS.items()}
+
+    times: dict[str, list[tuple[float, float]]] = {"ours": [], "pml": []}
+    results: dict[str, dict[str, float]] = {}
+    for round_ in range(rounds):
+        for side, run in (("ours", ours), ("pml", pml)):
+            wall, cpu = time.perf_counter(), time.process_time()
+            results[side] = run()
+            times[side].append((time.perf_counter() - wall, time.process_time() - cpu))
+            print(json.dumps({"round": round_ + 1, "side": side, "wall_s": round(times[side][-1][0], 2),
+                              "cpu_s": round(times[side][-1][1], 2)}), flush=True)  # fmt: skip
+    difference = max(abs(results["ours"][name] - results["pml"][name]) for name in PML_METRICS)
+    equal = difference <= 1e-9
+    figures = {}
+    for column, clock in (("wall", 0), ("CPU", 1)):
+        ours_s, pml_s = (np.array([t[clock] for t in times[side]]) for side in ("ours", "pml"))
+        # the ratio round by round (each PML run beside the ours before it), then the median
+        figures[column] = (float(np.median(ours_s)), float(np.median(pml_s)), float(np.median(pml_s / ours_s)))
+    resolved, _, schedule = ranking_schedule(backend, device, True, len(labels))
+    used = f"{schedule} products" if schedule != "rows" else f"{resolved}, row by row"
+    print(
+        f"\nP@1, R-Precision and MAP@R of {len(labels):,} x {embeddings.shape[1]} embeddings: ours ({used}) beside "
+        f"PML's AccuracyCalculator (faiss-cpu IndexFlatL2, k = max_bin_count), medians of {rounds} alternating rounds"
+    )
+    print("| phase | ours s | PML s | PML / ours | metrics equal |")
+    print("| --- | --- | --- | --- | --- |")
+    for column, (ours_s, pml_s, ratio) in figures.items():
+        verdict = "yes" if equal else f"NO ({difference:.2g})"
+        print(f"| P@1, R-Precision, MAP@R ({column}) | {ours_s:.2f} | {pml_s:.2f} | {ratio:.2f}x | {verdict} |")
+    print(json.dumps({"ours": results["ours"], "pml": results["pml"], "max_difference": difference}))
+    if not equal:
+        raise SystemExit(f"metrics differ from PML's by {difference:.3g} (more than 1e-9)")
+    return {"rounds": rounds, "times_s": times, "figures": figures, "metrics": results, "max_difference": difference}
 
 
 if __name__ == "__main__":

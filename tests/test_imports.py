@@ -27,7 +27,7 @@ LAYERS: list[set[str]] = [
     {"dmlbench.data"},
     {"dmlbench.models", "dmlbench.losses", "dmlbench.paths", "dmlbench.cli"},
     {"dmlbench.safe_load", "dmlbench.devices", "dmlbench.stage_inputs"},
-    {"dmlbench.schema", "dmlbench.io", "dmlbench.errors", "dmlbench.grid", "dmlbench.messages"},
+    {"dmlbench.schema", "dmlbench.io", "dmlbench.errors", "dmlbench.grid", "dmlbench.messages", "dmlbench.gres"},
 ]
 
 

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from dmlbench.evaluate import symmetric
 from dmlbench.evaluate.clustering import clustering_metrics
 from dmlbench.evaluate.knn import normalize_rows
-from dmlbench.evaluate.metrics import per_query_metrics, query_gallery_metrics, retrieval_metrics
+from dmlbench.evaluate.metrics import means, per_query_metrics, query_gallery_metrics, retrieval_metrics
 
 BACKENDS = ["faiss", "torch", "screened"]
 
@@ -255,3 +256,71 @@ def test_tensor_and_string_label_inputs():
 def test_bad_input_is_rejected_in_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message):
         retrieval_metrics(**kwargs)
+
+
+def _sop_like(seed: int, classes: int = 40, dim: int = 32):
+    """Several classes of 2-12 images each (as in SOP), shuffled: ~280 images."""
+    rng = np.random.default_rng(seed)
+    labels = rng.permutation(np.repeat(np.arange(classes), rng.integers(2, 13, size=classes)))
+    centres = rng.normal(size=(classes, dim))
+    return (centres[labels] + rng.normal(scale=1.2, size=(len(labels), dim))).astype(np.float32), labels
+
+
+def _pml_as_benchmarked(embeddings: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """PML's calculator as benchmarks/eval_speed.py --pml runs it: its default k-NN (faiss-cpu
+    IndexFlatL2) on the L2-normalised embeddings, k = max_bin_count."""
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+
+    calculator = AccuracyCalculator(include=tuple(PML_NAMES.values()), k="max_bin_count", device=torch.device("cpu"))
+    normalized = torch.nn.functional.normalize(torch.from_numpy(embeddings), dim=1)
+    values = calculator.get_accuracy(normalized, torch.from_numpy(labels))
+    return {ours: values[pml] for ours, pml in PML_NAMES.items()}
+
+
+@pytest.mark.parametrize("schedule", ["rows", "symmetric"])
+@pytest.mark.parametrize("backend", ["auto", *BACKENDS])
+def test_equals_pml_as_the_speed_benchmark_compares(monkeypatch, backend, schedule):
+    monkeypatch.setattr(symmetric, "MIN_REFERENCES", 0 if schedule == "symmetric" else 10**9)
+    for seed in (0, 1):
+        embeddings, labels = _sop_like(seed)
+        ours = retrieval_metrics(embeddings, labels, recall_ks=(1,), backend=backend)
+        pml = _pml_as_benchmarked(embeddings, labels)
+        for name in PML_NAMES:
+            assert ours[name] == pytest.approx(pml[name], abs=1e-9), name
+        assert 0.1 < ours["map_at_r"] < 0.9  # neither trivial nor hopeless
+
+
+@pytest.mark.parametrize("schedule", ["rows", "symmetric"])
+def test_with_ties_pml_keeps_faiss_order_and_ours_the_documented_rule(monkeypatch, schedule):
+    """Exact ties: ten identical images, five of class 0 and five of class 1, among other images.
+    PML ranks the tied references in the order faiss returns them; ours ranks the other class first
+    (docs/evaluation.md). The same metric formulas on PML's own order give PML's numbers, so the
+    tie order is the only difference, and ours is the lower (never credited by a tie)."""
+    from pytorch_metric_learning.utils.inference import FaissKNN
+
+    from dmlbench.evaluate.metrics import list_metrics
+
+    monkeypatch.setattr(symmetric, "MIN_REFERENCES", 0 if schedule == "symmetric" else 10**9)
+    embeddings, labels = _sop_like(2, classes=30, dim=8)
+    tied = np.concatenate([np.flatnonzero(labels == 0)[:5], np.flatnonzero(labels == 1)[:5]])
+    embeddings[tied] = embeddings[tied[0]]
+    labels[np.isin(labels, [0, 1]) & ~np.isin(np.arange(len(labels)), tied)] = 2  # classes 0 and 1: the tied ones only
+    ours_values = per_query_metrics(embeddings, labels, recall_ks=(1,), backend="torch")
+    ours = means(ours_values)
+    pml = _pml_as_benchmarked(embeddings, labels)
+
+    # each tied query: 4 same-class references at similarity 1 behind 5 of the other class
+    in_tie = np.isin(ours_values["query_index"], tied)
+    for name in PML_NAMES:
+        assert (ours_values[name][in_tie] == 0).all(), name
+    # PML's numbers are our formulas applied to faiss's order
+    k = int(np.bincount(labels).max()) - 1
+    normalized = torch.nn.functional.normalize(torch.from_numpy(embeddings), dim=1)
+    _, order = FaissKNN()(normalized, k, normalized, True)
+    hits = labels[order.numpy()] == labels[:, None]
+    r = np.bincount(labels)[labels] - 1
+    on_pml_order = {name: float(v.mean()) for name, v in list_metrics(hits, r).items()}
+    for name in PML_NAMES:
+        assert pml[name] == pytest.approx(on_pml_order[name], abs=1e-12), name
+        assert ours[name] <= pml[name] + 1e-12, name
+    assert ours["map_at_r"] < pml["map_at_r"]  # faiss's order credits some of the tied same-class images

@@ -4,18 +4,28 @@ dataset (headless Chromium over a small store written by the tracking code itsel
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
 from dmlbench.grid import Combo
 from dmlbench.tracking.cells import cell_config, cell_run_name, cell_tags, ensure_cell_run
 from dmlbench.tracking.runs import start_training_run
-from dmlbench.tracking.screenshot import check_ui, find_browser
 from dmlbench.tracking.store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, client
 from dmlbench.tracking.summary import log_summary_run
 from dmlbench.tracking.ui import SHARED_VIEW_TAG, metric_columns, runs_url
+
+_spec = importlib.util.spec_from_file_location(
+    "mlflow_screenshot", Path(__file__).resolve().parents[1] / "tools" / "mlflow_screenshot.py"
+)
+assert _spec is not None and _spec.loader is not None
+screenshot = sys.modules["mlflow_screenshot"] = importlib.util.module_from_spec(_spec)  # its dataclasses look it up
+_spec.loader.exec_module(screenshot)
+check_ui, find_browser = screenshot.check_ui, screenshot.find_browser
 
 EXPERIMENT = "ui-test"
 LOSSES = {"contrastive": 0.30, "proxy_anchor": 0.40}  # test/map_at_r of each cell

@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from dmlbench.pipeline.local import run_parallel, worker_gpus
+from dmlbench.pipeline.lockfile import prune_lock, splice_lock
 from dmlbench.pipeline.plan import make_plan
-from dmlbench.pipeline.record import RecordError, StageBook, prune_lock, run_job_spec, splice_lock
+from dmlbench.pipeline.record import RecordError, StageBook, run_job_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 DVC = [sys.executable, "-m", "dvc"]

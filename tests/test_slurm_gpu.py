@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import dvc_project
-from fake_slurm import install, submitted
+from fake_slurm import inject, install, submitted
 
 from dmlbench import devices
 from dmlbench.errors import DmlbenchError
@@ -118,6 +118,30 @@ def test_stores_out_of_reach_and_a_failing_probe_stop_the_grid_before_any_submis
     )
     assert "FAILED gpu:" in log.read_text() and "tracking: sqlite:" in log.read_text()
     assert not (root / "out0").exists() and not (root / "out1").exists()
+
+
+def test_a_re_attach_with_nothing_new_to_submit_adopts_its_jobs_without_a_probe(tmp_path, small_raw_params):
+    """The probe checks a node for what is about to be submitted; jobs an earlier run left in Slurm's
+    hands passed the probe of that run and are adopted at once. Here the grid's kind asks for a GPU
+    only after its jobs were submitted: a probe on re-attach would find none on the node and stop."""
+    cpu = {"poll_seconds": [0.2, 1.0], "default": {"cpus": 1, "mem": "1G", "time": "10"}}
+    root, env, state = _project(tmp_path, small_raw_params, cpu)
+    inject(state, *({"name": f"train_s{i}", "reason": "JobHeldUser", "seconds": 10} for i in range(2)))
+    detached = subprocess.run([sys.executable, "-m", "dmlbench.pipeline", "--executor", "slurm", "--detach"],
+                              cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert detached.returncode == 0 and "detached: 2 job(s)" in detached.stderr, detached.stdout + detached.stderr
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["cluster"]["default"]["gpus"] = 1
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    attached = subprocess.run([sys.executable, "-m", "dmlbench.pipeline", "--executor", "slurm", "--attach"],
+                              cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    said = attached.stdout + attached.stderr
+    assert attached.returncode == 0, said
+    taken_over = said.count("adopted ") + said.count("completed while nobody watched")  # (held 10 s: mostly adopted)
+    assert "probe" not in said and taken_over == 2, said
+    names = [next(a for a in call["args"] if a.startswith("--job-name=")) for call in submitted(state)]
+    assert sorted(names) == ["--job-name=train_s0", "--job-name=train_s1"]  # each once, no probe job
+    assert (root / "out0").read_text() == "done" and (root / "out1").read_text() == "done"
 
 
 def test_the_probe_passes_on_a_store_that_holds_the_experiment_and_fails_on_another(tmp_path, monkeypatch, capsys):

@@ -74,7 +74,7 @@ def test_a_preset_carries_cluster_and_forwards_every_runner_option(tmp_path, def
     config = cluster_settings(preset.params)
     assert config.max_jobs == 20 and config.resources("train@x").qos == "long"
     calls = []
-    monkeypatch.setattr(pipeline, "run_preset", lambda preset, params_file, forwarded: calls.append(forwarded) or 0)
+    monkeypatch.setattr(pipeline, "run_preset", lambda preset, file, forwarded, **_: calls.append(forwarded) or 0)
     monkeypatch.setattr(pipeline, "preflight", lambda *args, **kwargs: None)
     arguments = ["--params", str(tmp_path / "params.yaml"), "--preset", "site"]
     assert pipeline.main([*arguments, "--executor", "slurm", "--jobs", "3"]) == 0

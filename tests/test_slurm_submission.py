@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -179,7 +180,7 @@ def test_the_slurm_executor_hands_the_record_only_stages_to_its_submission(defau
             seen.update(kwargs)
             self.jobs: dict = {}
 
-        def run(self):
+        def run(self, detach=False):
             return dict.fromkeys(order, "COMPLETED")
 
     monkeypatch.setattr(slurm, "Submission", Recorded)
@@ -253,8 +254,16 @@ def test_a_stopped_submission_stops_the_stages_running_here_and_records_none(tmp
 
     monkeypatch.setattr(signal, "alarm", lambda seconds: None)  # _submit's own guard: replaced by this one
     previous = signal.signal(signal.SIGUSR2, interrupt)
+
+    def once_it_runs() -> None:  # the interrupt once the stage runs here (or after 120 s)
+        deadline = time.monotonic() + 120
+        while not (root / "pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGUSR2)
+
     try:
-        threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGUSR2)).start()
+        threading.Thread(target=once_it_runs, daemon=True).start()
         with pytest.raises(KeyboardInterrupt):
             _submit(root, env, monkeypatch)
     finally:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.gres import gres_counts, per_gpu
 
 DEVICE_ENV = "DMLBENCH_DEVICE"
 DEVICES = ("cuda", "cpu", "auto")
@@ -103,12 +104,7 @@ def node_gres(node: str) -> dict[str, int]:
     except (OSError, subprocess.TimeoutExpired):
         return {}
     match = re.search(r"(?:^|\s)Gres=(\S+)", shown)
-    counts: dict[str, int] = {}
-    for entry in re.sub(r"\([^)]*\)", "", match[1]).split(",") if match else []:
-        fields = entry.split(":")
-        if len(fields) >= 2 and fields[-1].isdigit():
-            counts[fields[0]] = counts.get(fields[0], 0) + int(fields[-1])
-    return counts
+    return gres_counts(match[1]) if match else {}
 
 
 def gpu_share(environ: Mapping[str, str] | None = None) -> float:
@@ -126,9 +122,9 @@ def gpu_share(environ: Mapping[str, str] | None = None) -> float:
         return 100.0 / float(percent)
     shards = env.get(SHARDS_VARIABLE, "")
     if env.get("SLURM_JOB_ID") and shards.isdigit() and int(shards) > 0:
-        gres = node_gres(env.get("SLURMD_NODENAME") or socket.gethostname())
-        if gres.get("shard") and gres.get("gpu"):
-            return max(1.0, gres["shard"] / gres["gpu"] / int(shards))
+        node_shards = per_gpu(node_gres(env.get("SLURMD_NODENAME") or socket.gethostname()), "shard")
+        if node_shards:
+            return max(1.0, node_shards / int(shards))
     elif env.get("SLURM_JOB_ID"):
         return 1.0  # a job without shards or MPS has its GPUs to itself
     value = env.get(SHARE_VARIABLE, "1")

@@ -2,7 +2,8 @@
 (:mod:`dmlbench.cost.stages`) priced (:mod:`dmlbench.cost.price`) for the way it will run.
 
 How it runs: locally, ``--jobs`` slots (default one per GPU slot, else one per CPU core), each
-CPU stage with ``cpu_count // jobs`` threads; on Slurm, ``cluster.max_jobs`` jobs at once (else all),
+CPU stage with ``cpu_count // jobs`` threads; on Slurm, ``cluster.max_jobs`` jobs at once (else 50, the run's
+default where ``sacctmgr`` says nothing: :data:`dmlbench.params.cluster.DEFAULT_MAX_JOBS`),
 each with its kind's ``cpus`` and ``gpus``. The trainings run on GPUs when the protocol's device (or
 ``--device``) is ``cuda``, or ``auto`` with GPUs given; a ``cuda`` grid planned locally without GPUs
 is refused in one line, as the runner would refuse to start it.
@@ -22,7 +23,7 @@ from dmlbench.cost.rates import DEFAULT_EFFICIENCY, THROUGHPUT_TABLE, read_table
 from dmlbench.cost.render import render_plan
 from dmlbench.cost.stages import PlannedStage, expand_stages
 from dmlbench.errors import ConfigError
-from dmlbench.params.cluster import cluster_settings
+from dmlbench.params.cluster import DEFAULT_MAX_JOBS, cluster_settings
 from dmlbench.params.model import Params
 from dmlbench.params.presets import Preset, params_text
 
@@ -64,9 +65,11 @@ def run_shape(
             raise ConfigError(
                 f"protocol {params.protocol_name!r} trains on cuda but cluster.stages.train asks no GPU (gpus: 0)"
             )
-        workers = cluster.max_jobs or stages
+        workers = min(cluster.max_jobs or DEFAULT_MAX_JOBS, stages)
         limit = (
-            f"cluster.max_jobs {cluster.max_jobs}" if cluster.max_jobs else "every stage at once (no cluster.max_jobs)"
+            f"cluster.max_jobs {cluster.max_jobs}"
+            if cluster.max_jobs
+            else f"{DEFAULT_MAX_JOBS} jobs at once (no cluster.max_jobs; the run takes what sacctmgr allows, else that)"
         )
         shape = f"Slurm: {limit}, train jobs with {train.cpus} CPU(s) and {train.gpus or 0} GPU(s)"
         return RunShape(workers, PlanSettings(gpu, 1, train.cpus or 1, efficiency), shape)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dmlbench.devices import default_device
+from dmlbench.evaluate import symmetric
 from dmlbench.evaluate.ranking import (
     Ranking,
     canonical_hits,
@@ -113,6 +114,20 @@ def resolve_backend(backend: str = "auto", device: str | None = None) -> tuple[s
     return backend, device
 
 
+def ranking_schedule(backend: str, device: str | None, self_retrieval: bool, n_references: int) -> tuple[str, str, str]:
+    """``(backend, device, schedule)`` of a ranking: :func:`resolve_backend`'s pair, and
+    ``symmetric bf16`` / ``symmetric fp32`` where each similarity is computed once for both of its rows
+    (:mod:`dmlbench.evaluate.symmetric`: self-retrieval on the CPU with ``screened`` or ``torch``,
+    or ``auto`` where it resolves to faiss-cpu, from ``symmetric.MIN_REFERENCES`` references on),
+    else ``rows`` (each query's row of similarities)."""
+    requested = backend
+    backend, device = resolve_backend(backend, device)
+    half = backend in ("screened", "torch") or (requested == "auto" and backend == "faiss" and faiss_gpus() == 0)
+    if self_retrieval and device == "cpu" and half and n_references >= symmetric.MIN_REFERENCES:
+        return backend, device, "symmetric bf16" if backend == "screened" else "symmetric fp32"
+    return backend, device, "rows"
+
+
 def rank_neighbours(
     queries: np.ndarray,
     query_labels: np.ndarray,
@@ -133,13 +148,20 @@ def rank_neighbours(
     self-retrieval, the reference row of each query, which is excluded. Every query must have
     at least one same-class reference.
     """
-    backend, device = resolve_backend(backend, device)
+    backend, device, schedule = ranking_schedule(backend, device, self_index is not None, len(references))
     available = len(references) - (1 if self_index is not None else 0)
     if not 1 <= k <= available:
         raise ValueError(f"k must be in [1, {available}], got {k}")
     first_limit = min(first_limit, available)
+    if schedule != "rows":
+        ranking = _rank_symmetric(
+            queries, query_labels, references, reference_labels, k, first_limit, self_index, backend, chunk_size,
+            progress,
+        )  # fmt: skip
+        if ranking is not None:
+            return ranking
     if backend == "screened":
-        from dmlbench.evaluate.screen import rank_screened
+        from dmlbench.evaluate.screen import rank_screened  # looked up at call time (tests spy on it)
 
         return rank_screened(
             queries, query_labels, references, reference_labels, k, first_limit, self_index, chunk_size, progress
@@ -159,6 +181,27 @@ def rank_neighbours(
         )
     return _rank_faiss(
         queries, query_labels, references, reference_labels, k, first_limit, self_index, chunk_size, progress
+    )
+
+
+def _rank_symmetric(
+    queries, query_labels, references, reference_labels, k, first_limit, self_index, backend, chunk, progress
+):
+    """Self-retrieval on the CPU from half the products (:mod:`dmlbench.evaluate.symmetric`); the
+    rows it leaves to the row-by-row path go to ``backend``'s."""
+
+    def rank_rows(subset: np.ndarray) -> Ranking:
+        args = (queries[subset], query_labels[subset], references, reference_labels, k, first_limit, self_index[subset])
+        if backend == "screened":
+            from dmlbench.evaluate.screen import rank_screened
+
+            return rank_screened(*args, chunk, None)
+        if backend == "faiss":
+            return _rank_faiss(*args, chunk, None)
+        return rank_torch(*args, "cpu", chunk, None)
+
+    return symmetric.rank_symmetric(
+        references, reference_labels, self_index, k, first_limit, backend == "screened", rank_rows, chunk, progress
     )
 
 

@@ -126,21 +126,28 @@ def per_query_metrics(
         if bar:
             bar.close()
 
-    hits = ranking.hits
-    ranks = np.arange(1, k + 1)
-    relevant_in_r = hits & (ranks[None, :] <= r[:, None])
-    precision_at_i = np.cumsum(hits, axis=1) / ranks[None, :]
-    values: dict[str, np.ndarray] = {
-        "precision_at_1": hits[:, 0].astype(np.float64),
-        "r_precision": relevant_in_r.sum(axis=1) / r,
-        "map_at_r": (precision_at_i * relevant_in_r).sum(axis=1) / r,
-    }
+    values = list_metrics(ranking.hits, r)
     for kk, name in zip(recall_ks, recall_names(recall_ks), strict=True):
         values[name] = (ranking.first_positive < kk).astype(np.float64)
     values["r"] = r
     values["query_index"] = valid
     values["query_label"] = q_labels[valid]
     return values
+
+
+def list_metrics(hits: np.ndarray, r: np.ndarray) -> dict[str, np.ndarray]:
+    """P@1, R-Precision and MAP@R of each query (float64) from its ranked list: ``hits`` (m x k,
+    bool) says which of its k nearest references have its class, best first, ``r`` (m, >= 1,
+    <= k) its R. Vectorised over queries (module docstring for the formulas)."""
+    k = hits.shape[1]
+    ranks = np.arange(1, k + 1)
+    relevant_in_r = hits & (ranks[None, :] <= r[:, None])
+    precision_at_i = np.cumsum(relevant_in_r, axis=1, dtype=np.int32) / ranks[None, :]
+    return {
+        "precision_at_1": hits[:, 0].astype(np.float64),
+        "r_precision": relevant_in_r.sum(axis=1) / r,
+        "map_at_r": np.where(relevant_in_r, precision_at_i, 0.0).sum(axis=1) / r,
+    }
 
 
 def means(values: dict[str, np.ndarray]) -> dict[str, float]:

@@ -183,7 +183,7 @@ def rank_screened(
             if self_index is not None:
                 screen[torch.arange(rows), torch.from_numpy(self_index[start:stop])] = -torch.inf
             approx, candidates = torch.topk(screen, length, dim=1, out=(approx_buffer[:rows], candidate_buffer[:rows]))
-            exact = _dots(q, ref, candidates).numpy()
+            exact = dots(q, ref, candidates).numpy()
             candidates = candidates.numpy()
             hits = reference_labels[candidates] == query_labels[start:stop, None]
             order = np.lexsort((hits, -exact), axis=1)
@@ -234,7 +234,7 @@ def _first_positive_ranks(
 
     pos = torch.from_numpy(positives)
     valid = pos >= 0
-    best = _dots(q, ref, pos.clamp(min=0)).masked_fill_(~valid, -torch.inf).max(dim=1).values
+    best = dots(q, ref, pos.clamp(min=0)).masked_fill_(~valid, -torch.inf).max(dim=1).values
     rows, cols = torch.nonzero(valid, as_tuple=True)
     screen[torch.from_numpy(screen_rows)[rows], pos[rows, cols]] = -torch.inf  # count other classes only
     best64 = best.numpy().astype(np.float64)
@@ -270,7 +270,7 @@ def _first_positive_ranks(
     for s in range(0, len(band_rows_all), BAND_PAIRS):
         r = torch.from_numpy(band_rows_all[s : s + BAND_PAIRS])
         c = torch.from_numpy(band_cols_all[s : s + BAND_PAIRS])
-        at_least = (_dots(q[r], ref, c[:, None])[:, 0] >= best[r]).numpy()
+        at_least = (dots(q[r], ref, c[:, None])[:, 0] >= best[r]).numpy()
         ahead += np.bincount(r.numpy()[at_least], minlength=len(ahead))
     return np.minimum(ahead, limit)
 
@@ -284,7 +284,7 @@ def _bf16_bits_at_least(values: np.ndarray) -> np.ndarray:
     return np.where(truncated < f32, bits + np.int16(1), bits).astype(np.int16)
 
 
-def _dots(q, ref, index):
+def dots(q, ref, index):
     """fp32 similarity of each query row with the references ``index[row]``, in blocks of
     ``DOT_BLOCK`` queries (one summation order for every pair, so identical references get
     identical similarities); the gathered rows go to one reused buffer."""
@@ -422,4 +422,4 @@ def _centroid_rows(centroids: np.ndarray):
 def _centroid_scores(x, cents, half_norms, index):
     """fp32 scores x.c_j - |c_j|^2 / 2 of each point with the centroids ``index[row]``: the one
     formula every certified comparison uses (full and incremental assignments alike)."""
-    return _dots(x, cents, index) - half_norms[index]
+    return dots(x, cents, index) - half_norms[index]

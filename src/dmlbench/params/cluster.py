@@ -14,7 +14,11 @@ When the grid needs a GPU (:func:`dmlbench.params.device.needs_gpu`), the kinds 
 (``--signal=B:USR1@<s>``); the job wrapper passes it to the stage, which stops after its last
 checkpoint, and requeues the job (``--requeue``), which resumes from that checkpoint.
 ``max_jobs``: at most that many of the executor's jobs queued or running at once (a site's
-``MaxSubmitJobs``; the rest are submitted as jobs end), also the ``%N`` of a tune worker array.
+``MaxSubmitJobs``; the rest are submitted as jobs end; a tune job's worker array counts for its
+tasks), also the ``%N`` of a tune worker array; unset: what ``sacctmgr`` says the user may still
+queue, else 50. ``max_retries``: a job that ended PREEMPTED, NODE_FAIL or BOOT_FAIL is submitted
+again at most that often (after the first retry only while its checkpoint made progress), and a
+job requeues itself on Slurm's warning signal only while it does.
 The executor's watcher polls every ``poll_seconds`` ``[first, longest]``, the wait growing while
 nothing ends (https://slurm.schedmd.com/resource_limits.html).
 """
@@ -71,6 +75,9 @@ class StageResources(StrictModel):
 DEFAULT = StageResources(cpus=2, gpus=0, mem="8G", time="4:00:00")
 
 
+DEFAULT_MAX_JOBS = 50  # queued or running at once when neither cluster.max_jobs nor sacctmgr says
+
+
 class ClusterConfig(StrictModel):
     partition: str | None = Field(None, min_length=1, pattern=r"^\S+$")
     account: str | None = Field(None, min_length=1, pattern=r"^\S+$")
@@ -79,7 +86,8 @@ class ClusterConfig(StrictModel):
     signal_seconds: PositiveInt = 120
     requeue: bool = True
     extra_args: list[str] = Field(default_factory=list)
-    max_jobs: PositiveInt | None = None  # None: every stage submitted at once
+    max_jobs: PositiveInt | None = None  # None: what sacctmgr allows this user, else DEFAULT_MAX_JOBS
+    max_retries: NonNegativeInt = 3  # a job PREEMPTED, NODE_FAILed or BOOT_FAILed: submitted again this often
     # several small stages on one GPU: a job that asks for 1 GPU asks for 1 of gpu_slots shares of
     # one instead, through Slurm's GPU sharding (shared_gres: shard, --gres=shard:1,
     # https://slurm.schedmd.com/gres.html#Sharding) or CUDA MPS (mps, --gres=mps:<100/gpu_slots>,
@@ -87,6 +95,10 @@ class ClusterConfig(StrictModel):
     # job sizes its GPU-resident data to its share (DMLBENCH_GPU_SHARE)
     gpu_slots: PositiveInt = 1
     shared_gres: Literal["shard", "mps"] = "shard"
+    # the site's count of that gres per GPU (e.g. 8 shards, or 100 MPS units); None: read from
+    # sinfo by the executor (dmlbench.pipeline.slurm_queries.gres_per_gpu); a job asks for its
+    # count // gpu_slots of them
+    shares_per_gpu: PositiveInt | None = None
     poll_seconds: tuple[PositiveFloat, PositiveFloat] = (5.0, 60.0)
     default: StageResources = DEFAULT
     stages: dict[str, StageResources] = Field(default_factory=dict)

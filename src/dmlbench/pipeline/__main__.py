@@ -30,7 +30,11 @@ spools (the store did not answer when they ended) are sent first (:mod:`dmlbench
 stage (but ``validate``, which runs here first: it writes the inputs manifests that say which stages
 are stale), ordered by ``afterok`` dependencies, resources from ``params.yaml``'s ``cluster:`` section
 (:mod:`dmlbench.pipeline.slurm`); the command watches the jobs and reports a failed stage with its
-log, then runs the same closing check.
+log, then checks with ``dvc status`` (never a ``dvc repro``, which would run a stale stage on the
+login node) that nothing is left. The run outlives the command: SIGTERM or SIGHUP detach (the jobs go
+on), ``--detach`` returns once what can be submitted now is, and the command started again (or
+``--attach``) takes over the jobs and records what completed meanwhile (without a new probe job
+when it submits nothing afresh).
 
 ``--preset <name>`` runs ``presets/<name>.yaml`` (:mod:`dmlbench.params.presets`) the same way, after
 the same checks, in a workspace of its own (:mod:`dmlbench.pipeline.workspace`): the main checkout's
@@ -45,6 +49,7 @@ needs the internet.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -64,9 +69,10 @@ from dmlbench.pipeline.fetch import fetch_all
 from dmlbench.pipeline.interrupts import run_to_the_end
 from dmlbench.pipeline.local import LOG_DIR, plan_after_validate, run_parallel, worker_gpus
 from dmlbench.pipeline.mps import mps_control, mps_daemon
-from dmlbench.pipeline.plan import record_empty_dropbox
+from dmlbench.pipeline.plan import Plan, record_empty_dropbox
 from dmlbench.pipeline.presets import run_preset
 from dmlbench.pipeline.slurm import run_on_slurm
+from dmlbench.pipeline.slurm_state import STATE_FILE, RunState
 from dmlbench.pipeline.summary import closing_summary
 from dmlbench.tracking.replay import pending_spools, replay_spools
 from dmlbench.tracking.store import ensure_experiment
@@ -91,7 +97,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="print the grid's stages, GPU-hours, wall time, memory and disk, then stop")  # fmt: skip
     parser.add_argument("--fetch-only", action="store_true",
                         help="download and verify every archive and weights file of the grid, then stop")  # fmt: skip
+    parser.add_argument("--attach", action="store_true",
+                        help="slurm: take over the jobs an earlier run left in Slurm's hands, and go on")  # fmt: skip
+    parser.add_argument("--detach", action="store_true",
+                        help="slurm: return once what can be submitted now is; the jobs go on")  # fmt: skip
     args = parser.parse_args(argv)
+    if (args.attach or args.detach) and args.executor != "slurm":
+        print(f"error: --{'attach' if args.attach else 'detach'} is for --executor slurm (a local run ends with "
+              "its runner)", file=sys.stderr)  # fmt: skip
+        return 2
     if args.mps and (args.executor != "local" or args.gpu_slots < 2 or not args.gpus.strip() or args.jobs == 1):
         print(f"error: --mps runs the trainings --gpu-slots puts on each GPU side by side, with the local executor: "
               f"give --gpus and --gpu-slots N > 1, without --jobs 1 (got --executor {args.executor}, --gpus "
@@ -144,24 +158,32 @@ def main(argv: list[str] | None = None) -> int:
             "--executor", args.executor, *(["--jobs", str(args.jobs)] if args.jobs else []),
             *(["--gpus", args.gpus] if gpus else []), *(["--fetch-only"] if args.fetch_only else []),
             *(["--gpu-slots", str(args.gpu_slots)] if args.gpu_slots != 1 else []), *(["--mps"] if args.mps else []),
-            *(["--device", args.device] if args.device else []),
+            *(["--device", args.device] if args.device else []), *(["--attach"] if args.attach else []),
+            *(["--detach"] if args.detach else []),
         ]  # fmt: skip
         try:
-            return run_preset(preset, params_file, forwarded)
+            return run_preset(preset, params_file, forwarded, detach_on_hangup=args.executor == "slurm")
         except DmlbenchError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     record_empty_dropbox(params_file.parent)
     replay_spools(pending_spools())  # tracking records earlier trainings left unsent (a store outage)
     plan = None
+    in_slurm = RunState(LOG_DIR / STATE_FILE).entries if args.executor == "local" else {}
+    if in_slurm:  # a local run would run those stages beside their jobs
+        print(f"error: {len(in_slurm)} stage(s) of an earlier run are in Slurm's hands ({LOG_DIR / STATE_FILE}: "
+              f"{', '.join(list(in_slurm)[:3])}{', ...' if len(in_slurm) > 3 else ''}); take them over with "
+              "make repro EXECUTOR=slurm, or scancel them and delete that file", file=sys.stderr)  # fmt: skip
+        return 2
     if args.executor == "slurm":
         try:
-            code, plan = run_on_slurm(params)
+            code, plan, detached = run_on_slurm(params, attach=args.attach, detach=args.detach)
         except DmlbenchError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        if code != 0:
+        if code != 0 or detached:
             return code
+        return slurm_closing_check(plan, started)
     elif jobs > 1:
         ensure_experiment(params.tracking.experiment)  # create the store once, before workers fan out
         try:
@@ -205,6 +227,25 @@ def main(argv: list[str] | None = None) -> int:
     if code == 0:
         print("\n" + closing_summary(plan, time.perf_counter() - started, paths.REPORTS / "report.md"))
     return code
+
+
+def slurm_closing_check(plan: Plan, started: float) -> int:
+    """After a Slurm run, here on the login node: ``dvc status`` must find no pipeline stage stale
+    (``dvc repro`` would run a stale stage here, e.g. a training on the login node; a ``.dvc`` file
+    such as the drop-box's ``data.dvc`` is not a stage); 1 naming what is stale, else 0."""
+    check = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], env=worker_environment(),
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    try:
+        stale = [name for name in json.loads(check.stdout or "{}") if not name.endswith(".dvc")]
+    except ValueError:
+        stale = [f"dvc status failed: {(check.stderr.strip().splitlines() or ['no output'])[-1]}"]
+    if check.returncode != 0 or stale:
+        print(f"error: dvc status finds {len(stale)} stage(s) stale after the run ({', '.join(stale[:5])}"
+              f"{', ...' if len(stale) > 5 else ''}): run the pipeline again", file=sys.stderr)  # fmt: skip
+        return 1
+    print("Data and pipelines are up to date.")
+    print("\n" + closing_summary(plan, time.perf_counter() - started, paths.REPORTS / "report.md"))
+    return 0
 
 
 def fetch_only(params: Params, dropbox: Path) -> int:

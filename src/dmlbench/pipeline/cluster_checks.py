@@ -7,6 +7,9 @@
   many network filesystem implementations"); the fix is a tracking server
   (``MLFLOW_TRACKING_URI=http://...``: the site's, or ``make server`` on a PostgreSQL database).
   The file system is the ``/proc/mounts`` type of the mount that holds the store's directory.
+* :func:`require_array_storage`: a tune stage's worker array (``tuning.workers`` > 1 with a
+  ``tuning.storage``) on an SQLite study (tasks on several nodes, one SQLite file; the same FAQ), or
+  on MySQL (not what the project's server runs): an Optuna journal or PostgreSQL only.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.params.tuning import TuningConfig
 
 MOUNTS = Path("/proc/mounts")
 # /proc/mounts types of network and cluster file systems (fuse.* for their FUSE clients)
@@ -85,4 +89,16 @@ def require_tracking_for_cluster(uri: str, mounts: Path = MOUNTS) -> None:
             f"--executor slurm: MLflow's SQLite store {database} is on a {kind} file system, which jobs on "
             f"several nodes cannot share safely; set MLFLOW_TRACKING_URI to your site's MLflow server, or run "
             f"one with `make server DATABASE_URL=postgresql://<user>@<host>/<db>` (docs/cluster.md)"
+        )
+
+
+def require_array_storage(tuning: TuningConfig) -> None:
+    """Refuse a tune worker array whose study is not PostgreSQL (see the module doc), in one line."""
+    storage = tuning.storage or ""
+    if tuning.workers > 1 and storage and not storage.startswith("postgresql"):
+        scheme = storage.split(":", 1)[0]
+        raise DmlbenchError(
+            f"--executor slurm: tuning.storage is {scheme}, and tuning.workers: {tuning.workers} runs the workers "
+            "as a Slurm array on several nodes; use PostgreSQL (postgresql://<user>@<host>/<db>), or storage: null "
+            "(an Optuna journal; the workers then run in the tune job, on one node)"
         )

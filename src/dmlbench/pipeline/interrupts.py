@@ -20,7 +20,8 @@ from types import FrameType
 INTERRUPTS = (signal.SIGTERM, signal.SIGHUP)  # handled like Ctrl-C while the command runs
 
 
-def run_to_the_end(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> int:
+def run_to_the_end(argv: Sequence[str], cwd: Path, env: Mapping[str, str],
+                   hangup_as: signal.Signals = signal.SIGINT) -> int:  # fmt: skip
     """Run ``argv`` (a runner, or ``dvc repro``) and wait for it, also when this process is
     interrupted: Ctrl-C, SIGTERM or SIGHUP here is passed on once, as SIGINT to the command's
     process group (e.g. a preset's runner, and under ``--jobs 1`` its ``dvc repro`` and the stage
@@ -30,11 +31,16 @@ def run_to_the_end(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> in
     interrupt kills the group. (``subprocess.run`` kills the child 0.25 s after an interrupt, before
     any of that.) The command has a session of its own, so a terminal's Ctrl-C reaches it only
     through here, once; it starts with SIGINT handled even where this process ignores it (a
-    background job of a script). Only the main thread can be interrupted (elsewhere it just waits)."""
+    background job of a script). Only the main thread can be interrupted (elsewhere it just waits).
+    ``hangup_as``: what SIGTERM and SIGHUP are passed on as (SIGTERM: a run on Slurm detaches from
+    its jobs instead of cancelling them)."""
     main_thread = threading.current_thread() is threading.main_thread()
     previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, *INTERRUPTS)} if main_thread else {}
 
-    def interrupt(_signum: int, _frame: FrameType | None) -> None:
+    received: list[int] = []
+
+    def interrupt(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
         raise KeyboardInterrupt
 
     process: subprocess.Popen[bytes] | None = None
@@ -50,9 +56,11 @@ def run_to_the_end(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> in
         if process is None:
             raise
         if process.poll() is None:
-            print("\ninterrupted: the stages stop at their checkpoints (interrupt again: kill them)", flush=True)
+            passed = hangup_as if received and received[-1] in INTERRUPTS else signal.SIGINT
+            if passed == signal.SIGINT:
+                print("\ninterrupted: the stages stop at their checkpoints (interrupt again: kill them)", flush=True)
             try:
-                os.killpg(process.pid, signal.SIGINT)
+                os.killpg(process.pid, passed)
             except ProcessLookupError:
                 pass
         try:

@@ -13,7 +13,13 @@ before the time limit or a preemption) and ``TERM`` (``scancel``) reach that gro
 which Python raises as ``KeyboardInterrupt``: a training stops with its
 last epoch checkpoint on disk, a tuning study leaves its running trial to be re-run (both
 resume on the next run). After ``USR1`` the job requeues itself (``scontrol requeue``), so Slurm starts it again
-later and it continues from the checkpoint; its dependents keep waiting for it.
+later and it continues from the checkpoint; its dependents keep waiting for it. It does so only while
+the stage's checkpoint moved during this start (:mod:`dmlbench.pipeline.checkpoints`; a stage with
+no checkpoint: at most ``cluster.max_retries`` times, counted by Slurm's ``SLURM_RESTART_COUNT``), so
+a stage that cannot finish a checkpoint within the time limit ends, with one line, instead of looping.
+
+The stage's lock (:mod:`dmlbench.pipeline.guard`) is taken first and held by the stage's process: a
+second copy of the stage (a local run meanwhile) waits for it instead of running beside it.
 """
 
 from __future__ import annotations
@@ -25,8 +31,11 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from dmlbench.launch import worker_environment
+from dmlbench.pipeline.checkpoints import progress
+from dmlbench.pipeline.guard import claim
 from dmlbench.pipeline.record import run_job_spec
 
 
@@ -46,24 +55,58 @@ def spec_path(stage: str, root: Path = Path(".")) -> Path:
     return root / SPEC_DIR / (re.sub(r"[^A-Za-z0-9_.@-]", "_", stage) + ".json")
 
 
-def start_stage(stage: str, env: dict[str, str]) -> subprocess.Popen:
-    """Run one stage's command from its job spec, in its own process group (the one place that
-    says how; the executor records it)."""
+MAX_RETRIES_VARIABLE = "DMLBENCH_MAX_RETRIES"  # cluster.max_retries, in the jobs' environment file
+
+
+def read_spec(stage: str) -> dict[str, Any]:
     path = spec_path(stage)
     if not path.exists():
         raise SystemExit(f"error: {stage}: no job spec at {path} (jobs are submitted by python -m dmlbench.pipeline)")
+    return dict(json.loads(path.read_text()))
+
+
+def start_stage(stage: str, env: dict[str, str], spec: dict[str, Any] | None = None,
+                lock: int | None = None) -> subprocess.Popen:  # fmt: skip
+    """Run one stage's command from its job spec, in its own process group (the one place that
+    says how; the executor records it); ``lock``: the stage's lock, handed to its process."""
     return run_job_spec(
-        json.loads(path.read_text()),
+        spec if spec is not None else read_spec(stage),
         env,
         start_new_session=True,
         # a job started from a shell's background inherits SIGINT ignored, and Python then installs
         # no KeyboardInterrupt handler: the interrupt must reach the stage
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        pass_fds=() if lock is None else (lock,),
     )
 
 
+def may_requeue(spec: dict[str, Any], before: str | None) -> str:
+    """Why this job must not requeue itself after Slurm's warning signal, or "" when it may: its
+    checkpoint moved since it started (``before``: :func:`progress` then); a stage that keeps none,
+    while Slurm restarted it fewer than ``cluster.max_retries`` times."""
+    now = progress(spec)
+    if now is None:
+        limit = int(os.environ.get(MAX_RETRIES_VARIABLE, "3"))
+        restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+        return f"it keeps no checkpoint and was requeued {restarts} times (cluster.max_retries: {limit})" if (
+            restarts >= limit) else ""  # fmt: skip
+    return "" if now != before else "its checkpoint did not move during this start"
+
+
 def main(stage: str) -> int:
-    child = start_stage(stage, job_environment())
+    spec = read_spec(stage)
+    lock = claim(
+        stage,
+        Path(spec["env"].get("DVC_ROOT", ".")),
+        on_wait=lambda pid: print(
+            f"{stage}: another copy of this stage is running{f' (pid {pid})' if pid else ''}: waiting for it",
+            flush=True,
+        ),
+    )
+    before = progress(spec)
+    child = start_stage(stage, job_environment(), spec, lock)
+    if lock is not None:
+        os.close(lock)  # the stage's process holds it
     warned: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
@@ -78,6 +121,11 @@ def main(stage: str) -> int:
     code = child.wait()
     if code != 0 and signal.SIGUSR1 in warned and os.environ.get("SLURM_JOB_ID"):
         job_id = os.environ["SLURM_JOB_ID"]
+        refused = may_requeue(spec, before)
+        if refused:
+            print(f"{stage}: Slurm's warning signal, and {refused}: not requeued; the job ends (give it more time: "
+                  f"cluster.stages.{stage.split('@', 1)[0]}.time)", flush=True)  # fmt: skip
+            return code or 1
         print(f"{stage}: Slurm's warning signal: stopped at the last checkpoint; requeueing job {job_id}", flush=True)
         requeued = subprocess.run(["scontrol", "requeue", job_id], check=False).returncode == 0
         if requeued:

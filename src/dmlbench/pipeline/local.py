@@ -35,6 +35,7 @@ from types import FrameType
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.launch import threads_per_worker, worker_environment
+from dmlbench.pipeline import guard
 from dmlbench.pipeline.plan import VALIDATE, Plan, make_plan
 from dmlbench.pipeline.record import RecordError, StageBook
 
@@ -85,6 +86,29 @@ class _Workers:
                         pass
 
 
+EARLIER = "completed in an earlier run; recorded now"  # how a stage adopted from its note is reported
+
+
+def _adopted(book: StageBook, stage: str) -> bool:
+    """Whether ``stage``'s command completed in an earlier run that was killed before recording it,
+    and it is recorded now (its note, :mod:`dmlbench.pipeline.guard`); else it is to run."""
+    note = guard.read_note(stage)
+    if note is None or note.get("state") != guard.COMPLETED:
+        return False
+    try:
+        book.adopt(stage, note)
+    except RecordError:
+        guard.clear_note(stage)
+        return False
+    return True
+
+
+def _clear_notes(stages: list[str]) -> None:
+    """The stages are in dvc.lock: their notes (:mod:`dmlbench.pipeline.guard`) have served."""
+    for stage in stages:
+        guard.clear_note(stage)
+
+
 def _run_stage(
     book: StageBook,
     workers: _Workers,
@@ -94,28 +118,45 @@ def _run_stage(
     gpus: list[str],
     environment: Mapping[str, str],
 ) -> tuple[str, int, float, str]:
+    """Run one stage in a free slot: ``(stage, exit code, seconds, problem or note)``."""
+    from tqdm import tqdm
+
     slot = slots.get()
     started = time.perf_counter()
+    lock: int | None = None
     try:
+        # a copy an earlier (killed) runner started still runs: wait for it, then record it if it completed
+        lock = guard.claim(stage, on_wait=lambda pid: tqdm.write(
+            f"wait   {stage} (a copy started by an earlier run is still running{f', pid {pid}' if pid else ''})"
+        ), stop=lambda: workers.stopping)  # fmt: skip
+        if workers.stopping:
+            return stage, -signal.SIGINT, time.perf_counter() - started, ""
+        if _adopted(book, stage):
+            return stage, 0, time.perf_counter() - started, EARLIER
         extra = {GPU_SHARE_VARIABLE: str(gpus.count(gpus[slot]))} if gpus else {}
         env = worker_environment(threads, gpus[slot] if gpus else None, **environment, **extra)
         command = book.start(stage, env)
-        code = 0
+        note = guard.note_path(stage)
+        guard.write_note(note, {**book.snapshot(stage), "stage": stage, "state": guard.RUNNING})
         with open(log_path(stage), "w") as log:
-            for argv in command.lines:
-                code = workers.run(argv, cwd=command.cwd, env=command.env, stdout=log, stderr=subprocess.STDOUT)
-                if code != 0:
-                    break
+            argv = guard.guarded_argv(note, lock, command.lines)
+            held = () if lock is None else (lock,)
+            code = workers.run(
+                argv, cwd=command.cwd, env=command.env, stdout=log, stderr=subprocess.STDOUT, pass_fds=held
+            )
         problem = ""
         if code == 0:
             try:
                 book.finish(stage)
             except RecordError as exc:
+                guard.clear_note(stage)
                 code, problem = 1, str(exc)
         return stage, code, time.perf_counter() - started, problem
     except Exception as exc:  # DVC's bookkeeping failed (a missing dependency, the cache): this stage failed
         return stage, 1, time.perf_counter() - started, f"{stage}: {type(exc).__name__}: {exc}"
     finally:
+        if lock is not None:
+            os.close(lock)  # the stage's process holds it now, until it exits
         slots.put(slot)
 
 
@@ -198,6 +239,7 @@ def run_parallel(
             ThreadPoolExecutor(max_workers=jobs) as pool,
             tqdm(total=len(plan.order), desc="dvc stages", unit="stage", disable=not progress) as bar,
         ):
+            book.on_written = _clear_notes
             recorder = _Recorder(book, record_every)
             recorder.start()
             note = progress_note or (lambda _stage, _seconds: "")
@@ -228,7 +270,7 @@ def run_parallel(
                         bar.update(1)
                         if code == 0:
                             done.add(stage)
-                            tqdm.write(f"done   {stage} ({seconds:.1f} s)")
+                            tqdm.write(f"done   {stage} ({problem or f'{seconds:.1f} s'})")
                         else:
                             failed.append(stage)
                             why = problem or f"exit {code}; last lines of {log_path(stage)}:\n{tail(log_path(stage))}"

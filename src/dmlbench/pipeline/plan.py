@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench import paths
-from dmlbench.pipeline.record import prune_lock
+from dmlbench.pipeline.lockfile import prune_lock
 from dmlbench.stage_inputs import manifest_path
 
 VALIDATE = "validate"  # the stage that writes every other stage's inputs manifest (dmlbench.pipeline.manifests)

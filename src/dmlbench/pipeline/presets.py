@@ -3,6 +3,7 @@ params.yaml and dvc.lock stay as they are."""
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -11,9 +12,10 @@ from dmlbench.pipeline.interrupts import run_to_the_end
 from dmlbench.pipeline.workspace import environment, prepare_workspace, uncommitted_code
 
 
-def run_preset(preset: Preset, params_file: Path, forwarded: list[str]) -> int:
+def run_preset(preset: Preset, params_file: Path, forwarded: list[str], detach_on_hangup: bool = False) -> int:
     """Run the pipeline (``forwarded``: every runner option, ``--executor``, ``--jobs``, ``--gpus``,
-    ``--fetch-only``) in the preset's own workspace."""
+    ``--fetch-only``) in the preset's own workspace. ``detach_on_hangup`` (a run on Slurm): SIGTERM and
+    SIGHUP reach it as SIGTERM, which detaches it from its jobs, not as the Ctrl-C that cancels them."""
     main_root = params_file.resolve().parent
     changed = uncommitted_code(main_root)
     workspace = prepare_workspace(main_root, preset.name, params_text(preset))
@@ -24,7 +26,8 @@ def run_preset(preset: Preset, params_file: Path, forwarded: list[str]) -> int:
     sys.stdout.flush()
     env = environment(workspace, main_root)
     try:
-        code = run_to_the_end([sys.executable, "-m", "dmlbench.pipeline", *forwarded], workspace.root, env)
+        code = run_to_the_end([sys.executable, "-m", "dmlbench.pipeline", *forwarded], workspace.root, env,
+                              hangup_as=signal.SIGTERM if detach_on_hangup else signal.SIGINT)  # fmt: skip
     except KeyboardInterrupt:
         code = 130  # the runner stopped its stages and recorded the finished ones; the summary still helps
     print(

@@ -31,18 +31,15 @@ a batch is written. Run cache: not written (``dvc repro --no-run-cache``'s behav
 from __future__ import annotations
 
 import contextlib
-import functools
-import itertools
 import os
-import re
-import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.pipeline.lockfile import write_lock_entries
 from dmlbench.stage_inputs import manifest_path
 
 
@@ -80,10 +77,12 @@ class StageBook:
         self._guard = threading.RLock()  # DVC's objects are not thread-safe
         self._write_guard = threading.Lock()  # one lock-file write at a time
         self._queued: dict[str, tuple[Path, dict[str, Any]]] = {}  # stage -> (lock file, entry)
-        self._deps_before: dict[str, dict[str, Any]] = {}
+        self._deps_before: dict[str, dict[str, dict[str, str]]] = {}  # stage -> path -> hash (to_dict)
         self._outputs: list[str] | None = None
         self.recorded: list[str] = []
         self.writes = 0
+        # called with the names of each batch once it is in dvc.lock (e.g. to drop their completion notes)
+        self.on_written: Callable[[list[str]], None] | None = None
 
     def __enter__(self) -> StageBook:
         self.repo.lock.lock()
@@ -112,7 +111,7 @@ class StageBook:
             stage = self.stages[name]
             stage.remove_outs(ignore_remove=False, force=False)
             stage.save_deps()
-            self._deps_before[name] = {str(dep): dep.hash_info for dep in stage.deps}
+            self._deps_before[name] = _hashes(stage.deps)
             kwargs = prepare_kwargs(stage, run_env=env)
         commands = stage.cmd if isinstance(stage.cmd, list) else stage.cmd.splitlines()
         lines = [_shell_argv(_executable(), line) for line in commands if line.strip()]
@@ -139,7 +138,7 @@ class StageBook:
                     dep.save()
                 except DvcException:  # not there yet: nothing to compare it with
                     continue
-                snapshot[str(dep)] = dep.hash_info
+                snapshot[str(dep)] = dep.hash_info.to_dict()
             self._deps_before[name] = snapshot
             lines = stage.cmd if isinstance(stage.cmd, list) else stage.cmd.splitlines()
             return {
@@ -149,6 +148,8 @@ class StageBook:
                 "env": {"DVC_ROOT": os.path.abspath(self.repo.root_dir), "DVC_STAGE": name},
                 # absolute, links not followed: a symlinked output is removed, not the cache file it points to
                 "remove": [os.path.abspath(out.fs_path) for out in stage.outs if not out.persist],
+                # what it resumes from (:mod:`dmlbench.pipeline.checkpoints`)
+                "keep": [os.path.abspath(out.fs_path) for out in stage.outs if out.persist],
                 "unprotect": [os.path.abspath(out.fs_path) for out in stage.outs if out.persist and out.use_cache],
             }
 
@@ -178,7 +179,7 @@ class StageBook:
             except DvcException as exc:
                 raise RecordError(f"{name}: {exc}") from None
             if before is not None:
-                after = {str(dep): dep.hash_info for dep in stage.deps}
+                after = _hashes(stage.deps)
                 moved = [path for path, info in before.items() if after.get(path) != info]
                 if moved:
                     raise RecordError(
@@ -191,6 +192,50 @@ class StageBook:
                 raise RecordError(f"{name}: {exc}") from None
             lockfile = Path(stage.dvcfile.path).with_suffix(".lock")
             self._queued[name] = (lockfile, to_lockfile(stage))
+
+    def snapshot(self, name: str) -> dict[str, Any]:
+        """What :meth:`adopt` needs to record ``name``'s run later, from another process: its command
+        and the hashes of its dependencies taken by :meth:`start` or :meth:`job_spec` (plain JSON)."""
+        with self._guard:
+            stage = self.stages[name]
+            return {"cmd": stage.cmd, "deps": dict(self._deps_before.get(name, {}))}
+
+    def matches(self, name: str, snapshot: dict[str, Any]) -> bool:
+        """Whether ``name``'s command and the dependencies hashed in ``snapshot`` (:meth:`snapshot`) are
+        the same now: a job submitted by an earlier run still runs what the pipeline asks for."""
+        from dvc.exceptions import DvcException
+
+        wanted = snapshot.get("deps") or {}
+        with self._guard:
+            stage = self.stages[name]
+            if snapshot.get("cmd") != stage.cmd:
+                return False
+            for dep in stage.deps:
+                if str(dep) in wanted:
+                    try:
+                        dep.save()
+                    except DvcException:
+                        return False
+                    if dep.hash_info.to_dict() != wanted[str(dep)]:
+                        return False
+        return True
+
+    def expect(self, name: str, snapshot: dict[str, Any]) -> None:
+        """Take over a run started by an earlier process: :meth:`finish` compares its dependencies with
+        those of ``snapshot`` (:meth:`snapshot`)."""
+        with self._guard:
+            self._deps_before[name] = dict(snapshot.get("deps") or {})
+
+    def adopt(self, name: str, snapshot: dict[str, Any]) -> None:
+        """Record a run of ``name`` whose command completed while no runner watched it (the runner
+        was killed, or a Slurm job ended meanwhile), as :meth:`finish` would have: only when its
+        command is the one that ran and every dependency hashed then (``snapshot``) is the same now;
+        else :class:`RecordError` (nothing queued: the stage runs again)."""
+        with self._guard:
+            if snapshot.get("cmd") != self.stages[name].cmd:
+                raise RecordError(f"{name}: its command changed since it ran; not recorded")
+            self.expect(name, snapshot)
+        self.finish(name)
 
     @property
     def pending(self) -> int:
@@ -216,7 +261,14 @@ class StageBook:
                     self._queued = {**batch, **self._queued}
                 raise
             self.recorded.extend(batch)
+            if self.on_written is not None:
+                self.on_written(list(batch))
             return len(batch)
+
+
+def _hashes(deps: Iterable[Any]) -> dict[str, dict[str, str]]:
+    """Each dependency's hash as DVC computed it last, as plain JSON (``{"md5": ...}``)."""
+    return {str(dep): dep.hash_info.to_dict() for dep in deps}
 
 
 def run_job_spec(spec: dict[str, Any], env: dict[str, str], **popen: Any) -> Any:
@@ -256,148 +308,3 @@ def _shell_argv(executable: str, line: str) -> list[str]:
     name = os.path.basename(executable).lower()
     options = {"zsh": ["--no-rcs"], "bash": ["--noprofile", "--norc"]}.get(name, [])
     return [executable, *options, "-c", line]
-
-
-def write_lock_entries(lockfile: Path, entries: dict[str, Any]) -> None:
-    """Set ``entries`` (stage name -> DVC lock entry) in ``lockfile``, the other entries kept, written
-    to a temporary file and renamed over it. Each new entry is dumped by DVC's own YAML dumper
-    (``dvc.utils.serialize.dumps_yaml``) and spliced in place of the stage's old block (or appended):
-    the file is byte for byte what DVC's full rewrite would give (``tests/test_record.py``), without
-    re-serialising the unchanged entries, which is what made a write cost 130 s at 2,074 stages."""
-    text = lockfile.read_text(encoding="utf-8") if lockfile.exists() else ""
-    _replace(lockfile, splice_lock(text, entries))
-
-
-def splice_lock(text: str, entries: dict[str, Any]) -> str:
-    """``text`` (a ``dvc.lock`` as DVC writes it: ``schema``, then ``stages:`` with one block per stage
-    at two spaces' indent) with the blocks of ``entries`` replaced or appended."""
-    from dvc.utils.serialize import dumps_yaml
-
-    # each entry dumped where it sits in the file (under ``stages:``), so that long strings fold at
-    # the same columns as in DVC's full rewrite
-    # the same objects can sit in several entries (params.yaml values DVC loaded once, YAML anchors
-    # there): each entry is dumped from an unshared copy, so no anchor (``&id001``) is written twice
-    indented = {
-        name: dumps_yaml({"stages": {name: _unshared(entry)}}).split("\n", 1)[1] for name, entry in entries.items()
-    }
-    if not text.strip():
-        return "schema: '2.0'\nstages:\n" + "".join(indented.values())
-    layout = _blocks(text)
-    if layout is None:  # not the layout DVC writes (hand edit, a merge, another section): DVC's full rewrite
-        return _rewrite(text, entries)
-    head, blocks = layout
-    out, replaced = [head], set()
-    for name, block in blocks:
-        if name in indented:
-            out.append(indented[name])
-            replaced.add(name)
-        else:
-            out.append(block)
-    out.extend(block for name, block in indented.items() if name not in replaced)
-    return "".join(out)
-
-
-def _blocks(text: str) -> tuple[str, list[tuple[str, str]]] | None:
-    """``text`` as (everything up to ``stages:``, [(stage name, its block)]), or None when it is not
-    exactly DVC's layout: ``schema`` then ``stages:`` last, each stage a block at two spaces'
-    indent, no name twice."""
-    marker = text.find("\nstages:\n")
-    if not text.startswith("schema:") or marker < 0 or _TOP_LEVEL.search(text, marker + 1 + len("stages:\n")):
-        return None
-    body = marker + len("\nstages:\n")
-    starts = [match.start() for match in _BLOCK_START.finditer(text, body)]
-    if (starts[0] if starts else len(text)) != body:
-        return None
-    blocks: list[tuple[str, str]] = []
-    for begin, end in itertools.pairwise([*starts, len(text)]):
-        blocks.append((_block_name(text[begin : text.find("\n", begin)]), text[begin:end]))
-    if len({name for name, _ in blocks}) != len(blocks):
-        return None
-    return text[:body], blocks
-
-
-def _rewrite(text: str, entries: dict[str, Any]) -> str:
-    """DVC's own full rewrite: parse, update, dump (``dvc/dvcfile.py``: ``Lockfile.dump_stages``)."""
-    from dvc.utils.serialize import dumps_yaml, parse_yaml
-
-    data = parse_yaml(text, "dvc.lock") or {}
-    data.setdefault("schema", "2.0")
-    data["stages"] = {**(data.get("stages") or {}), **entries}
-    return dumps_yaml(data)
-
-
-def _unshared(value: Any) -> Any:
-    """``value`` with every dict and list copied afresh (``copy.deepcopy`` keeps shared ones shared)."""
-    if isinstance(value, dict):
-        return {key: _unshared(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_unshared(item) for item in value]
-    return value
-
-
-# a stage's first line: a key at two spaces' indent (its body is indented further; ``stages`` is the
-# last key DVC writes, so nothing at no indent follows)
-_BLOCK_START = re.compile(r"^  [^ \n]", re.MULTILINE)
-_TOP_LEVEL = re.compile(r"^[^ \n]", re.MULTILINE)  # a key at no indent
-
-
-def prune_lock(lockfile: Path, keep: Iterable[str]) -> list[str]:
-    """Remove the entries of stages no longer in the pipeline (DVC never does: treeverse/dvc#5293),
-    the others kept byte for byte (a lock not in DVC's layout: DVC's full rewrite); returns the
-    removed names."""
-    if not lockfile.exists():
-        return []
-    text = lockfile.read_text(encoding="utf-8")
-    wanted = set(keep)
-    layout = _blocks(text)
-    if layout is None:
-        from dvc.utils.serialize import dumps_yaml, parse_yaml
-
-        data = parse_yaml(text, str(lockfile)) or {}
-        stages = data.get("stages") or {}
-        orphans = [name for name in stages if name not in wanted]
-        if orphans:
-            data["stages"] = {name: entry for name, entry in stages.items() if name in wanted}
-            _replace(lockfile, dumps_yaml(data))
-        return orphans
-    head, blocks = layout
-    orphans = [name for name, _ in blocks if name not in wanted]
-    if orphans:
-        _replace(lockfile, head + "".join(block for name, block in blocks if name in wanted))
-    return orphans
-
-
-def _block_name(header: str) -> str:
-    """The stage name of a block's first line (``  train@a-b:``, or quoted), read as DVC reads it."""
-    parsed = _safe_yaml().load(header.strip() + " 0")
-    return str(next(iter(parsed))) if isinstance(parsed, dict) and parsed else header.strip().rstrip(":")
-
-
-@functools.cache
-def _safe_yaml() -> Any:
-    from ruamel.yaml import YAML
-
-    return YAML(typ="safe")
-
-
-def _current_umask() -> int:
-    """The process's umask, read while importing (setting it to read it back is process-wide)."""
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return umask
-
-
-_UMASK = _current_umask()
-
-
-def _replace(path: Path, text: str) -> None:
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_UMASK
-        os.fchmod(handle, mode)  # mkstemp's 0600 would hide the lock from the group of a shared checkout
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

@@ -43,7 +43,8 @@ from dmlbench.params.model import Params
 from dmlbench.params.run import RunConfig, run_config
 from dmlbench.stage_inputs import inputs_fingerprint
 from dmlbench.tracking.record import DatasetInput, TrainingRecord, ending
-from dmlbench.tracking.runlog import split_timings
+from dmlbench.tracking.runlog import read_runlog, split_timings
+from dmlbench.tracking.runs import find_training_run
 from dmlbench.tracking.spooled import SpooledRun, StageTracking
 from dmlbench.train.checkpoint import LAST, clear_checkpoint, code_fingerprint, load_checkpoint
 from dmlbench.train.loop import TrainOutcome, train
@@ -68,17 +69,67 @@ def _finished(staged: Path, chash: str) -> dict[str, Any] | None:
     return info if info.get("config_hash") == chash and info.get("inputs") == inputs_fingerprint() else None
 
 
+def _data_digest(data: PreparedDataset) -> str:
+    return DatasetInput.of(data.name, paths.prepared_dir(data.name), data.info, None).digest
+
+
+def _kept(config: RunConfig, data: PreparedDataset, folds: list[int | None], experiment: str,
+          tracking: StageTracking) -> list[dict] | None:  # fmt: skip
+    """The run's finished models, when ``artifacts/models/<run>/`` holds them for this config, code
+    and prepared data (each member's checkpoint status says so, with the model's md5): the stage's
+    command completed before but was not recorded (its runner was killed), and it is run again.
+    Its tracking is checked through the stage's spool (``tracking``, open): a member's status says
+    ``complete`` only after its FINISHED record was written to the spool, so records still waiting
+    there (the store does not answer) are its end, sent later; with the spool empty MLflow must
+    hold each member's FINISHED run (and the seed's, above fold runs). Else None (it trains)."""
+    run, chash, digest = config.run, config.config_hash, _data_digest(data)
+    infos = []
+    for fold in folds:
+        status_file = paths.checkpoint_dir(run, fold) / CHECKPOINT_STATUS
+        status = read_json(status_file) if status_file.exists() else {}
+        model = paths.model_dir(run, fold)
+        info = _finished(model, chash)
+        wanted = {"state": "complete", "config_hash": chash, "code": code_fingerprint(), "data": digest}
+        if info is None or any(status.get(k) != v for k, v in wanted.items()) or not (model / MODEL).exists():
+            return None
+        if status.get("model_md5") != md5_file(model / MODEL):
+            return None
+        logged = read_runlog(paths.runlog_file(run, fold)) or {}
+        infos.append({**info, "mlflow_run_id": logged.get("mlflow_run_id"),
+                      "resumed_from_epoch": status.get("resumed_from_epoch")})  # fmt: skip
+    if not tracking.flush():
+        return infos  # the store does not answer: the runs' ends wait in the spool, sent once it does
+    try:
+        found = [find_training_run(info["grid_key"], chash, experiment) for info in infos]
+        if len(folds) > 1:  # the seed's run above its fold runs
+            found.append(find_training_run(run.grid_key, chash, experiment))
+    except Exception as exc:  # noqa: BLE001 (the store stopped answering since: its records were sent)
+        print(f"{run.key}: the tracking store did not answer ({type(exc).__name__}); its records were sent before")
+        return infos
+    if any(one is None or one.info.status != "FINISHED" for one in found):
+        return None
+    return [{**info, "mlflow_run_id": one.info.run_id} for info, one in zip(infos, found, strict=False) if one]
+
+
 def train_stage(params: Params, run: RunSpec, device: torch.device | None = None) -> dict[str, Any]:
     """Train the run (one model, or one model per fold of a cross-validation split), then write
     ``artifacts/models/<run>/`` (``fold<f>/`` sub-directories for fold models) in one step. Every
     tracking record goes through the stage's spool (:mod:`dmlbench.tracking.spool`), flushed with a
-    bounded wait at the end: an unreachable tracking server delays the records, never the training."""
+    bounded wait at the end: an unreachable tracking server delays the records, never the training. A run
+    whose models are already there for this config, code and data, with their FINISHED MLflow runs
+    (or their ends still in the spool), returns at once (:func:`_kept`: nothing trained again, no
+    MLflow run added)."""
     config = run_config(params, run)
     device = device or default_device()
     data = PreparedDataset.load(paths.prepared_dir(run.dataset))
     folds: list[int | None] = list(range(data.num_folds)) or [None]
     several = (len(params.datasets) > 1, len(params.backbones) > 1)  # named in the cell run's name
     with StageTracking(paths.spool_dir(run)) as tracking:
+        kept = _kept(config, data, folds, params.tracking.experiment, tracking)
+        if kept is not None:
+            print(f"{run.key}: already trained for this config, code and data ({paths.model_dir(run)}); "
+                  "not trained again")  # fmt: skip
+            return kept[0] if len(kept) == 1 else {"run": run.key, "folds": kept}
         infos = _train_members(config, params.tracking.experiment, data, folds, device, several, tracking)
     staged = {fold: paths.staged_dir(run, fold) for fold in folds}
     with atomic_dir(paths.model_dir(run)) as tmp:
@@ -179,6 +230,7 @@ def train_member(
             config, data, checkpoint_dir=checkpoints, resume=resume, on_epoch=on_epoch, device=device, fold=fold
         )
     info = _save_member(config, outcome, fold, device_name, experiment, staged, record.runlog["grid_key"])
+    model_md5 = md5_file(staged / MODEL)
     history, timings = split_timings(outcome.history)
     record.complete(
         _summary_metrics(outcome),
@@ -188,12 +240,15 @@ def train_member(
         },
         artifacts=[staged / CONFIG, staged / HISTORY],
         # the model's final place (the stage copies the staged files there) and its md5
-        references={"model": (paths.model_dir(run, fold) / MODEL, md5_file(staged / MODEL))},
+        references={"model": (paths.model_dir(run, fold) / MODEL, model_md5)},
         timings=timings,
         resumed_from_epoch=outcome.resumed_from_epoch,
     )
     clear_checkpoint(checkpoints)
-    write_json(checkpoints / CHECKPOINT_STATUS, {"state": "complete"})
+    # what the finished model is, so that a re-run of a completed but unrecorded stage returns at once (_kept)
+    complete = {"config_hash": chash, "code": code_fingerprint(), "data": _data_digest(data), "model_md5": model_md5}
+    write_json(checkpoints / CHECKPOINT_STATUS, {"state": "complete", **complete,
+                                                 "resumed_from_epoch": outcome.resumed_from_epoch})  # fmt: skip
     return {**info, "mlflow_run_id": record.runlog["mlflow_run_id"], "resumed_from_epoch": outcome.resumed_from_epoch}
 
 

@@ -68,7 +68,12 @@ def make_storage(tuning: TuningConfig, directory: Path) -> Any:
     from optuna.storages.journal import JournalFileBackend
 
     if tuning.storage:
-        return optuna.storages.RDBStorage(tuning.storage)
+        # one idle connection per process (a worker array of N tasks holds N, not 5 N: SQLAlchemy's
+        # default pool), a second one only while the heartbeat thread and the trial write at once;
+        # a connection the server dropped meanwhile (a restart) is replaced, not used
+        engine = {"pool_size": 1, "max_overflow": 1, "pool_pre_ping": True}
+        sqlite = tuning.storage.startswith("sqlite")  # (one machine; SQLAlchemy's own pool for it)
+        return optuna.storages.RDBStorage(tuning.storage, engine_kwargs=None if sqlite else engine)
     directory.mkdir(parents=True, exist_ok=True)
     return optuna.storages.JournalStorage(JournalFileBackend(str(directory / JOURNAL)))
 

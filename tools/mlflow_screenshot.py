@@ -1,4 +1,5 @@
-"""Check the MLflow UI in headless Chromium: ``python -m dmlbench.tracking.screenshot OUT_DIR``.
+"""Check the MLflow UI in headless Chromium: ``python tools/mlflow_screenshot.py OUT_DIR`` (a developer's
+tool, outside the library: no stage runs it).
 
 Starts ``mlflow ui`` on a free port over the tracking store (``$MLFLOW_TRACKING_URI`` or the
 project's), opens the runs view of :mod:`dmlbench.tracking.ui`, a grid cell's (summary) run and
@@ -169,7 +170,7 @@ def _children(mlflow_client: Any, experiment_id: str, run: Any) -> list[Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dmlbench.tracking.screenshot", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python tools/mlflow_screenshot.py", description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--experiment", default=None, help="default: tracking.experiment of params.yaml")
     args = parser.parse_args(argv)
