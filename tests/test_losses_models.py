@@ -144,7 +144,7 @@ def _thesis_code_lifted(x, labels, alpha=40.0, beta=2.0, eps=0.1):
 def test_lifted_structure_thesis_code_formulation_matches_the_thesis_loop():
     from pytorch_metric_learning import losses
 
-    from dmlbench.losses.lifted_structure import ThesisLiftedStructureLoss
+    from dmlbench.losses._impl.lifted_structure import ThesisLiftedStructureLoss
 
     spec = LOSSES["lifted_structure"]
     assert isinstance(spec.build(spec.params(), 4, 8), losses.LiftedStructureLoss)  # every other protocol
@@ -198,7 +198,7 @@ def test_thesis_proxy_loss_matches_hand_computed_values(variant):
     """Eq. 6.1/6.2 on a small example: a literal value and a loop-by-loop re-computation."""
     from pytorch_metric_learning.losses import BaseMetricLossFunction
 
-    from dmlbench.losses.thesis_proxy import ThesisProxyLoss
+    from dmlbench.losses._impl.thesis_proxy import ThesisProxyLoss
 
     loss = LOSSES["thesis_proxy"].build(LOSSES["thesis_proxy"].params(alpha=1.0, margin=0.1, variant=variant), 2, 2)
     assert isinstance(loss, ThesisProxyLoss) and isinstance(loss, BaseMetricLossFunction)

@@ -1,7 +1,8 @@
 """Loss registry over pytorch-metric-learning 2.9 (plus our own losses).
 
 Adding a loss = one module named like the loss (``losses/<name>.py``, so DVC re-runs only
-that loss's stages when it changes) declaring ``SPEC``, plus one entry below.
+that loss's stages when it changes) declaring ``SPEC``, plus one entry below. A loss class of
+our own goes to ``losses/_impl/<name>.py``, which the module imports inside its ``build()``.
 """
 
 from dmlbench.losses import (

@@ -1,7 +1,8 @@
 """What a loss module declares (PML's style: a loss in a few lines).
 
-PML is imported inside the build functions, so that validating ``params.yaml`` (which
-every stage does first) does not pay for importing it.
+PML and torch are imported inside the build functions (a class of our own from
+``losses/_impl/``), so that validating ``params.yaml``, which every stage does first, imports
+neither.
 
 Each module defines a parameter model (defaults = thesis Table 4, unless noted) and a
 ``SPEC``: how to build the pytorch-metric-learning loss and its default miner (thesis
@@ -14,14 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import NonNegativeFloat, PositiveFloat, model_validator
-from torch import nn
 
 from dmlbench.losses.search import SearchSpace
 from dmlbench.schema import StrictModel
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class LossParams(StrictModel):
@@ -113,25 +115,3 @@ class LossSpec:
 
     def miner(self, params: LossParams) -> Any:
         return self.build_miner(params) if self.build_miner is not None else None
-
-
-def lazy_loss_class(module: str, name: str, define: Callable[[], type]) -> tuple[Callable[[], type], Callable]:
-    """A loss class defined on first use, so that validating params.yaml does not import PML.
-
-    Returns ``(get, module_getattr)``: ``get()`` defines the class once (named ``module.name``)
-    and returns it; ``module_getattr`` is the module's ``__getattr__`` (PEP 562), so that
-    ``from <module> import <name>`` works too.
-    """
-
-    @lru_cache(maxsize=1)
-    def get() -> type:
-        defined = define()
-        defined.__module__, defined.__qualname__, defined.__name__ = module, name, name
-        return defined
-
-    def module_getattr(attribute: str) -> Any:
-        if attribute == name:
-            return get()
-        raise AttributeError(f"module {module!r} has no attribute {attribute!r}")
-
-    return get, module_getattr

@@ -32,59 +32,11 @@ from typing import Literal
 
 from pydantic import NonNegativeFloat, PositiveFloat, model_validator
 
-from dmlbench.losses.base import LossParams, LossSpec, lazy_loss_class
+from dmlbench.losses.base import LossParams, LossSpec
 from dmlbench.losses.search import FloatRange
 
 PML_KEYS = {"neg_margin", "pos_margin"}
 THESIS_CODE_KEYS = {"alpha", "beta"}
-
-
-def _define() -> type:
-    """Define the thesis-code loss on first use, so that validating params.yaml does not import PML."""
-    import torch
-    from pytorch_metric_learning.distances import CosineSimilarity
-    from pytorch_metric_learning.losses import BaseMetricLossFunction
-    from pytorch_metric_learning.utils import common_functions as c_f
-    from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
-
-    class ThesisLiftedStructureLoss(BaseMetricLossFunction):
-        """The ``thesis_code`` formulation of the module docstring (a PML loss: takes a miner's pairs)."""
-
-        def __init__(self, alpha: float = 40.0, beta: float = 2.0, **kwargs):
-            super().__init__(**kwargs)
-            c_f.assert_distance_type(self, CosineSimilarity)
-            self.alpha, self.beta = alpha, beta
-            self.add_to_recordable_attributes(list_of_names=["alpha", "beta"], is_stat=False)
-
-        def compute_loss(self, embeddings, labels, indices_tuple, ref_emb, ref_labels):
-            c_f.labels_required(labels)
-            c_f.ref_not_supported(embeddings, labels, ref_emb, ref_labels)
-            a1, p, a2, n = lmu.convert_to_pairs(indices_tuple, labels)
-            similarity = self.distance(embeddings)
-            positives = torch.zeros_like(similarity, dtype=torch.bool)
-            negatives = torch.zeros_like(similarity, dtype=torch.bool)
-            positives[a1, p] = True
-            negatives[a2, n] = True
-            pos_term = lmu.logsumexp(-self.beta * similarity, keep_mask=positives, add_one=False, dim=1)
-            neg_term = lmu.logsumexp(self.alpha * similarity, keep_mask=negatives, add_one=False, dim=1)
-            valid = (positives.any(dim=1) & negatives.any(dim=1)).to(similarity.dtype)
-            losses = (2.0 / self.beta * pos_term + 2.0 / self.alpha * neg_term).squeeze(1) * valid
-            return {
-                "loss": {
-                    "losses": losses,
-                    "indices": c_f.torch_arange_from_size(embeddings),
-                    "reduction_type": "element",
-                }
-            }
-
-        def get_default_distance(self):
-            return CosineSimilarity()
-
-    return ThesisLiftedStructureLoss
-
-
-# the class, defined on first use; and the module's __getattr__ (PEP 562), so it imports by name
-_define_loss_class, __getattr__ = lazy_loss_class(__name__, "ThesisLiftedStructureLoss", _define)
 
 
 class LiftedStructureParams(LossParams):
@@ -106,7 +58,9 @@ class LiftedStructureParams(LossParams):
 
 def build(p: LiftedStructureParams, num_classes: int, dim: int):
     if p.formulation == "thesis_code":
-        return _define_loss_class()(alpha=p.alpha, beta=p.beta)
+        from dmlbench.losses._impl.lifted_structure import ThesisLiftedStructureLoss
+
+        return ThesisLiftedStructureLoss(alpha=p.alpha, beta=p.beta)
     from pytorch_metric_learning.losses import LiftedStructureLoss
 
     return LiftedStructureLoss(neg_margin=p.neg_margin, pos_margin=p.pos_margin)

@@ -28,49 +28,8 @@ from __future__ import annotations
 
 from pydantic import PositiveFloat
 
-from dmlbench.errors import ConfigError
-from dmlbench.losses.base import LossParams, LossSpec, lazy_loss_class
+from dmlbench.losses.base import LossParams, LossSpec
 from dmlbench.losses.search import FloatRange
-
-
-def _define() -> type:
-    """Define the loss on first use, so that validating params.yaml does not import PML."""
-    import torch
-    from pytorch_metric_learning.losses import SmoothAPLoss
-    from pytorch_metric_learning.utils import common_functions as c_f
-    from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
-
-    class LabelledSmoothAPLoss(SmoothAPLoss):
-        """PML's ``SmoothAPLoss`` with each query's positives read from the labels (module docstring)."""
-
-        checked = False  # the batch layout is checked once: every batch of a run has the same one
-
-        def compute_loss(self, embeddings, labels, indices_tuple, ref_emb, ref_labels):
-            c_f.labels_required(labels)
-            c_f.ref_not_supported(embeddings, labels, ref_emb, ref_labels)
-            same = (labels.unsqueeze(0) == labels.unsqueeze(1)).to(embeddings.dtype)  # [q, j]: j in P_q
-            if not self.checked:
-                if int(same.sum(dim=1).min()) < 2:
-                    raise ConfigError(
-                        "smooth_ap needs >= 2 images of each class in a batch (protocol samples_per_class >= 2)"
-                    )
-                self.checked = True
-            sims = self.distance(embeddings)  # s_qj
-            diff = sims.unsqueeze(1) - sims.unsqueeze(2)  # [q, i, j] = s_qj - s_qi
-            others = 1.0 - torch.eye(len(labels), dtype=sims.dtype, device=sims.device)  # [i, j]: j != i
-            soft = torch.sigmoid(diff / self.temperature) * others
-            rank_all = 1.0 + soft.sum(dim=-1)  # [q, i]
-            rank_pos = 1.0 + (soft * same.unsqueeze(1)).sum(dim=-1)
-            ap = (same * rank_pos / rank_all).sum(dim=1) / same.sum(dim=1)
-            loss = (1.0 - ap) * lmu.convert_to_weights(indices_tuple, labels, dtype=ap.dtype)
-            indices = c_f.torch_arange_from_size(loss)
-            return {"ap_loss": {"losses": loss, "indices": indices, "reduction_type": "element"}}
-
-    return LabelledSmoothAPLoss
-
-
-# the class, defined on first use; and the module's __getattr__ (PEP 562), so it imports by name
-_define_loss_class, __getattr__ = lazy_loss_class(__name__, "LabelledSmoothAPLoss", _define)
 
 
 class SmoothAPParams(LossParams):
@@ -78,7 +37,9 @@ class SmoothAPParams(LossParams):
 
 
 def build(p: SmoothAPParams, num_classes: int, dim: int):
-    return _define_loss_class()(temperature=p.temperature)
+    from dmlbench.losses._impl.smooth_ap import LabelledSmoothAPLoss
+
+    return LabelledSmoothAPLoss(temperature=p.temperature)
 
 
 # Not searched by the Reality Check; its only temperature range, NT-Xent's, by analogy: temperature

@@ -17,27 +17,8 @@ from __future__ import annotations
 
 from pydantic import NonNegativeFloat, PositiveFloat
 
-from dmlbench.losses.base import LossParams, LossSpec, lazy_loss_class
+from dmlbench.losses.base import LossParams, LossSpec
 from dmlbench.losses.search import FloatRange
-
-
-def _define() -> type:
-    """Define the guarded loss on first use, so that validating params.yaml does not import PML."""
-    import torch
-    from pytorch_metric_learning.losses import TupletMarginLoss
-
-    class ClampedTupletMarginLoss(TupletMarginLoss):
-        """PML's ``TupletMarginLoss`` with the positive cosines clamped inside (-1, 1) (module docstring)."""
-
-        def _compute_loss(self, pos_pairs, neg_pairs, indices_tuple):
-            eps = torch.finfo(pos_pairs.dtype).eps
-            return super()._compute_loss(pos_pairs.clamp(-1 + eps, 1 - eps), neg_pairs, indices_tuple)
-
-    return ClampedTupletMarginLoss
-
-
-# the class, defined on first use; and the module's __getattr__ (PEP 562), so it imports by name
-_define_loss_class, __getattr__ = lazy_loss_class(__name__, "ClampedTupletMarginLoss", _define)
 
 
 class TupletMarginParams(LossParams):
@@ -46,7 +27,9 @@ class TupletMarginParams(LossParams):
 
 
 def build(p: TupletMarginParams, num_classes: int, dim: int):
-    return _define_loss_class()(margin=p.margin, scale=p.scale)
+    from dmlbench.losses._impl.tuplet_margin import ClampedTupletMarginLoss
+
+    return ClampedTupletMarginLoss(margin=p.margin, scale=p.scale)
 
 
 # Not searched by the Reality Check; an angular margin in degrees on a scaled cosine, as ArcFace's, so
