@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from pytorch_metric_learning.distances import CosineSimilarity
 from pytorch_metric_learning.losses import BaseMetricLossFunction
@@ -12,13 +14,15 @@ from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 class ThesisLiftedStructureLoss(BaseMetricLossFunction):
     """The thesis code's log-sum-exp Lifted Structure over a miner's pairs (a PML loss)."""
 
-    def __init__(self, alpha: float = 40.0, beta: float = 2.0, **kwargs):
+    def __init__(self, alpha: float = 40.0, beta: float = 2.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         c_f.assert_distance_type(self, CosineSimilarity)
         self.alpha, self.beta = alpha, beta
         self.add_to_recordable_attributes(list_of_names=["alpha", "beta"], is_stat=False)
 
-    def compute_loss(self, embeddings, labels, indices_tuple, ref_emb, ref_labels):
+    def compute_loss(
+        self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any, ref_emb: Any, ref_labels: Any
+    ) -> dict[str, Any]:
         c_f.labels_required(labels)
         c_f.ref_not_supported(embeddings, labels, ref_emb, ref_labels)
         a1, p, a2, n = lmu.convert_to_pairs(indices_tuple, labels)
@@ -39,5 +43,5 @@ class ThesisLiftedStructureLoss(BaseMetricLossFunction):
             }
         }
 
-    def get_default_distance(self):
+    def get_default_distance(self) -> Any:
         return CosineSimilarity()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from pytorch_metric_learning.losses import SmoothAPLoss
 from pytorch_metric_learning.utils import common_functions as c_f
@@ -15,7 +17,9 @@ class LabelledSmoothAPLoss(SmoothAPLoss):
 
     checked = False  # the batch layout is checked once: every batch of a run has the same one
 
-    def compute_loss(self, embeddings, labels, indices_tuple, ref_emb, ref_labels):
+    def compute_loss(
+        self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any, ref_emb: Any, ref_labels: Any
+    ) -> dict[str, Any]:
         c_f.labels_required(labels)
         c_f.ref_not_supported(embeddings, labels, ref_emb, ref_labels)
         same = (labels.unsqueeze(0) == labels.unsqueeze(1)).to(embeddings.dtype)  # [q, j]: j in P_q

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from pytorch_metric_learning.distances import CosineSimilarity
 from pytorch_metric_learning.losses import BaseMetricLossFunction
@@ -14,7 +16,9 @@ from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 class ThesisProxyLoss(WeightRegularizerMixin, BaseMetricLossFunction):
     """Eq. 6.1 (``variant=1``) or 6.2 (``variant=2``) of the thesis, one learnable proxy per class."""
 
-    def __init__(self, num_classes: int, embedding_size: int, margin: float = 0.1, alpha: float = 32, variant=2, **kw):
+    def __init__(
+        self, num_classes: int, embedding_size: int, margin: float = 0.1, alpha: float = 32, variant: int = 2, **kw: Any
+    ) -> None:
         super().__init__(**kw)
         c_f.assert_distance_type(self, CosineSimilarity)
         if variant not in (1, 2):
@@ -24,7 +28,9 @@ class ThesisProxyLoss(WeightRegularizerMixin, BaseMetricLossFunction):
         self.num_classes, self.margin, self.alpha, self.variant = num_classes, margin, alpha, variant
         self.add_to_recordable_attributes(list_of_names=["num_classes", "alpha", "margin"], is_stat=False)
 
-    def compute_loss(self, embeddings, labels, indices_tuple, ref_emb, ref_labels):
+    def compute_loss(
+        self, embeddings: torch.Tensor, labels: torch.Tensor, indices_tuple: Any, ref_emb: Any, ref_labels: Any
+    ) -> dict[str, Any]:
         c_f.labels_required(labels)
         c_f.ref_not_supported(embeddings, labels, ref_emb, ref_labels)
         if indices_tuple is not None:
@@ -57,14 +63,14 @@ class ThesisProxyLoss(WeightRegularizerMixin, BaseMetricLossFunction):
         self.add_weight_regularization_to_loss_dict(loss_dict, self.proxies)
         return loss_dict
 
-    def get_default_reducer(self):
+    def get_default_reducer(self) -> Any:
         return DivisorReducer()
 
-    def get_default_distance(self):
+    def get_default_distance(self) -> Any:
         return CosineSimilarity()
 
-    def get_default_weight_init_func(self):
+    def get_default_weight_init_func(self) -> Any:
         return c_f.TorchInitWrapper(torch.nn.init.kaiming_normal_, mode="fan_out")
 
-    def _sub_loss_names(self):
+    def _sub_loss_names(self) -> list[str]:
         return ["pos_loss", "neg_loss"]
