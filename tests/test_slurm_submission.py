@@ -91,7 +91,7 @@ def _alarm(_signum, _frame):
 
 
 def _submit(root: Path, env: dict[str, str], monkeypatch, stale: frozenset[str] | None = None,
-            order: list[str] = ORDER) -> tuple[dict[str, str], Submission, str]:  # fmt: skip
+            order: list[str] = ORDER, progress_note=None) -> tuple[dict[str, str], Submission, str]:  # fmt: skip
     """Run ``order`` (``tune@*`` run here) with a stand-in Slurm: the final states, the submission and
     the stages dvc.lock records. Stopped after 120 s (a regression that waits forever fails)."""
     monkeypatch.chdir(root)
@@ -109,12 +109,33 @@ def _submit(root: Path, env: dict[str, str], monkeypatch, stale: frozenset[str] 
         with StageBook(".") as book:
             submission = Submission(order, waits, CONFIG, Path("."), Path("artifacts/logs"), env_file=env_file,
                                     book=book, here=here, here_env=here_environment({}), stale=stale)  # fmt: skip
+            submission.progress_note = progress_note
             final = submission.run()
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
     lock = yaml.safe_load((root / "dvc.lock").read_text()) if (root / "dvc.lock").exists() else {"stages": {}}
     return final, submission, " ".join(sorted(lock["stages"]))
+
+
+@pytest.mark.slow
+def test_the_watchers_summary_line_carries_the_eta_of_the_cost_model(tmp_path, monkeypatch, capsys):
+    """The local runner's ETA (:class:`dmlbench.cost.plan.RunnerEta`) on the Slurm watcher's lines: the
+    model's wall time at the start (3 stages of 1 h on 1 slot), then corrected by the stages done."""
+    from dmlbench.cost.model import Eta, StageEstimate
+    from dmlbench.cost.plan import RunnerEta
+
+    root, env = _project(tmp_path, WRITE_HERE)
+    estimates = {name: StageEstimate(name, name.split("@")[0], 3600.0, False, "assumed") for name in ORDER}
+    final, _, _ = _submit(root, env, monkeypatch, progress_note=RunnerEta(Eta(estimates, workers=1)))
+    assert final == dict.fromkeys(ORDER, "COMPLETED")
+    out = capsys.readouterr().out.splitlines()
+    assert "0/3 ended; ETA 3 h 0 min (model)" in out
+    ended = [line for line in out if line.startswith("done")]
+    assert [line.split()[1] for line in ended] == ORDER
+    # prep ran in seconds, not its hour: the rest is corrected by that ratio (the same for every kind)
+    assert "[1/3 ended; ETA " in ended[0] and "(model x 0.00 after 1 stage(s))]" in ended[0]
+    assert ended[-1].endswith("[3/3 ended; ETA 0 s (model x 0.00 after 3 stage(s))]")
 
 
 # the record says where it was written: SLURM_JOB_ID is set in every (stand-in) Slurm job

@@ -33,7 +33,8 @@ record them). Endings, refusals and jobs that can never start: :mod:`dmlbench.pi
 The command watches the jobs (one ``squeue`` per poll for all of them, then ``sacct`` /
 ``scontrol`` for the ended; polls ``cluster.poll_seconds`` apart, the wait growing while nothing
 ends) to report which stage failed, its state and its log (``artifacts/logs/<stage>.log``), and
-which were cancelled because of it. Refused in one line before anything is submitted: no Slurm, an
+which were cancelled because of it; each stage's line ends with the ETA of the local runner's cost
+model (:func:`slurm_eta`), corrected by the stages done. Refused in one line before anything is submitted: no Slurm, an
 MLflow SQLite store on a network file system (:mod:`dmlbench.pipeline.cluster_checks`), or a store
 the compute nodes cannot reach (:mod:`dmlbench.pipeline.reachability`); then, when there is
 something to submit, one short probe job with the GPU kind's resources checks a compute node's GPU,
@@ -51,10 +52,12 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
 from dmlbench import paths
+from dmlbench.cost.plan import RunnerEta, run_shape, runner_eta
 from dmlbench.errors import DmlbenchError
 from dmlbench.launch import JOB_ENV_VARIABLE, MAX_JOBS_VARIABLE, tunes_as_array, write_job_environment
 from dmlbench.params.cluster import DEFAULT_MAX_JOBS, ClusterConfig, cluster_settings
@@ -142,6 +145,20 @@ def detach_on(submission: Submission) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+def slurm_eta(params: Params, order: list[str], cluster: ClusterConfig) -> RunnerEta | None:
+    """The watcher's ETA for ``order`` on ``cluster.max_jobs`` slots: the local runner's model
+    (:func:`dmlbench.cost.plan.runner_eta`, what ``make plan EXECUTOR=slurm`` prices), corrected by the
+    stages done; None (and a warning line) where the grid cannot be priced: the run goes on without."""
+    try:
+        shape = run_shape(params, executor="slurm", stages=len(order))
+        if cluster.max_jobs is not None and shape.workers != min(cluster.max_jobs, len(order)):
+            shape = replace(shape, workers=max(1, min(cluster.max_jobs, len(order))))
+        return runner_eta(Path("."), params, order, shape)
+    except Exception as exc:  # an estimate must never stop a run
+        _say(f"warning: no ETA ({type(exc).__name__}: {exc})")
+        return None
+
+
 def _say(line: str) -> None:
     try:
         print(line, file=sys.stderr, flush=True)
@@ -195,6 +212,7 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX, *, attach: bool 
                                 env_file=env_file, book=book, here=here, here_env=here_environment(environment),
                                 stale=plan.stale, state=state,
                                 weights=dict.fromkeys(waiters, 1 + tuning.workers))  # fmt: skip
+        submission.progress_note = slurm_eta(params, plan.order, cluster)
         try:
             with detach_on(submission):
                 final = submission.run(detach=detach)

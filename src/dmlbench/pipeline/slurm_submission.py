@@ -20,12 +20,14 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.params.cluster import DEFAULT_MAX_JOBS, ClusterConfig
 from dmlbench.pipeline.checkpoints import progress
+from dmlbench.pipeline.guard import stage_filename
 from dmlbench.pipeline.job import spec_path
 from dmlbench.pipeline.record import RecordError, StageBook
 from dmlbench.pipeline.record_only import HereStages
@@ -77,6 +79,11 @@ class Submission:
         self.seen: dict[str, str] = {}  # a retryable ending seen once (Slurm may be requeueing the job)
         self.told: set[str] = set()  # jobs whose never-starting reason was said
         self.detach_requested = ""  # a signal's name: detach at the next step (:func:`detach_on`)
+        # the ETA after each ended stage (its name and seconds, None when not run; (None, None) at the
+        # start), e.g. :class:`dmlbench.cost.plan.RunnerEta`, the local runner's: None, no ETA
+        self.progress_note: Callable[[str | None, float | None], str] | None = None
+        self.running_since: dict[str, float] = {}  # when each stage was submitted, or seen running
+        self.started: set[str] = set()  # the jobs seen running
         if book is not None:
             book.on_written = self._written
 
@@ -113,7 +120,7 @@ class Submission:
         return all(u in self.final for u in waited)
 
     def _log(self, stage: str) -> Path:
-        return (self.log_dir / (stage.replace("/", "_") + ".log")).resolve()
+        return (self.log_dir / stage_filename(stage, ".log")).resolve()
 
     def submit_more(self) -> int:
         """Start the pending stages that are ready (:meth:`_ready`), in order: a job while fewer than
@@ -129,10 +136,12 @@ class Submission:
             if failed:  # Slurm would cancel it: it is not submitted at all
                 log.write_text(f"not submitted: its upstream stage {failed[0]} ended {self.final[failed[0]]}\n")
                 self.jobs[stage], self.final[stage] = Job(stage, "-", log), "CANCELLED"
+                self._note(stage, None)
                 continue
             if self._held_back(stage) and self.book is not None and not self.book.is_changed(stage):
                 log.write_text("not run: what it depends on came out the same (as dvc repro skips it)\n")
                 self.jobs[stage], self.final[stage] = Job(stage, "-", log), UNCHANGED
+                self._note(stage, None)
                 if not self.quiet:
                     _say(f"{'same':<9} {stage} (its inputs came out the same: not run)")
                 continue
@@ -140,6 +149,7 @@ class Submission:
             if stage in self.here:
                 log.write_text("")
                 self.runner.start(stage, spec, log)
+                self.running_since[stage] = time.monotonic()
                 self.jobs[stage] = Job(stage, HERE, log)
                 continue
             count += self._submit(stage, spec, upstream, log)
@@ -178,6 +188,8 @@ class Submission:
         self.refusals.pop(stage, None)
         self.backoff = 0.0
         self.jobs[stage] = Job(stage, result.job, log)
+        self.running_since[stage] = time.monotonic()  # (until Slurm says it runs)
+        self.started.discard(stage)
         self.attempts[stage], self.progress_at[stage] = attempts, fingerprint
         return 1
 
@@ -187,6 +199,7 @@ class Submission:
         if result.permanent:
             log.write_text(f"sbatch refused it: {result.reason}\n")
             self.jobs[stage], self.final[stage] = Job(stage, "-", log), "FAILED"
+            self._note(stage, None)
             _say(f"error: sbatch refused {stage}: {result.reason} (check cluster.partition, account, qos and "
                  f"cluster.stages.{kind}; the rest of the grid goes on)", error=True)  # fmt: skip
             return
@@ -210,8 +223,16 @@ class Submission:
         if state != "COMPLETED" or self.book is None:  # (a recorded stage: once it is in dvc.lock, _written)
             self.state.forget(stage)
         hint = ending_hint(stage, state, self.config)
+        since = self.running_since.pop(stage, None)
+        ran = time.monotonic() - since if state == "COMPLETED" and since is not None else None
+        note = self._note(stage, ran)
         if not self.quiet:
-            _say(f"{'done  ' if state in DONE else state:<9} {stage} ({where})" + (f": {hint}" if hint else ""))
+            _say(f"{'done  ' if state in DONE else state:<9} {stage} ({where})" + (f": {hint}" if hint else "")
+                 + (f" [{len(self.final)}/{len(self.order)} ended; {note}]" if note else ""))  # fmt: skip
+
+    def _note(self, stage: str | None, seconds: float | None) -> str:
+        """:attr:`progress_note` told that ``stage`` ended after ``seconds``; its line ("" without one)."""
+        return self.progress_note(stage, seconds) if self.progress_note is not None else ""
 
     def _downstream(self, stage: str) -> list[str]:
         """Every stage of the plan after ``stage`` (what waits for it, directly or not)."""
@@ -270,6 +291,9 @@ class Submission:
                 continue
             if found.queued:
                 self.seen.pop(job_id, None)
+                if found.state == "RUNNING" and job.stage not in self.started:  # its run time starts
+                    self.started.add(job.stage)
+                    self.running_since[job.stage] = time.monotonic()
                 hint = never_hint(job.stage, job_id, found.reason, self.config) if found.state == "PENDING" else None
                 if hint and job_id not in self.told:
                     self.told.add(job_id)
@@ -387,6 +411,8 @@ class Submission:
         if not self.quiet and self.here:
             _say(f"{len(self.here)} stage(s) only record published values (tune@ of a protocol that searches "
                  "nothing): run here, no job")  # fmt: skip
+        if not self.quiet and (note := self._note(None, None)):
+            _say(f"{len(self.final)}/{total} ended; {note}")
         first, longest = self.config.poll_seconds
         delay, asked = first, time.monotonic()
         while len(self.final) < total:
