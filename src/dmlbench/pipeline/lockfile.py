@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from dmlbench.dvc_adapter import dump_yaml, parse_yaml
+
 
 def write_lock_entries(lockfile: Path, entries: dict[str, Any]) -> None:
     """Set ``entries`` (stage name -> DVC lock entry) in ``lockfile``, the other entries kept, written
@@ -27,14 +29,12 @@ def write_lock_entries(lockfile: Path, entries: dict[str, Any]) -> None:
 def splice_lock(text: str, entries: dict[str, Any]) -> str:
     """``text`` (a ``dvc.lock`` as DVC writes it: ``schema``, then ``stages:`` with one block per stage
     at two spaces' indent) with the blocks of ``entries`` replaced or appended."""
-    from dvc.utils.serialize import dumps_yaml
-
     # each entry dumped where it sits in the file (under ``stages:``), so that long strings fold at
     # the same columns as in DVC's full rewrite
     # the same objects can sit in several entries (params.yaml values DVC loaded once, YAML anchors
     # there): each entry is dumped from an unshared copy, so no anchor (``&id001``) is written twice
     indented = {
-        name: dumps_yaml({"stages": {name: _unshared(entry)}}).split("\n", 1)[1] for name, entry in entries.items()
+        name: dump_yaml({"stages": {name: _unshared(entry)}}).split("\n", 1)[1] for name, entry in entries.items()
     }
     if not text.strip():
         return "schema: '2.0'\nstages:\n" + "".join(indented.values())
@@ -74,12 +74,10 @@ def _blocks(text: str) -> tuple[str, list[tuple[str, str]]] | None:
 
 def _rewrite(text: str, entries: dict[str, Any]) -> str:
     """DVC's own full rewrite: parse, update, dump (``dvc/dvcfile.py``: ``Lockfile.dump_stages``)."""
-    from dvc.utils.serialize import dumps_yaml, parse_yaml
-
     data = parse_yaml(text, "dvc.lock") or {}
     data.setdefault("schema", "2.0")
     data["stages"] = {**(data.get("stages") or {}), **entries}
-    return dumps_yaml(data)
+    return dump_yaml(data)
 
 
 def _unshared(value: Any) -> Any:
@@ -107,14 +105,12 @@ def prune_lock(lockfile: Path, keep: Iterable[str]) -> list[str]:
     wanted = set(keep)
     layout = _blocks(text)
     if layout is None:
-        from dvc.utils.serialize import dumps_yaml, parse_yaml
-
         data = parse_yaml(text, str(lockfile)) or {}
         stages = data.get("stages") or {}
         orphans = [name for name in stages if name not in wanted]
         if orphans:
             data["stages"] = {name: entry for name, entry in stages.items() if name in wanted}
-            _replace(lockfile, dumps_yaml(data))
+            _replace(lockfile, dump_yaml(data))
         return orphans
     head, blocks = layout
     orphans = [name for name, _ in blocks if name not in wanted]

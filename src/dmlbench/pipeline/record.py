@@ -33,11 +33,12 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dmlbench import dvc_adapter as dvc
 from dmlbench.errors import DmlbenchError
 from dmlbench.pipeline.lockfile import write_lock_entries
 from dmlbench.stage_inputs import manifest_path
@@ -65,15 +66,10 @@ class StageBook:
     flushes the queued lock entries and releases it."""
 
     def __init__(self, root: str | Path = "."):
-        from dvc.repo import Repo
-        from dvc.stage import PipelineStage
-
         self.root = Path(root)
-        self.repo = Repo(str(root))
+        self.repo = dvc.open_repo(root)
         with contextlib.chdir(self.root):  # names as DVC prints them in the repository's root
-            self.stages: dict[str, Any] = {
-                s.addressing: s for s in self.repo.index.stages if isinstance(s, PipelineStage)
-            }
+            self.stages: dict[str, Any] = dvc.pipeline_stages(self.repo)
         self._guard = threading.RLock()  # DVC's objects are not thread-safe
         self._write_guard = threading.Lock()  # one lock-file write at a time
         self._queued: dict[str, tuple[Path, dict[str, Any]]] = {}  # stage -> (lock file, entry)
@@ -105,17 +101,14 @@ class StageBook:
     def start(self, name: str, env: dict[str, str] | None = None) -> Command:
         """Prepare ``name``'s run: remove its non-persistent outputs, hash its dependencies;
         return the command to run."""
-        from dvc.stage.run import prepare_kwargs
-
         with self._guard:
             stage = self.stages[name]
-            stage.remove_outs(ignore_remove=False, force=False)
-            stage.save_deps()
-            self._deps_before[name] = _hashes(stage.deps)
-            kwargs = prepare_kwargs(stage, run_env=env)
+            dvc.remove_outputs(stage)
+            self._deps_before[name] = dvc.hash_dependencies(stage)
+            cwd, run_env = dvc.run_environment(stage, env)
         commands = stage.cmd if isinstance(stage.cmd, list) else stage.cmd.splitlines()
         lines = [_shell_argv(_executable(), line) for line in commands if line.strip()]
-        return Command(name, lines, str(kwargs["cwd"]), dict(kwargs["env"]))
+        return Command(name, lines, cwd, run_env)
 
     def job_spec(self, name: str) -> dict[str, Any]:
         """What a job on another machine needs to run ``name`` as ``dvc repro`` would, without DVC:
@@ -123,8 +116,6 @@ class StageBook:
         non-persistent outputs to remove first (:func:`run_job_spec`). Written by the Slurm
         executor at submission; the stage is recorded here, by :meth:`finish`, once its job
         completed."""
-        from dvc.exceptions import DvcException
-
         with self._guard:
             stage = self.stages[name]
             # the inputs no stage produces (data, and validate's code and params) and the stage's own
@@ -132,14 +123,9 @@ class StageBook:
             # to record the stage if they changed before its job completed
             own = manifest_path(name).as_posix()
             external = [dep for dep in stage.deps if dep.def_path == own or not self._produced(dep.fs_path)]
-            snapshot = {}
-            for dep in external:
-                try:
-                    dep.save()
-                except DvcException:  # not there yet: nothing to compare it with
-                    continue
-                snapshot[str(dep)] = dep.hash_info.to_dict()
-            self._deps_before[name] = snapshot
+            hashes = {str(dep): dvc.hash_dependency(dep) for dep in external}
+            # (one not there yet: nothing to compare it with)
+            self._deps_before[name] = {path: found for path, found in hashes.items() if found is not None}
             lines = stage.cmd if isinstance(stage.cmd, list) else stage.cmd.splitlines()
             return {
                 "stage": name,
@@ -168,18 +154,15 @@ class StageBook:
         """Record a successful run of ``name``: hash dependencies and outputs, move the outputs
         into the cache, queue its lock entry. :class:`RecordError` (nothing queued) when a
         dependency changed during the run or an output is missing."""
-        from dvc.exceptions import DvcException
-        from dvc.stage.serialize import to_lockfile
-
         with self._guard:
             stage = self.stages[name]
             before = self._deps_before.pop(name, None)
             try:
-                stage.save(run_cache=False)
-            except DvcException as exc:
+                dvc.save_stage(stage)
+            except dvc.DvcFailure as exc:
                 raise RecordError(f"{name}: {exc}") from None
             if before is not None:
-                after = _hashes(stage.deps)
+                after = dvc.dependency_hashes(stage.deps)
                 moved = [path for path, info in before.items() if after.get(path) != info]
                 if moved:
                     raise RecordError(
@@ -187,11 +170,10 @@ class StageBook:
                         "and runs again next time)"
                     )
             try:
-                stage.commit()
-            except DvcException as exc:
+                dvc.commit_stage(stage)
+            except dvc.DvcFailure as exc:
                 raise RecordError(f"{name}: {exc}") from None
-            lockfile = Path(stage.dvcfile.path).with_suffix(".lock")
-            self._queued[name] = (lockfile, to_lockfile(stage))
+            self._queued[name] = (dvc.lock_file(stage), dvc.lock_entry(stage))
 
     def snapshot(self, name: str) -> dict[str, Any]:
         """What :meth:`adopt` needs to record ``name``'s run later, from another process: its command
@@ -203,22 +185,13 @@ class StageBook:
     def matches(self, name: str, snapshot: dict[str, Any]) -> bool:
         """Whether ``name``'s command and the dependencies hashed in ``snapshot`` (:meth:`snapshot`) are
         the same now: a job submitted by an earlier run still runs what the pipeline asks for."""
-        from dvc.exceptions import DvcException
-
         wanted = snapshot.get("deps") or {}
         with self._guard:
             stage = self.stages[name]
             if snapshot.get("cmd") != stage.cmd:
                 return False
-            for dep in stage.deps:
-                if str(dep) in wanted:
-                    try:
-                        dep.save()
-                    except DvcException:
-                        return False
-                    if dep.hash_info.to_dict() != wanted[str(dep)]:
-                        return False
-        return True
+            # (a dependency DVC cannot hash now: None, never equal to a hash taken then)
+            return all(dvc.hash_dependency(dep) == wanted[str(dep)] for dep in stage.deps if str(dep) in wanted)
 
     def expect(self, name: str, snapshot: dict[str, Any]) -> None:
         """Take over a run started by an earlier process: :meth:`finish` compares its dependencies with
@@ -264,11 +237,6 @@ class StageBook:
             if self.on_written is not None:
                 self.on_written(list(batch))
             return len(batch)
-
-
-def _hashes(deps: Iterable[Any]) -> dict[str, dict[str, str]]:
-    """Each dependency's hash as DVC computed it last, as plain JSON (``{"md5": ...}``)."""
-    return {str(dep): dep.hash_info.to_dict() for dep in deps}
 
 
 def run_job_spec(spec: dict[str, Any], env: dict[str, str], **popen: Any) -> Any:

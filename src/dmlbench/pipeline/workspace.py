@@ -27,6 +27,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from dmlbench import dvc_adapter
 from dmlbench.errors import ConfigError
 from dmlbench.io import atomic_path
 
@@ -71,10 +72,7 @@ def uncommitted_code(main: Path) -> list[str]:
 
 def dvc_cache_dir(main: Path) -> Path:
     """The main checkout's DVC cache directory (``cache.dir`` if configured, else ``.dvc/cache``)."""
-    from dvc.repo import Repo
-
-    with Repo(str(main)) as repo:
-        return Path(repo.cache.local_cache_dir).resolve()
+    return dvc_adapter.cache_dir(main)
 
 
 def _write(path: Path, text: str) -> None:
