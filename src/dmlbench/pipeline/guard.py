@@ -42,8 +42,15 @@ STAGES_DIR = Path("artifacts/logs/stages")
 RUNNING, COMPLETED = "running", "completed"
 
 
+def stage_filename(stage: str, suffix: str = "") -> str:
+    """A file name for ``stage`` (``train@cub-resnet50-arcface-512-0``): DVC's name with every character
+    but letters, digits and ``_.@-`` (a ``/`` of a ``dvc.yaml`` in a subfolder, ``:``, a space of a
+    matrix value) turned into ``_``, then ``suffix``. Every per-stage file (logs, job specs, notes)."""
+    return re.sub(r"[^A-Za-z0-9_.@-]", "_", stage) + suffix
+
+
 def _file(stage: str, suffix: str, root: Path) -> Path:
-    return root / STAGES_DIR / (re.sub(r"[^A-Za-z0-9_.@-]", "_", stage) + suffix)
+    return root / STAGES_DIR / stage_filename(stage, suffix)
 
 
 def note_path(stage: str, root: Path = Path(".")) -> Path:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from typing import Any
 
 from dmlbench.launch import worker_environment
 from dmlbench.pipeline.checkpoints import progress
-from dmlbench.pipeline.guard import claim
+from dmlbench.pipeline.guard import claim, stage_filename
 from dmlbench.pipeline.record import run_job_spec
 
 
@@ -52,7 +51,7 @@ SPEC_DIR = Path("artifacts/logs/specs")  # the executor's job specs, one per sta
 
 
 def spec_path(stage: str, root: Path = Path(".")) -> Path:
-    return root / SPEC_DIR / (re.sub(r"[^A-Za-z0-9_.@-]", "_", stage) + ".json")
+    return root / SPEC_DIR / stage_filename(stage, ".json")
 
 
 MAX_RETRIES_VARIABLE = "DMLBENCH_MAX_RETRIES"  # cluster.max_retries, in the jobs' environment file

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import queue
-import re
 import signal
 import subprocess
 import threading
@@ -44,7 +43,7 @@ GPU_SHARE_VARIABLE = "DMLBENCH_GPU_SHARE"  # how many stages share this worker's
 
 
 def log_path(stage: str) -> Path:
-    return LOG_DIR / (re.sub(r"[^A-Za-z0-9_.@-]", "_", stage) + ".log")
+    return LOG_DIR / guard.stage_filename(stage, ".log")
 
 
 def worker_gpus(gpus: list[str], slots_per_gpu: int = 1) -> list[str]:
