@@ -55,12 +55,16 @@ import subprocess
 import sys
 import time
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from dmlbench import paths
 from dmlbench.cost.plan import plan_eta, show_plan
 from dmlbench.errors import DmlbenchError
 from dmlbench.launch import worker_environment
+from dmlbench.messages import first_error
 from dmlbench.params.complete import load_complete
 from dmlbench.params.model import Params
 from dmlbench.params.presets import listing, load_preset
@@ -78,7 +82,20 @@ from dmlbench.tracking.replay import pending_spools, replay_spools
 from dmlbench.tracking.store import ensure_experiment
 
 
-def main(argv: list[str] | None = None) -> int:
+class UsageError(DmlbenchError):
+    """Runner options that do not go together (refused before anything is read or run)."""
+
+
+@dataclass(frozen=True)
+class Slots:
+    """The local pool: ``jobs`` parallel stages, ``gpus`` the GPU ids given, ``worker_gpus`` one per worker."""
+
+    jobs: int
+    gpus: list[str]
+    worker_gpus: list[str]
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--executor", choices=["local", "slurm"], default="local",
                         help="local: a pool of --jobs workers here; slurm: one Slurm job per stage")  # fmt: skip
@@ -101,116 +118,130 @@ def main(argv: list[str] | None = None) -> int:
                         help="slurm: take over the jobs an earlier run left in Slurm's hands, and go on")  # fmt: skip
     parser.add_argument("--detach", action="store_true",
                         help="slurm: return once what can be submitted now is; the jobs go on")  # fmt: skip
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The runner: options, params and preset checked, then one executor (a preset's workspace,
+    Slurm, or the local pool). Every user error ends here, as ``error: ...`` lines and status 2."""
+    args = parse_arguments(argv)
+    try:
+        return _run(args, time.perf_counter())
+    except (DmlbenchError, ValidationError) as exc:
+        print(user_error(exc, args.params), file=sys.stderr)
+        return 2
+
+
+def user_error(exc: DmlbenchError | ValidationError, source: str = "params.yaml") -> str:
+    """The ``error: ...`` line(s) of a user error (a :class:`DmlbenchError` of several lines: one
+    ``error:`` each; a pydantic one: its first error, :func:`dmlbench.messages.first_error`)."""
+    text = f"{source}: {first_error(exc)}" if isinstance(exc, ValidationError) else str(exc)
+    return "\n".join(f"error: {line}" for line in text.splitlines() or [type(exc).__name__])
+
+
+def check_options(args: argparse.Namespace) -> Slots:
+    """The options that do not go together, refused (:class:`UsageError`) before anything is read;
+    the local pool's slots."""
     if (args.attach or args.detach) and args.executor != "slurm":
-        print(f"error: --{'attach' if args.attach else 'detach'} is for --executor slurm (a local run ends with "
-              "its runner)", file=sys.stderr)  # fmt: skip
-        return 2
+        raise UsageError(f"--{'attach' if args.attach else 'detach'} is for --executor slurm (a local run ends "
+                         "with its runner)")  # fmt: skip
     if args.mps and (args.executor != "local" or args.gpu_slots < 2 or not args.gpus.strip() or args.jobs == 1):
-        print(f"error: --mps runs the trainings --gpu-slots puts on each GPU side by side, with the local executor: "
-              f"give --gpus and --gpu-slots N > 1, without --jobs 1 (got --executor {args.executor}, --gpus "
-              f"{args.gpus or 'none'}, --gpu-slots {args.gpu_slots}, --jobs {args.jobs or 'default'}; on Slurm, MPS "
-              "is the site's: cluster.shared_gres: mps)", file=sys.stderr)  # fmt: skip
-        return 2
-    try:
-        if args.mps:
-            mps_control()
-    except DmlbenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    started = time.perf_counter()
-    params_file = Path(args.params)
-    preset = None
-    try:
-        if args.list_presets:
-            print(listing(params_file))
-            return 0
-        if args.fetch_only and args.preset is None:
-            return fetch_only(load_complete(params_file), params_file.parent / paths.DROPBOX)
-        if args.preset is not None:
-            preset = load_preset(args.preset, params_file)  # unknown or bad preset: one line, nothing runs
-            params = preset.params
-        else:
-            params = load_complete(params_file)  # bad input fails here, in one line, before any stage runs
-        if args.plan:  # before anything runs: the price of the grid for these options (dmlbench.cost)
-            print(show_plan(params_file.parent, params, preset, args))
-            return 0
-        preflight(  # so do missing weights and archives, and a GPU grid without a usable GPU
-            params, params_file.parent / paths.DROPBOX, [g.strip() for g in args.gpus.split(",") if g.strip()],
-            args.device, check_device=args.executor == "local" and not args.fetch_only,
-        )  # fmt: skip
-        export_device(params, args.device, local=args.executor == "local")  # the stages' DMLBENCH_DEVICE
-    except DmlbenchError as exc:
-        print("\n".join(f"error: {line}" for line in str(exc).splitlines()), file=sys.stderr)
-        return 2
+        raise UsageError(
+            f"--mps runs the trainings --gpu-slots puts on each GPU side by side, with the local executor: "
+            f"give --gpus and --gpu-slots N > 1, without --jobs 1 (got --executor {args.executor}, --gpus "
+            f"{args.gpus or 'none'}, --gpu-slots {args.gpu_slots}, --jobs {args.jobs or 'default'}; on Slurm, MPS "
+            "is the site's: cluster.shared_gres: mps)"
+        )
     gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
     if args.gpu_slots < 1 or (args.gpu_slots > 1 and not gpus):
-        print(f"error: --gpu-slots {args.gpu_slots}: needs --gpus and a positive count", file=sys.stderr)
-        return 2
-    workers_gpus = worker_gpus(gpus, args.gpu_slots)
-    jobs = args.jobs or len(workers_gpus) or os.cpu_count() or 1
-    if gpus and jobs > len(workers_gpus):
-        print(f"error: --jobs {jobs} exceeds the {len(gpus)} GPUs x {args.gpu_slots} slots given with --gpus "
-              "and --gpu-slots", file=sys.stderr)  # fmt: skip
-        return 2
+        raise UsageError(f"--gpu-slots {args.gpu_slots}: needs --gpus and a positive count")
+    workers = worker_gpus(gpus, args.gpu_slots)
+    jobs = args.jobs or len(workers) or os.cpu_count() or 1
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: must be a positive number of parallel stages")
+    if gpus and jobs > len(workers):
+        raise UsageError(f"--jobs {jobs} exceeds the {len(gpus)} GPUs x {args.gpu_slots} slots given with --gpus "
+                         "and --gpu-slots")  # fmt: skip
+    return Slots(jobs, gpus, workers)
+
+
+def _run(args: argparse.Namespace, started: float) -> int:
+    slots = check_options(args)
+    if args.mps:
+        mps_control()
+    params_file = Path(args.params)
+    if args.list_presets:
+        print(listing(params_file))
+        return 0
+    if args.fetch_only and args.preset is None:
+        return fetch_only(load_complete(params_file), params_file.parent / paths.DROPBOX)
+    preset = load_preset(args.preset, params_file) if args.preset is not None else None  # unknown or bad: one line
+    params = preset.params if preset is not None else load_complete(params_file)  # bad input fails here
+    if args.plan:  # before anything runs: the price of the grid for these options (dmlbench.cost)
+        print(show_plan(params_file.parent, params, preset, args))
+        return 0
+    preflight(  # so do missing weights and archives, and a GPU grid without a usable GPU
+        params, params_file.parent / paths.DROPBOX, slots.gpus, args.device,
+        check_device=args.executor == "local" and not args.fetch_only,
+    )  # fmt: skip
+    export_device(params, args.device, local=args.executor == "local")  # the stages' DMLBENCH_DEVICE
     if preset is not None:
-        forwarded = [
-            "--executor", args.executor, *(["--jobs", str(args.jobs)] if args.jobs else []),
-            *(["--gpus", args.gpus] if gpus else []), *(["--fetch-only"] if args.fetch_only else []),
-            *(["--gpu-slots", str(args.gpu_slots)] if args.gpu_slots != 1 else []), *(["--mps"] if args.mps else []),
-            *(["--device", args.device] if args.device else []), *(["--attach"] if args.attach else []),
-            *(["--detach"] if args.detach else []),
-        ]  # fmt: skip
-        try:
-            return run_preset(preset, params_file, forwarded, detach_on_hangup=args.executor == "slurm")
-        except DmlbenchError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+        return run_preset(preset, params_file, forwarded_options(args), detach_on_hangup=args.executor == "slurm")
     record_empty_dropbox(params_file.parent)
     replay_spools(pending_spools())  # tracking records earlier trainings left unsent (a store outage)
-    plan = None
-    in_slurm = RunState(LOG_DIR / STATE_FILE).entries if args.executor == "local" else {}
-    if in_slurm:  # a local run would run those stages beside their jobs
-        print(f"error: {len(in_slurm)} stage(s) of an earlier run are in Slurm's hands ({LOG_DIR / STATE_FILE}: "
-              f"{', '.join(list(in_slurm)[:3])}{', ...' if len(in_slurm) > 3 else ''}); take them over with "
-              "make repro EXECUTOR=slurm, or scancel them and delete that file", file=sys.stderr)  # fmt: skip
-        return 2
     if args.executor == "slurm":
-        try:
-            code, plan, detached = run_on_slurm(params, attach=args.attach, detach=args.detach)
-        except DmlbenchError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        if code != 0 or detached:
-            return code
-        return slurm_closing_check(plan, started)
-    elif jobs > 1:
+        return run_slurm(params, args, started)
+    return run_local(params, args, slots, started)
+
+
+def forwarded_options(args: argparse.Namespace) -> list[str]:
+    """The runner options a preset's run in its workspace gets."""
+    return [
+        "--executor", args.executor, *(["--jobs", str(args.jobs)] if args.jobs else []),
+        *(["--gpus", args.gpus] if args.gpus.strip() else []), *(["--fetch-only"] if args.fetch_only else []),
+        *(["--gpu-slots", str(args.gpu_slots)] if args.gpu_slots != 1 else []), *(["--mps"] if args.mps else []),
+        *(["--device", args.device] if args.device else []), *(["--attach"] if args.attach else []),
+        *(["--detach"] if args.detach else []),
+    ]  # fmt: skip
+
+
+def run_slurm(params: Params, args: argparse.Namespace, started: float) -> int:
+    """``--executor slurm``: submit and watch (:func:`run_on_slurm`), then the closing check here."""
+    code, plan, detached = run_on_slurm(params, attach=args.attach, detach=args.detach)
+    if code != 0 or detached:
+        return code
+    return slurm_closing_check(plan, started)
+
+
+def run_local(params: Params, args: argparse.Namespace, slots: Slots, started: float) -> int:
+    """The local pool of ``slots.jobs`` workers (or, with one, ``dvc repro`` itself), ending with a
+    ``dvc repro`` that must find nothing left."""
+    in_slurm = RunState(LOG_DIR / STATE_FILE).entries
+    if in_slurm:  # a local run would run those stages beside their jobs
+        raise UsageError(f"{len(in_slurm)} stage(s) of an earlier run are in Slurm's hands ({LOG_DIR / STATE_FILE}: "
+                         f"{', '.join(list(in_slurm)[:3])}{', ...' if len(in_slurm) > 3 else ''}); take them over "
+                         "with make repro EXECUTOR=slurm, or scancel them and delete that file")  # fmt: skip
+    plan = None
+    if slots.jobs > 1:
         ensure_experiment(params.tracking.experiment)  # create the store once, before workers fan out
-        try:
-            plan = plan_after_validate()
-        except DmlbenchError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+        plan = plan_after_validate()
         if plan.order:
-            print(f"{len(plan.order)} stage(s) to run, {jobs} at a time; logs in {LOG_DIR}/")
+            print(f"{len(plan.order)} stage(s) to run, {slots.jobs} at a time; logs in {LOG_DIR}/")
             no_daemon: dict[str, str] = {}
             daemon: AbstractContextManager[dict[str, str]] = (
                 mps_daemon(LOG_DIR / "mps") if args.mps else nullcontext(no_daemon)
             )
-            eta = plan_eta(params, plan.order, args, jobs)  # the ETA on the progress bar (dmlbench.cost)
-            try:
-                with daemon as environment:
-                    failed = run_parallel(plan, jobs, workers_gpus, environment=environment, progress_note=eta)
-            except DmlbenchError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 2
+            eta = plan_eta(params, plan.order, args, slots.jobs)  # the ETA on the progress bar (dmlbench.cost)
+            with daemon as environment:
+                failed = run_parallel(plan, slots.jobs, slots.worker_gpus, environment=environment,
+                                      progress_note=eta)  # fmt: skip
             if failed:
                 print(f"error: {len(failed)} stage(s) failed: {', '.join(failed)}", file=sys.stderr)
                 return 1
     # Sequential dvc repro: runs everything when --jobs 1, else checks that nothing is left (its
     # "didn't change, skipping" line per stage left out).
     # --gpus holds here too (one id, or --jobs 1): the sequential stages see only the GPUs given
-    env = worker_environment(gpu=",".join(gpus) if gpus else None)
+    env = worker_environment(gpu=",".join(slots.gpus) if slots.gpus else None)
     command = [sys.executable, "-m", "dvc", "repro"]
     if plan is None:
         try:  # the stage dvc runs stops at its checkpoint on Ctrl-C (subprocess.run would kill dvc)
