@@ -20,7 +20,7 @@ from dmlbench.params.cluster import STAGE_KINDS, ClusterConfig
 from dmlbench.params.complete import parse_complete as parse_params
 from dmlbench.pipeline.job import spec_path
 from dmlbench.pipeline.record import StageBook
-from dmlbench.pipeline.slurm import Job, failure_report, sbatch_command
+from dmlbench.pipeline.slurm import Job, Submission, failure_report, sbatch_command
 
 
 def test_stage_kinds_are_the_stages_of_dvc_yaml():
@@ -191,3 +191,41 @@ def test_a_password_in_the_tracking_uri_is_refused(monkeypatch):
     )
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5001")
     assert tracking_uri() == "http://mlflow.example:5001"
+
+
+def test_a_jobs_identity_says_where_it_runs_and_only_slurm_jobs_are_watched_or_cancelled(tmp_path, monkeypatch):
+    """Slurm jobs, stages run here and stages never submitted are told apart by :class:`Where`, not by
+    job-id strings; a state file as the executor writes it (version 1) is taken over as it is."""
+    import json
+
+    from dmlbench.params.cluster import ClusterConfig
+    from dmlbench.pipeline import slurm_submission
+    from dmlbench.pipeline.slurm_command import Where
+    from dmlbench.pipeline.slurm_queries import JobState
+    from dmlbench.pipeline.slurm_state import RunState
+
+    state_file = tmp_path / "slurm-run.json"
+    state_file.write_text(json.dumps({"version": 1, "jobs": {
+        "train@a": {"stage": "train@a", "job": "12", "snapshot": {}, "submitted": 1.0, "attempts": 1,
+                    "progress": None, "weight": 1}}}))  # fmt: skip
+    cancelled: list[list[str]] = []
+    monkeypatch.setattr(slurm_submission, "cancel", cancelled.append)
+    monkeypatch.setattr(slurm_submission, "poll", lambda ids: {i: JobState("RUNNING", queued=True) for i in ids})
+    order = ["prep", "tune@a", "train@a", "after", "record@a"]
+    waits = {"train@a": {"prep", "tune@a"}, "after": {"train@a"}, "record@a": {"train@a"}}
+    submission = Submission(order, waits, ClusterConfig.model_validate({}), tmp_path, tmp_path,
+                            state=RunState(state_file))  # fmt: skip
+    assert submission.adopt() == ["train@a"]
+    assert submission.jobs["train@a"] == Job("train@a", "12", submission._log("train@a"))
+    submission.jobs["prep"] = Job.nowhere("prep", tmp_path / "p.log")
+    submission.jobs["tune@a"] = Job.here("tune@a", tmp_path / "t.log")
+    submission.final["prep"] = "CANCELLED"
+    assert [job.stage for job in submission.in_flight()] == ["train@a"]  # tune@a runs here: no job to watch
+    assert [job.where for job in submission.jobs.values()] == [Where.SLURM, Where.NOWHERE, Where.HERE]
+    assert [job.describe() for job in submission.jobs.values()] == ["job 12", "not submitted", "run here"]
+    submission.jobs["after"], submission.attempts["train@a"] = Job("after", "13", tmp_path / "x.log"), 1
+    submission.jobs["record@a"] = Job.here("record@a", tmp_path / "r.log")
+    submission.final.clear()
+    submission.pending = []
+    submission._retry(submission.jobs["train@a"], "PREEMPTED")
+    assert cancelled == [["13"]]  # what waits for it, in Slurm; never a stage run here

@@ -72,7 +72,7 @@ from dmlbench.pipeline.probe import probe_grid
 from dmlbench.pipeline.reachability import require_reachable_stores
 from dmlbench.pipeline.record import StageBook
 from dmlbench.pipeline.record_only import here_environment, record_only_stages
-from dmlbench.pipeline.slurm_command import HERE, Detached, Job, sbatch_command, waiting_resources
+from dmlbench.pipeline.slurm_command import Detached, Job, sbatch_command, waiting_resources
 from dmlbench.pipeline.slurm_endings import DONE, FAILED, ending_hint
 from dmlbench.pipeline.slurm_queries import cancel, gres_per_gpu, site_max_jobs, states
 from dmlbench.pipeline.slurm_state import STATE_FILE, RunState
@@ -117,10 +117,9 @@ def failure_report(jobs: list[Job], final: dict[str, str], tail_lines: int = 15,
         tail = "\n".join(
             line for line in job.log.read_text(errors="replace").splitlines()[-tail_lines:] if line.strip()
         )
-        where = "run here" if job.job_id == HERE else f"job {job.job_id}"
         hint = ending_hint(job.stage, final[job.stage], config) if config is not None else ""
-        lines.append(f"stage {job.stage} {final[job.stage]} ({where}); log: {job.log}" + (f"\n{hint}" if hint else "")
-                     + f"\n{tail}")  # fmt: skip
+        head = f"stage {job.stage} {final[job.stage]} ({job.describe()}); log: {job.log}"
+        lines.append(head + (f"\n{hint}" if hint else "") + f"\n{tail}")
     cancelled = [job.stage for job in failed if job not in first]
     if cancelled:
         lines.append(f"cancelled as their dependencies failed (by Slurm, or never submitted): {', '.join(cancelled)}")
@@ -222,7 +221,7 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX, *, attach: bool 
             _say(f"detached: {len(in_flight)} job(s) go on in Slurm{more}; re-attach with: {REATTACH}")
             return 0, plan, True
         except KeyboardInterrupt:
-            in_flight_ids = [job.job_id for job in submission.in_flight() if job.job_id != "-"]
+            in_flight_ids = [job.job_id for job in submission.in_flight()]
             cancel(in_flight_ids)  # nobody would record them, and a new run would race them for their outputs
             state.forget(*state.entries)
             stopped = submission.stopped_here  # (run() stopped them)

@@ -1,8 +1,9 @@
 """One Slurm job of a stage: its ``sbatch`` command line (:func:`sbatch_command`), and the names the
-executor's modules share (:class:`Job`, :class:`Detached`, :data:`HERE`)."""
+executor's modules share (:class:`Job`, :class:`Where`, :class:`Detached`)."""
 
 from __future__ import annotations
 
+import enum
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,14 +11,39 @@ from pathlib import Path
 from dmlbench.launch import job_script, resource_args
 from dmlbench.params.cluster import ClusterConfig, StageResources
 
-HERE = "here"  # the job id of a stage this process runs itself (record_only: no job)
+
+class Where(enum.Enum):
+    """Where a stage of the plan runs."""
+
+    SLURM = "slurm"  # a Slurm job (:attr:`Job.job_id`: its id)
+    HERE = "here"  # this process runs it (:mod:`dmlbench.pipeline.record_only`): no job
+    NOWHERE = "nowhere"  # never submitted: its upstream failed, its inputs came out the same, sbatch refused it
 
 
 @dataclass(frozen=True)
 class Job:
+    """A started (or settled) stage of the plan: its Slurm job (``job_id``), or run here, or nowhere."""
+
     stage: str
-    job_id: str
+    job_id: str  # Slurm's id; "" unless ``where`` is SLURM
     log: Path
+    where: Where = Where.SLURM
+
+    @classmethod
+    def here(cls, stage: str, log: Path) -> Job:
+        return cls(stage, "", log, Where.HERE)
+
+    @classmethod
+    def nowhere(cls, stage: str, log: Path) -> Job:
+        return cls(stage, "", log, Where.NOWHERE)
+
+    @property
+    def in_slurm(self) -> bool:
+        return self.where is Where.SLURM
+
+    def describe(self) -> str:
+        """``job 123``, ``run here`` or ``not submitted``."""
+        return {Where.SLURM: f"job {self.job_id}", Where.HERE: "run here", Where.NOWHERE: "not submitted"}[self.where]
 
 
 class Detached(Exception):  # noqa: N818 (an outcome, not an error)

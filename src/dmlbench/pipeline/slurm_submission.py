@@ -31,7 +31,7 @@ from dmlbench.pipeline.guard import stage_filename
 from dmlbench.pipeline.job import spec_path
 from dmlbench.pipeline.record import RecordError, StageBook
 from dmlbench.pipeline.record_only import HereStages
-from dmlbench.pipeline.slurm_command import HERE, Detached, Job, sbatch_command
+from dmlbench.pipeline.slurm_command import Detached, Job, Where, sbatch_command
 from dmlbench.pipeline.slurm_endings import DONE, FAILED, RETRYABLE, UNCHANGED, ending_hint, never_hint
 from dmlbench.pipeline.slurm_queries import JobState, Submitted, cancel, find_jobs, poll, sbatch
 from dmlbench.pipeline.slurm_state import Entry, RunState
@@ -94,7 +94,7 @@ class Submission:
 
     def in_flight(self) -> list[Job]:
         """The jobs queued or running (not the stages running here)."""
-        return [job for job in self.jobs.values() if job.stage not in self.final and job.job_id != HERE]
+        return [job for job in self.jobs.values() if job.stage not in self.final and job.in_slurm]
 
     def _load(self) -> int:
         return sum(self.weights.get(job.stage, 1) for job in self.in_flight())
@@ -116,7 +116,7 @@ class Submission:
             return False
         if time.monotonic() < self.sbatch_after:
             return False
-        waited = started if self._held_back(stage) else [u for u in started if self.jobs[u].job_id == HERE]
+        waited = started if self._held_back(stage) else [u for u in started if self.jobs[u].where is Where.HERE]
         return all(u in self.final for u in waited)
 
     def _log(self, stage: str) -> Path:
@@ -135,12 +135,12 @@ class Submission:
             failed = [u for u in upstream if self.final.get(u, "COMPLETED") not in DONE]
             if failed:  # Slurm would cancel it: it is not submitted at all
                 log.write_text(f"not submitted: its upstream stage {failed[0]} ended {self.final[failed[0]]}\n")
-                self.jobs[stage], self.final[stage] = Job(stage, "-", log), "CANCELLED"
+                self.jobs[stage], self.final[stage] = Job.nowhere(stage, log), "CANCELLED"
                 self._note(stage, None)
                 continue
             if self._held_back(stage) and self.book is not None and not self.book.is_changed(stage):
                 log.write_text("not run: what it depends on came out the same (as dvc repro skips it)\n")
-                self.jobs[stage], self.final[stage] = Job(stage, "-", log), UNCHANGED
+                self.jobs[stage], self.final[stage] = Job.nowhere(stage, log), UNCHANGED
                 self._note(stage, None)
                 if not self.quiet:
                     _say(f"{'same':<9} {stage} (its inputs came out the same: not run)")
@@ -150,7 +150,7 @@ class Submission:
                 log.write_text("")
                 self.runner.start(stage, spec, log)
                 self.running_since[stage] = time.monotonic()
-                self.jobs[stage] = Job(stage, HERE, log)
+                self.jobs[stage] = Job.here(stage, log)
                 continue
             count += self._submit(stage, spec, upstream, log)
         return count
@@ -168,7 +168,7 @@ class Submission:
     def _submit(self, stage: str, spec: dict[str, Any], upstream: list[str], log: Path) -> int:
         """One ``sbatch``, its state-file entry written first; 1 when submitted, else 0 (retried later,
         or failed: :meth:`_refused`)."""
-        after = [self.jobs[u].job_id for u in upstream if u not in self.final]
+        after = [self.jobs[u].job_id for u in upstream if u not in self.final and self.jobs[u].in_slurm]
         attempts, fingerprint = self.attempts.get(stage, 1), progress(spec)
         snapshot = self.book.snapshot(stage) if self.book is not None else {}
         entry = self.state.submitting(stage, snapshot, attempts, fingerprint, self.weights.get(stage, 1))
@@ -198,7 +198,7 @@ class Submission:
         kind = stage.split("@", 1)[0]
         if result.permanent:
             log.write_text(f"sbatch refused it: {result.reason}\n")
-            self.jobs[stage], self.final[stage] = Job(stage, "-", log), "FAILED"
+            self.jobs[stage], self.final[stage] = Job.nowhere(stage, log), "FAILED"
             self._note(stage, None)
             _say(f"error: sbatch refused {stage}: {result.reason} (check cluster.partition, account, qos and "
                  f"cluster.stages.{kind}; the rest of the grid goes on)", error=True)  # fmt: skip
@@ -261,8 +261,7 @@ class Submission:
             _say(f"{state:<9} {stage} (job {job.job_id}): not submitted again: {why}", error=True)
             return False
         after = [s for s in self._downstream(stage) if s not in self.pending]
-        cancel([self.jobs[s].job_id for s in after if s in self.jobs and s not in self.final and
-                self.jobs[s].job_id not in ("-", HERE)])  # fmt: skip
+        cancel([self.jobs[s].job_id for s in after if s in self.jobs and s not in self.final and self.jobs[s].in_slurm])
         for other in [stage, *after]:
             self.jobs.pop(other, None)
             self.final.pop(other, None)
@@ -358,7 +357,7 @@ class Submission:
     def _take(self, entry: Entry, found: JobState) -> bool:
         """Watch an earlier run's job still queued or running, or record it when it COMPLETED; False when
         its inputs changed since (then cancelled) or it cannot be recorded: it is submitted again."""
-        stage, log, book, job_id = entry.stage, self._log(entry.stage), self.book, entry.job or "-"
+        stage, log, book, job_id = entry.stage, self._log(entry.stage), self.book, str(entry.job)  # (adopt: never None)
         if book is not None and not book.matches(stage, entry.snapshot):
             if found.queued:
                 cancel([job_id])
@@ -400,7 +399,7 @@ class Submission:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         total = len(self.order)
         self.submit_more()
-        submitted = [job.job_id for job in self.jobs.values() if job.job_id not in ("-", HERE)]
+        submitted = [job.job_id for job in self.jobs.values() if job.in_slurm]
         if not self.quiet and submitted:
             later = [stage for stage in self.pending if stage not in self.here]
             full = bool(self.in_flight()) and self._load() >= self.limit
