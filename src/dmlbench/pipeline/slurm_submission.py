@@ -51,12 +51,25 @@ class Submission:
     """The plan's jobs: submitted in topological order, at most ``max_jobs`` queued or running at once
     (the rest as jobs end), watched until every stage has ended (:meth:`run`)."""
 
-    def __init__(self, order: list[str], waits_for: dict[str, set[str]], config: ClusterConfig, root: Path,
-                 log_dir: Path, python: str = sys.executable, array_waiters: frozenset[str] = frozenset(),
-                 env_file: Path | None = None, quiet: bool = False, book: StageBook | None = None,
-                 here: frozenset[str] = frozenset(), here_env: dict[str, str] | None = None,
-                 stale: frozenset[str] | None = None, state: RunState | None = None,
-                 weights: dict[str, int] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        order: list[str],
+        waits_for: dict[str, set[str]],
+        config: ClusterConfig,
+        root: Path,
+        log_dir: Path,
+        *,
+        python: str = sys.executable,
+        array_waiters: frozenset[str] = frozenset(),
+        env_file: Path | None = None,
+        quiet: bool = False,
+        book: StageBook | None = None,
+        here: frozenset[str] = frozenset(),
+        here_env: dict[str, str] | None = None,
+        stale: frozenset[str] | None = None,
+        state: RunState | None = None,
+        weights: dict[str, int] | None = None,
+    ) -> None:
         self.order, self.pending, self.waits_for, self.config = list(order), list(order), waits_for, config
         self.root, self.log_dir, self.python = root.resolve(), log_dir, python
         self.array_waiters, self.env_file, self.quiet = array_waiters, env_file, quiet
