@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"dmlbench.params"},
     {"dmlbench.data"},
     {"dmlbench.models", "dmlbench.losses", "dmlbench.paths", "dmlbench.cli"},
-    {"dmlbench.safe_load", "dmlbench.devices", "dmlbench.stage_inputs"},
+    {"dmlbench.safe_load", "dmlbench.devices", "dmlbench.stage_inputs", "dmlbench.dvc_adapter"},
     {"dmlbench.schema", "dmlbench.io", "dmlbench.errors", "dmlbench.grid", "dmlbench.messages", "dmlbench.gres"},
 ]
 
