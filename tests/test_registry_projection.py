@@ -75,7 +75,7 @@ def test_adding_a_loss_changes_only_the_manifests_that_read_the_whole_registry(c
     assert {name for name in before if before[name] != after[name]} == {"report"}
 
 
-def test_removing_another_loss_keeps_the_manifest_and_removing_its_own_changes_it(checkout):
+def test_removing_another_loss_keeps_the_manifests_of_the_others(checkout):
     before = _manifests(checkout)
     text = (checkout / INIT).read_text()
     text = text.replace("    contrastive,\n", "", 1).replace("        contrastive.SPEC,\n", "", 1)

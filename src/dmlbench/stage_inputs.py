@@ -113,12 +113,12 @@ def registry_projection(path: Path, registry: str, keep: Iterable[str]) -> str |
         return any(isinstance(n, ast.Name) and n.id in removed for n in ast.walk(node))
 
     for value in values:
-        for node in ast.walk(value):
-            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-                node.elts = [e for e in node.elts if not names_removed(e)]
-            elif isinstance(node, ast.Dict):
-                pairs = [(k, v) for k, v in zip(node.keys, node.values, strict=True) if not names_removed(v)]
-                node.keys, node.values = [k for k, _ in pairs], [v for _, v in pairs]
+        for inner in ast.walk(value):
+            if isinstance(inner, (ast.Tuple, ast.List, ast.Set)):
+                inner.elts = [e for e in inner.elts if not names_removed(e)]
+            elif isinstance(inner, ast.Dict):
+                pairs = [(k, v) for k, v in zip(inner.keys, inner.values, strict=True) if not names_removed(v)]
+                inner.keys, inner.values = [k for k, _ in pairs], [v for _, v in pairs]
     if names_removed(tree):
         return None  # a removed member is used beyond its import and registry entry
     return hashlib.md5(ast.unparse(tree).encode()).hexdigest()
