@@ -26,6 +26,11 @@
 # make fetch (PRESET=...): download and verify every archive and weights file the grid needs, here
 #   (a cluster's login node), so that no Slurm job needs the internet (docs/cluster.md)
 #   make cluster-down  stops what those two started; then: source .cluster/env to use it from a shell
+# Share a grid (docs/extending.md, "Compare your loss with a published grid"):
+#   make publish REMOTE=<dvc remote name, folder or URL>   dvc push of the grid's outputs (a folder or URL
+#                becomes the default remote in .dvc/config: commit it with dvc.lock); prepared caches only
+#                of datasets whose terms allow it (docs/datasets.md)
+#   make pull (REMOTE=...)   in a clone of that commit: dvc pull; every pulled stage is up to date
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -45,7 +50,7 @@ ORIGINAL_PATH := $(subst $(CURDIR)/$(BIN):,,$(PATH))# without the venv, also whe
 GPU_PYTHON ?= python3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup repro plan test ui status clean-venv gpu-check example-report cluster-up cluster-down server fetch
+.PHONY: setup repro plan test ui status clean-venv gpu-check example-report cluster-up cluster-down server fetch publish pull
 
 setup: $(STAMP)
 
@@ -66,6 +71,12 @@ plan: $(STAMP)
 
 fetch: $(STAMP)
 	python -m dmlbench.pipeline --fetch-only $(if $(PRESET),--preset $(PRESET))
+
+publish: $(STAMP)
+	python -m dmlbench.pipeline.publish push $(REMOTE)
+
+pull: $(STAMP)
+	python -m dmlbench.pipeline.publish pull $(REMOTE)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -1,6 +1,8 @@
 """Where each stage reads and writes, relative to the repository root (DVC's working dir).
 
-artifacts/raw/<dataset>/                       download: extracted or generated files
+artifacts/raw/<dataset>/                       download: extracted or generated files (scratch, not a
+    DVC output: re-created from data/ by prepare where missing; dmlbench.data.raw_record)
+artifacts/downloaded/<dataset>.json            download: its record (archive md5s, digest of the extraction)
 artifacts/prepared/<dataset>/                  prepare: image cache + manifest.csv
 artifacts/models/<ds>/<bb>/<loss>/<dim>/seed<k>/   train: selected model, history, run record
 artifacts/checkpoints/<...>/seed<k>/           train: resumable per-epoch checkpoint (scratch, not a DVC output)
@@ -41,6 +43,11 @@ def project_root() -> Path:
 
 def raw_dir(dataset: str) -> Path:
     return ARTIFACTS / "raw" / dataset
+
+
+def downloaded_record(dataset: str) -> Path:
+    """The download stage's DVC output: what it extracted (:mod:`dmlbench.data.raw_record`)."""
+    return ARTIFACTS / "downloaded" / f"{dataset}.json"
 
 
 def prepared_dir(dataset: str) -> Path:

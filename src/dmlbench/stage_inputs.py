@@ -11,6 +11,13 @@ else: editing a loss module or ``losses.<name>`` changes only that loss's manife
 stages re-run; the stage's ``dvc.lock`` entry carries one md5 for all of it, the manifest itself
 (content-addressed in DVC's cache) the values.
 
+A registry package's ``__init__`` (``losses/__init__.py``: every member's import and its entry in
+``LOSSES``) is hashed, for a stage generated per item, as its projection onto the members the stage
+reaches (:func:`registry_projection`, listed under ``"projected"``): adding or removing another
+loss leaves the manifest of every other loss's stages as it was (a pulled grid stays up to date),
+while any other edit of the file still changes it. A file the projection cannot account for is
+hashed whole.
+
 :func:`check_manifest` runs in every stage before and after its work (:func:`dmlbench.cli.main`,
 when DVC or the runners name the stage in ``DVC_STAGE``): a manifest that no longer matches the
 code or ``params.yaml`` (an edit that validate has not seen yet, e.g. ``dvc repro --force
@@ -21,6 +28,7 @@ keeps between runs (a training checkpoint, a tuning study) on the code its manif
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -80,13 +88,72 @@ def normalised(value: Any) -> Any:
     return json.loads(_canonical(value))
 
 
+def registry_projection(path: Path, registry: str, keep: Iterable[str]) -> str | None:
+    """The md5 of registry package ``__init__`` ``path`` projected onto the members ``keep``: every
+    other member (a module the file imports from its own package) removed from the imports and from
+    the collections in the value of the registry dict ``registry``, the rest ``ast.unparse``d
+    (comments and layout do not count). None when the file still names a removed member elsewhere,
+    or has no ``registry``: then the whole file counts."""
+    tree = ast.parse(path.read_text())
+    parts = path.resolve().parent.parts
+    package = ".".join(parts[len(parts) - parts[::-1].index("src") :]) if "src" in parts else ""  # below the last src/
+    keep = set(keep)
+    removed: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module == package:
+            members = [a for a in node.names if _is_module(path.parent, a.name)]
+            removed |= {a.asname or a.name for a in members if a.name not in keep}
+            node.names = [a for a in node.names if (a.asname or a.name) not in removed]
+    tree.body = [n for n in tree.body if not (isinstance(n, ast.ImportFrom) and not n.names)]
+    values = [value for value in (_assigned(n, registry) for n in tree.body) if value is not None]
+    if not values:
+        return None
+
+    def names_removed(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Name) and n.id in removed for n in ast.walk(node))
+
+    for value in values:
+        for inner in ast.walk(value):
+            if isinstance(inner, (ast.Tuple, ast.List, ast.Set)):
+                inner.elts = [e for e in inner.elts if not names_removed(e)]
+            elif isinstance(inner, ast.Dict):
+                pairs = [(k, v) for k, v in zip(inner.keys, inner.values, strict=True) if not names_removed(v)]
+                inner.keys, inner.values = [k for k, _ in pairs], [v for _, v in pairs]
+    if names_removed(tree):
+        return None  # a removed member is used beyond its import and registry entry
+    return hashlib.md5(ast.unparse(tree).encode()).hexdigest()
+
+
+def _is_module(folder: Path, name: str) -> bool:
+    return (folder / f"{name}.py").is_file() or (folder / name).is_dir()
+
+
+def _assigned(node: ast.stmt, name: str) -> ast.expr | None:
+    """The value ``node`` assigns to ``name``, if it is such an assignment."""
+    if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+        return node.value
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+        return node.value
+    return None
+
+
 def build_manifest(stage: str, code: Iterable[str], keys: Iterable[str], params: Mapping[str, Any],
-                   root: Path, md5s: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+                   root: Path, md5s: dict[str, str] | None = None,
+                   projections: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
     """The manifest of ``stage``: ``{"stage", "code": {file: md5}, "params": {key: value}}``
-    (``md5s``: a cache shared between stages)."""
+    (``md5s``: a cache shared between stages), plus ``"projected": {file: {"registry", "keep"}}``
+    for each registry ``__init__`` of ``projections`` hashed as its projection
+    (:func:`registry_projection`; a file that cannot be projected is hashed whole, unlisted)."""
     md5s = {} if md5s is None else md5s
     hashes = {}
+    projected: dict[str, Any] = {}
     for name in code_files(code, root):
+        spec = (projections or {}).get(name)
+        digest = registry_projection(root / name, spec["registry"], spec["keep"]) if spec else None
+        if digest is not None and spec is not None:
+            hashes[name] = digest
+            projected[name] = {"registry": spec["registry"], "keep": sorted(spec["keep"])}
+            continue
         if name not in md5s:
             md5s[name] = md5_file(root / name)
         hashes[name] = md5s[name]
@@ -97,7 +164,8 @@ def build_manifest(stage: str, code: Iterable[str], keys: Iterable[str], params:
         except KeyError:
             missing = f"stage {stage} reads params key {key!r}, which {PARAMS_FILE} lacks"
             raise ConfigError(missing) from None
-    return {"stage": stage, "code": hashes, "params": values}
+    manifest = {"stage": stage, "code": hashes, "params": values}
+    return {**manifest, "projected": projected} if projected else manifest
 
 
 def manifest_text(manifest: Mapping[str, Any]) -> str:
@@ -118,8 +186,13 @@ def check_manifest(stage: str, root: Path = Path("."), after_run: bool = False) 
         raise ConfigError(f"{path}: missing: the validate stage writes every stage's inputs manifest; {fix}")
     manifest = json.loads(path.read_text())
     when = "while the stage ran (its outputs are not recorded)" if after_run else "after the validate stage wrote it"
+    projected = manifest.get("projected", {})
     for name, md5 in manifest["code"].items():
-        if not (root / name).is_file() or md5_file(root / name) != md5:
+        if not (root / name).is_file():
+            raise ConfigError(f"{path}: {name} changed {when}; {fix}")
+        spec = projected.get(name)
+        now = registry_projection(root / name, spec["registry"], spec["keep"]) if spec else md5_file(root / name)
+        if now != md5:
             raise ConfigError(f"{path}: {name} changed {when}; {fix}")
     if manifest["params"]:
         current = yaml.safe_load((root / PARAMS_FILE).read_text()) or {}

@@ -185,7 +185,9 @@ class DatasetSpec:
     ``counts``: the published images and classes, checked after unpacking and again by prepare
     (None for a generated dataset);
     ``synthetic``: generated images (the offline demo), never a block of the tests across datasets
-    beside real ones (:func:`dmlbench.analysis.statistics.block_datasets`).
+    beside real ones (:func:`dmlbench.analysis.statistics.block_datasets`);
+    ``redistributable``: its terms allow pushing its images (the prepared cache) to a DVC remote
+    (``make publish``; docs/datasets.md, "Terms of use").
     """
 
     name: str
@@ -201,6 +203,7 @@ class DatasetSpec:
     archives_for: Callable[[DatasetParams, Path], tuple[Archive, ...]] | None = None
     counts: Counts | None = None
     synthetic: bool = False
+    redistributable: bool = False
 
 
 def read_table(root: Path, rel: str, columns: list[str] | None, expected: str, **options: Any) -> pd.DataFrame:

@@ -233,4 +233,5 @@ SPEC = DatasetSpec(
     description="Offline built-in: characters rendered from matplotlib's fonts (200 classes)",
     hflip_invariant=False,
     synthetic=True,
+    redistributable=True,  # rendered here from fonts under free licences (docs/datasets.md)
 )

@@ -107,7 +107,8 @@ def write_manifests(root: Path = Path("."), params: Mapping[str, Any] | None = N
         found = stage_items(name, stage, items, per_item)
         if found is not None:
             keys = derivation.params(found, params)
-            manifests[name] = build_manifest(name, derivation.code(found), keys, params, root, md5s)
+            code, projections = derivation.code(found), derivation.projections(found)
+            manifests[name] = build_manifest(name, code, keys, params, root, md5s, projections)
     with atomic_dir(root / MANIFEST_DIR) as folder:
         for name, manifest in manifests.items():
             (folder / manifest_path(name, Path(".")).name).write_text(manifest_text(manifest))

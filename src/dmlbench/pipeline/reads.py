@@ -123,6 +123,23 @@ class Derivation:
             self._closures[key] = code_closure(stage, self.source, self.registries)
         return self._closures[key]
 
+    def projections(self, stage: StageItems) -> dict[str, dict[str, Any]]:
+        """For a stage generated per item, each registry ``__init__`` it reads -> how its manifest
+        hashes it: projected onto the members the stage reaches plus the ``__missing__`` fallback
+        (:func:`dmlbench.stage_inputs.registry_projection`), so that another item's registry line
+        is not part of the stage's inputs; a stage not per item (``report``) reads the whole file."""
+        if not stage.per_item:
+            return {}
+        code = set(self.code(stage))
+        found = {}
+        for section, registry in self.registries.items():
+            init = self.source.rel(registry.package)
+            if init in code:
+                reached = {m for m in registry.members if self.source.rel(m) in code} | set(registry.fallback)
+                keep = sorted(m.rpartition(".")[2] for m in reached)
+                found[init] = {"registry": REGISTRIES[section][1], "keep": keep}
+        return found
+
     def params(self, stage: StageItems, data: Mapping[str, Any]) -> list[str]:
         """The params.yaml keys the stage reads (``params.yaml``: all of them)."""
         return params_read(stage, self.flow.script_reads(stage.script), data)

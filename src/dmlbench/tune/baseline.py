@@ -11,8 +11,10 @@ hyperparameters differ (and test-set feedback, analysis only, is off).
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
+from dmlbench import paths
 from dmlbench.evaluate.embed import embed_stage
 from dmlbench.evaluate.stage import evaluate_stage
 from dmlbench.grid import Combo
@@ -26,6 +28,11 @@ def baseline_stage(params: Params, dataset: str, backbone: str, loss: str, varia
     combo = Combo(dataset, backbone, loss, search_dim(params), variant)
     check_baseline(params, combo)
     params.check_run(combo)
+    # the models folder persists (out of DVC's run cache, see dvc.yaml): drop what no seed of this grid writes
+    kept = {paths.model_dir(combo.with_seed(seed)) for seed in params.seeds}
+    root = paths.ARTIFACTS / "models" / combo.relpath
+    for stale in [p for p in root.glob("*") if p not in kept] if root.is_dir() else []:
+        shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
     for number, seed in enumerate(params.seeds, 1):
         print(f"{combo.stage}: seed {seed} ({number}/{len(params.seeds)})", flush=True)
         run = combo.with_seed(seed)
