@@ -71,7 +71,8 @@ def test_a_lab_that_pulled_another_lists_its_runs_once_with_the_trainers_copy(tm
     a = _lab("cub200")
     new = _lab("cub200", {"supcon": 0.6})
     b = pd.concat([_lab("cub200", provenance="pulled"), new])  # lab B pulled A's grid and trained supcon
-    merged = merge_indexes([read_index(_write(tmp_path, "a.csv", a)), read_index(_write(tmp_path, "b.csv", b))])
+    # the puller's index first: the trainer's copy is kept all the same
+    merged = merge_indexes([read_index(_write(tmp_path, "b.csv", b)), read_index(_write(tmp_path, "a.csv", a))])
     runs = merged[merged["level"] == "run"]
     assert len(runs) == 4 * 3 * 2
     kept = runs.set_index("loss")["source"]
