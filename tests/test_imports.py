@@ -16,10 +16,11 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # The house's layers, top first: a unit (a sub-package, or a top-level module) imports only units
 # on lower layers (and itself). Registries and leaves at the bottom, the schema above them, the
 # concerns that use it above that, the tuning stage and the cost model (over training's FLOP count) near
-# the top, the runner (which prices its grid with the cost model) on top.
+# the top with the merge of several labs' results (over the analysis), the runner (which prices its
+# grid with the cost model) on top.
 LAYERS: list[set[str]] = [
     {"dmlbench.gpu_check", "dmlbench.pipeline"},
-    {"dmlbench.tune", "dmlbench.cost"},
+    {"dmlbench.tune", "dmlbench.cost", "dmlbench.results"},
     {"dmlbench.train", "dmlbench.analysis"},
     {"dmlbench.evaluate"},
     {"dmlbench.tracking", "dmlbench.launch"},

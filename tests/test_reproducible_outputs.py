@@ -78,6 +78,13 @@ def test_two_clones_write_identical_outputs_and_keep_timings_in_the_run_log(
     assert log["grid_key"] == RUN.grid_key and log["device"] == "cpu" and log["state"] == "complete"
     assert [e["epoch"] for e in log["epochs"]] == [1, 2] and all(e["train/epoch_seconds"] > 0 for e in log["epochs"])
     assert log["started"] <= log["ended"] and log["resumed_from_epoch"] == 0 and log["host"]
+    # each clone's run log names its own workspace: the run is "trained here" in clone_b only by its own log
+    from dmlbench.tracking.workspace import TRAINED_HERE, provenance, workspace_id
+
+    assert log["workspace"] == workspace_id() != logs[0]["workspace"] == workspace_id(clones[0])
+    info = read_json(paths.model_dir(RUN) / "run.json")
+    assert provenance(log, info["config_hash"], workspace_id()) == TRAINED_HERE
+    assert provenance(logs[0], info["config_hash"], workspace_id()) != TRAINED_HERE
 
     from dmlbench.tracking.store import client
 

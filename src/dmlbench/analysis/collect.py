@@ -44,6 +44,8 @@ class Results:
     folds: pd.DataFrame = field(default_factory=pd.DataFrame)
     # whether the history has the wall-clock timing columns (every run's run log was found)
     timings: bool = True
+    # per run: what identifies it for pairing and where it was trained (analysis.identity.run_identities)
+    identities: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def collect_results(params: Params) -> Results:

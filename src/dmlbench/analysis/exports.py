@@ -2,7 +2,10 @@
 
 * ``reports/results.csv``: one row per training run and metric (``level = run``) and one per grid cell
   and metric (``level = cell``: mean over seeds, its 95% interval, n), each with the dmlbench version,
-  the git commit of the report and the code fingerprint the run was trained with.
+  the git commit of the report and what identifies the run for pairing and where it was trained
+  (:data:`~dmlbench.analysis.identity.IDENTITY`: code fingerprint, protocol and its digest, split,
+  dataset checksum, inputs-manifest md5, device, precision, ``trained here``/``pulled`` and origin).
+  Several labs' files merge into one (``python -m dmlbench.results merge``).
 * ``reports/metrics/<name>.json`` = ``{loss: value}``: the headline that ``dvc metrics show`` prints
   as a short table (a row per file, a column per loss; ``dvc exp show`` shows the same columns per
   experiment): ``map_at_r`` and ``precision_at_1`` (percent, the mean over the grid's cells of each
@@ -20,36 +23,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from dmlbench import __version__, paths
+from dmlbench import __version__
+from dmlbench.analysis.identity import IDENTITY, UNKNOWN
 from dmlbench.analysis.numbers import TOP1, Analysis
 from dmlbench.evaluate.intervals import interval_method
 from dmlbench.evaluate.metrics import metric_range
-from dmlbench.io import atomic_path, read_json, write_json
-from dmlbench.params.model import Params
+from dmlbench.io import atomic_path, write_json
 
 RESULTS = "results.csv"
 HEADLINE = "metrics"
 HEADLINE_METRICS = ("map_at_r", TOP1)
 HEADLINE_FILES = (*HEADLINE_METRICS, "mean_rank")  # reports/metrics/<name>.json, listed in dvc.yaml
 CELL = ["dataset", "backbone", "loss", "dim"]
-
-
-def run_codes(params: Params) -> pd.DataFrame:
-    """dataset, backbone, loss, dim, seed, code: the code fingerprint each run was trained with
-    ("unknown" when its ``run.json`` has none)."""
-    rows = []
-    for run in params.runs():
-        fold = paths.folds_in(paths.model_dir(run))[0]
-        info_file = paths.model_dir(run, fold) / "run.json"
-        code = read_json(info_file).get("code", "unknown") if info_file.exists() else "unknown"
-        rows.append(
-            {
-                **dict(zip(CELL, (run.dataset, run.backbone, run.loss, run.dim), strict=True)),
-                "seed": run.seed,
-                "code": code,
-            }
-        )
-    return pd.DataFrame(rows, columns=[*CELL, "seed", "code"])
 
 
 def code_versions(codes: pd.DataFrame) -> dict[str, int]:
@@ -70,17 +55,20 @@ def interval_kinds(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*CELL, "metric", "interval"])
 
 
-def results_frame(analysis: Analysis, codes: pd.DataFrame, commit: str) -> pd.DataFrame:
-    """The rows of ``results.csv`` (metrics as fractions, as the evaluate stage writes them)."""
-    runs = analysis.results.runs.merge(codes, on=[*CELL, "seed"], how="left")
+def results_frame(analysis: Analysis, identities: pd.DataFrame, commit: str) -> pd.DataFrame:
+    """The rows of ``results.csv`` (metrics as fractions, as the evaluate stage writes them);
+    ``identities``: :func:`~.identity.run_identities` (a column it lacks is ``unknown``). A cell row
+    joins its runs' distinct values of each identity column with ``+``."""
+    identities = identities.reindex(columns=[*CELL, "seed", *IDENTITY], fill_value=UNKNOWN)
+    runs = analysis.results.runs.merge(identities, on=[*CELL, "seed"], how="left")
     runs = runs.assign(level="run", low=math.nan, high=math.nan, n=1, interval="none")
     cells = analysis.summary.rename(columns={"mean": "value"}).assign(level="cell", seed=pd.NA)
     cells = cells.merge(interval_kinds(analysis.results.runs), on=[*CELL, "metric"], how="left")
-    per_cell = codes.groupby(CELL)["code"].agg(lambda c: "+".join(sorted(set(c)))).reset_index()
+    per_cell = identities.groupby(CELL)[IDENTITY].agg(lambda c: "+".join(sorted(set(map(str, c))))).reset_index()
     cells = cells.merge(per_cell, on=CELL, how="left")
     frame = pd.concat([runs, cells], ignore_index=True)
     frame = frame.assign(dmlbench_version=__version__, git_commit=commit)
-    columns = ["level", *CELL, "seed", "metric", "value", "low", "high", "n", "interval", "code"]
+    columns = ["level", *CELL, "seed", "metric", "value", "low", "high", "n", "interval", *IDENTITY]
     return frame[columns + ["dmlbench_version", "git_commit"]]
 
 
@@ -98,12 +86,12 @@ def headline(analysis: Analysis) -> dict[str, dict[str, float]]:
     return table
 
 
-def write_exports(analysis: Analysis, codes: pd.DataFrame, commit: str, report_dir: Path) -> None:
+def write_exports(analysis: Analysis, identities: pd.DataFrame, commit: str, report_dir: Path) -> None:
     """Write ``results.csv`` and ``metrics/<name>.json`` under ``report_dir``, each file replaced
     atomically; nothing else in ``metrics/`` is touched (DVC's ``.gitignore`` of those files lives there,
     committed to git: replacing the folder whole deleted it)."""
     with atomic_path(report_dir / RESULTS, suffix=".csv") as tmp:
-        results_frame(analysis, codes, commit).to_csv(tmp, index=False)
+        results_frame(analysis, identities, commit).to_csv(tmp, index=False)
     (report_dir / HEADLINE).mkdir(parents=True, exist_ok=True)
     for name, entry in headline(analysis).items():
         write_json(report_dir / HEADLINE / f"{name}.json", entry)

@@ -14,14 +14,17 @@ from pathlib import Path
 from dmlbench import paths
 from dmlbench.analysis.collect import collect_results
 from dmlbench.analysis.curves import CURVES, write_curves
-from dmlbench.analysis.exports import code_versions, run_codes, write_exports
+from dmlbench.analysis.exports import code_versions, write_exports
+from dmlbench.analysis.identity import run_identities
 from dmlbench.analysis.numbers import Analysis, analyse, seed_means
+from dmlbench.analysis.pairing import check_pairable
 from dmlbench.analysis.sections import SECTIONS
 from dmlbench.analysis.sections.base import FIGURES, Document
 from dmlbench.analysis.text import slug
 from dmlbench.io import atomic_dir, atomic_path
 from dmlbench.params.model import Params
 from dmlbench.tracking.store import git_state
+from dmlbench.tracking.workspace import PULLED
 
 REPORT = "report.md"
 
@@ -62,11 +65,14 @@ def render(analysis: Analysis, figure_dir: Path, codes: dict[str, int] | None = 
 def report_stage(params: Params, report_dir: Path | None = None, log_to_mlflow: bool = True) -> Path:
     """Write ``report.md`` and ``figures/`` (replacing the previous ones atomically), then log them to MLflow."""
     report_dir = Path(report_dir or paths.REPORTS)
-    analysis = analyse(params, collect_results(params))
-    codes = run_codes(params)
+    identities = run_identities(params)
+    check_pairable(identities)  # before any statistic: runs of one experiment share protocol, data and split
+    results = collect_results(params)
+    results.identities = identities
+    analysis = analyse(params, results)
     with atomic_dir(report_dir / FIGURES) as tmp:  # the new figures replace the old ones only when all are drawn
-        text = render(analysis, tmp, code_versions(codes))
-    write_exports(analysis, codes, git_state()[0], report_dir)  # results.csv, metrics/<name>.json
+        text = render(analysis, tmp, code_versions(identities))
+    write_exports(analysis, identities, git_state()[0], report_dir)  # results.csv, metrics/<name>.json
     with atomic_dir(report_dir / CURVES) as tmp:  # per-epoch curves for `dvc plots show`
         write_curves(analysis.results.history, params.protocol.selection_metric, analysis.names, tmp)
     path = report_dir / REPORT
@@ -76,6 +82,13 @@ def report_stage(params: Params, report_dir: Path | None = None, log_to_mlflow: 
         from dmlbench.tracking.report_run import log_report
 
         log_report(params, path, report_dir / FIGURES, report_metrics(analysis))
+        pulled = identities[identities["provenance"] == PULLED]
+        if len(pulled):  # another lab's runs, visible in this store's UI (each once)
+            from dmlbench.tracking.pulled import import_pulled
+
+            keys = set(pulled[["dataset", "backbone", "loss", "dim", "seed"]].itertuples(index=False, name=None))
+            runs = [r for r in params.runs() if (r.dataset, r.backbone, r.loss, r.dim, r.seed) in keys]
+            print(f"tracking: {import_pulled(params, runs)} pulled run(s) imported into MLflow")
     return path
 
 

@@ -296,3 +296,13 @@ def deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any
         else:
             merged[key] = value
     return merged
+
+
+def protocol_values(name: str, protocol: Protocol) -> dict[str, Any]:
+    """The protocol a run records (``resolved["protocol"]``, ``config.yaml``): its name and every
+    value of the run's protocol (overrides applied) but ``compile`` (how the step runs, not what it
+    computes: a run resumes across it) and the tables already applied or recorded elsewhere."""
+    return {
+        "name": name,
+        **protocol.model_dump(mode="json", exclude={"overrides", "backbones", "dims", "losses", "compile"}),
+    }

@@ -22,7 +22,7 @@ from dmlbench.losses.base import LossParams
 from dmlbench.models import EmbeddingModel, build_model
 from dmlbench.models.base import BackboneParams
 from dmlbench.params.model import Params, config_hash
-from dmlbench.params.protocol import Protocol
+from dmlbench.params.protocol import Protocol, protocol_values
 from dmlbench.params.tuned import tuned_values
 
 
@@ -145,11 +145,7 @@ def resolve_run(
         "loss": {"name": run.loss, **loss_params.model_dump(mode="json")},
         "dim": run.dim,
         "seed": run.seed,
-        "protocol": {
-            "name": params.protocol_name,
-            # compile: how the step runs, not what it computes (a run resumes across it)
-            **protocol.model_dump(mode="json", exclude={"overrides", "backbones", "dims", "losses", "compile"}),
-        },
+        "protocol": protocol_values(params.protocol_name, protocol),
     }
     if tuning is not None:
         resolved["tuning"] = dict(tuning)

@@ -24,6 +24,7 @@ from dmlbench.grid import RunSpec
 from dmlbench.io import md5_file
 from dmlbench.tracking.runlog import host, now, read_runlog, write_runlog
 from dmlbench.tracking.runs import TrackedRun
+from dmlbench.tracking.workspace import workspace_id
 
 if TYPE_CHECKING:  # the tune stage uses ending() alone: no spool code among its dependencies
     from dmlbench.tracking.spooled import SpooledRun, StageTracking
@@ -129,6 +130,7 @@ class TrainingRecord:
             "experiment": experiment,
             "device": tags.get("device", "unknown"),
             "host": host(),
+            "workspace": workspace_id(),  # which runs this workspace trained (tracking.workspace)
             "started": earlier.get("started")
             if resumed is not None and earlier.get("config_hash") == config_hash and earlier.get("started")
             else now(),

@@ -24,6 +24,7 @@ from dmlbench.analysis.text import (
     p_value,
     points,
 )
+from dmlbench.tracking.workspace import TRAINED_HERE
 
 
 def table_metrics(present: Iterable[str]) -> list[str]:
@@ -52,6 +53,7 @@ def write(analysis: Analysis, doc: Document) -> None:
             "",
         )
         rows = []
+        trained = trained_where(results.identities, dataset, backbone)
         cells = sorted(
             block.groupby(["loss", "dim"], sort=False),
             key=lambda item: (item[0][1], chronological[analysis.names[item[0][0]]]),
@@ -60,6 +62,7 @@ def write(analysis: Analysis, doc: Document) -> None:
             by_metric = cell.set_index("metric")
             rows.append(
                 [analysis.names[loss], dim]
+                + ([trained.get((loss, dim), "-")] if trained else [])
                 + [
                     format_interval(
                         *by_metric.loc[m, ["mean", "low", "high"]],
@@ -71,8 +74,10 @@ def write(analysis: Analysis, doc: Document) -> None:
             )
         baseline = _baseline_block(results.baselines, dataset, backbone)
         if baseline is not None:
-            rows.append(_baseline_row(baseline, metrics))
-        doc.add(markdown_table(["loss", "dim", *map(metric_header, metrics)], rows), "")
+            row = _baseline_row(baseline, metrics)
+            rows.append(row[:2] + (["-"] if trained else []) + row[2:])
+        columns = ["loss", "dim", *(["trained"] if trained else []), *map(metric_header, metrics)]
+        doc.add(markdown_table(columns, rows), "")
         if baseline is not None:
             doc.add(
                 f"*Pretrained*: the trunk's pooled features before any training (the thesis's \"Pretrained\" row), "
@@ -81,6 +86,9 @@ def write(analysis: Analysis, doc: Document) -> None:
                 "classes (in its row), not a t-interval over seeds.",
                 "",
             )
+    sentence = provenance_sentence(results.identities, results.identities.get("provenance", pd.Series()).nunique() > 1)
+    if sentence:
+        doc.add(sentence, "")
     note = demo_note(params)
     if note:
         doc.note(note)
@@ -101,6 +109,36 @@ def write(analysis: Analysis, doc: Document) -> None:
         lambda p: plots.recall_by_loss(runs, p, analysis.order, confidence),
         "Recall@K per loss for every embedding size (thesis Fig. 27/28): " + _recall_sentence(analysis),
     )
+
+
+def provenance_sentence(identities: pd.DataFrame, column: bool) -> str:
+    """One sentence on where the runs were trained (``column``: the table has the *trained* column)."""
+    where = "; `reports/results.csv` gives each run's provenance, origin, device and the protocol, dataset checksum "
+    where += "and split it is paired on."
+    if column:
+        return (
+            "Column *trained*: `here` = every seed of the cell was trained in this workspace, `pulled` = its "
+            "runs' outputs came from a DVC remote or cache (a published grid) and were not trained here" + where
+        )
+    if identities.empty or "provenance" not in identities.columns:
+        return ""
+    if (identities["provenance"] == TRAINED_HERE).all():
+        return "Every run was trained in this workspace" + where
+    return "Every run's outputs came from a DVC remote or cache (pulled, not trained in this workspace)" + where
+
+
+def trained_where(identities: pd.DataFrame, dataset: str, backbone: str) -> dict[tuple[str, int], str]:
+    """(loss, dim) -> ``here``, ``pulled`` or ``2 here, 1 pulled`` (seeds) for one table; empty when
+    every run of the grid has the same provenance (one sentence says which) or none was read."""
+    if identities.empty or "provenance" not in identities.columns or identities["provenance"].nunique() < 2:
+        return {}
+    rows = identities[(identities["dataset"] == dataset) & (identities["backbone"] == backbone)]
+    marks = {}
+    for (loss, dim), runs in rows.groupby(["loss", "dim"], sort=False):
+        here = int((runs["provenance"] == TRAINED_HERE).sum())
+        pulled = len(runs) - here
+        marks[(loss, dim)] = "here" if not pulled else "pulled" if not here else f"{here} here, {pulled} pulled"
+    return marks
 
 
 def _baseline_row(baseline: pd.DataFrame, metrics: list[str]) -> list:
