@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # concerns that use it above that, the tuning stage and the cost model (over training's FLOP count) near
 # the top, the runner (which prices its grid with the cost model) on top.
 LAYERS: list[set[str]] = [
-    {"dmlbench.gpu_check", "dmlbench.pipeline"},
+    {"dmlbench.pipeline"},
     {"dmlbench.tune", "dmlbench.cost"},
     {"dmlbench.train", "dmlbench.analysis"},
     {"dmlbench.evaluate"},
