@@ -287,10 +287,9 @@ def pairwise_f1(labels_true: Any, labels_pred: Any) -> float:
     FP + FN > 0 gives 0.0; FP = FN = 0 (identical partitions) gives 1.0, as scikit-learn's
     ``adjusted_rand_score`` does. Symmetric in the two labellings.
 
-    Public references (read, not copied): rksltnl/Deep-Metric-Learning-CVPR16
-    ``code/evaluation/compute_clutering_metric.m`` and Confusezius/Revisiting_Deep_Metric_Learning_PyTorch
-    ``metrics/f1.py``: the same pairwise F1 (both NaN on 0 / 0). Their k-means differs (run to
-    convergence; faiss's 20 iterations as here), so F1s compare across papers only up to the k-means."""
+    The same pairwise F1 as rksltnl/Deep-Metric-Learning-CVPR16 ``compute_clutering_metric.m``
+    and Confusezius/Revisiting_Deep_Metric_Learning_PyTorch ``metrics/f1.py`` (both NaN on 0 / 0);
+    their k-means differs, so F1s compare across papers only up to the k-means."""
     tp, same_cluster, same_class = pair_counts(labels_true, labels_pred)
     fp, fn = same_cluster - tp, same_class - tp
     if fp == 0 and fn == 0:

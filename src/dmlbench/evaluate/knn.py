@@ -60,11 +60,9 @@ def faiss_cuda_major() -> int | None:
 def faiss_gpu_usable(faiss_gpu_count: int, faiss_cuda: int | None, torch_cuda: str | None) -> int:
     """The GPUs faiss may use: its own count, but only when its CUDA major is torch's.
 
-    One CUDA stack per environment: a faiss GPU wheel for another CUDA major than torch's (the
-    ``gpu`` extra's faiss-gpu is a CUDA 12 wheel; the default torch build is CUDA 13) brings a
-    second CUDA runtime and cuBLAS into the process, with its own memory pool on the same GPU and
-    its own minimum driver. The torch kNN and k-means on CUDA are exact with the same tie rule, so
-    the ranking is the same without it; only faiss's speed is given up.
+    A faiss wheel for another CUDA major (the ``gpu`` extra's faiss-gpu is CUDA 12; torch's default
+    build CUDA 13) brings a second CUDA runtime, memory pool and minimum driver into the process.
+    The torch backends give the same exact ranking, so only faiss's speed is given up.
     """
     if faiss_gpu_count <= 0 or faiss_cuda is None or not torch_cuda:
         return 0
