@@ -60,12 +60,10 @@ def _data_digest(data: PreparedDataset) -> str:
 def _kept(config: RunConfig, data: PreparedDataset, folds: list[int | None], experiment: str,
           tracking: StageTracking) -> list[dict] | None:  # fmt: skip
     """The run's finished models, when ``artifacts/models/<run>/`` holds them for this config, code
-    and prepared data (each member's checkpoint status says so, with the model's md5): the stage's
-    command completed before but was not recorded (its runner was killed), and it is run again.
-    Its tracking is checked through the stage's spool (``tracking``, open): a member's status says
-    ``complete`` only after its FINISHED record was written to the spool, so records still waiting
-    there (the store does not answer) are its end, sent later; with the spool empty MLflow must
-    hold each member's FINISHED run (and the seed's, above fold runs). Else None (it trains)."""
+    and prepared data (each member's checkpoint status says so, with the model's md5): a completed
+    command whose recording was killed. A member is ``complete`` only after its FINISHED record
+    reached the spool (``tracking``, open), so records still there are its end, sent later; with
+    the spool empty MLflow must hold each member's FINISHED run. Else None (it trains)."""
     run, chash, digest = config.run, config.config_hash, _data_digest(data)
     infos = []
     for fold in folds:
@@ -97,12 +95,9 @@ def _kept(config: RunConfig, data: PreparedDataset, folds: list[int | None], exp
 
 def train_stage(params: Params, run: RunSpec, device: torch.device | None = None) -> dict[str, Any]:
     """Train the run (one model, or one model per fold of a cross-validation split), then write
-    ``artifacts/models/<run>/`` (``fold<f>/`` sub-directories for fold models) in one step. Every
-    tracking record goes through the stage's spool (:mod:`dmlbench.tracking.spool`), flushed with a
-    bounded wait at the end: an unreachable tracking server delays the records, never the training. A run
-    whose models are already there for this config, code and data, with their FINISHED MLflow runs
-    (or their ends still in the spool), returns at once (:func:`_kept`: nothing trained again, no
-    MLflow run added)."""
+    ``artifacts/models/<run>/`` (``fold<f>/`` for fold models) in one step. Tracking goes through
+    the stage's spool (:mod:`dmlbench.tracking.spool`), flushed with a bounded wait at the end. A
+    run whose models are already there returns at once (:func:`_kept`)."""
     config = run_config(params, run)
     device = device or default_device()
     data = PreparedDataset.load(paths.prepared_dir(run.dataset))
