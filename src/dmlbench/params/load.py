@@ -2,9 +2,9 @@
 
 Every stage calls :func:`load_params` first, so a typo or a wrong type fails the first stage that
 runs, in one line naming the key and what is allowed, before any expensive work. ``tuning:`` and
-``cluster:`` are checked by their own modules (:mod:`dmlbench.params.tuning`,
-:mod:`dmlbench.params.cluster`), added by :func:`dmlbench.params.complete.load_complete` for
-``validate`` and the runners. ``losses.<name>`` values deviate from the protocol's
+``cluster:`` are checked by their own modules where read (:func:`dmlbench.params.complete.load_complete`
+for ``validate`` and the runners), so stages that never read them do not depend on their code.
+``losses.<name>`` values deviate from the protocol's
 (``protocols.<p>.losses.<name>``, through its overrides), which deviate from the loss module's
 defaults. The file's layout: docs/pipeline.md."""
 

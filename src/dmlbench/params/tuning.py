@@ -5,9 +5,8 @@ iterations of Bayesian optimisation per loss and dataset, each scored by the mea
 MAP@R over its class-disjoint cross-validation folds, at embedding size 128. The folds are the
 dataset's split scheme (``rc_cv``: RC's 4 folds; ``fixed_val``: one fold), never a setting here.
 
-Only the stages that search or compare with the search read this section (``tune@``,
-``baseline@``, the report, the runners, ``validate``): :func:`tuning_settings` validates it
-there, so its code is no dependency of download, prepare, train or evaluate.
+:func:`tuning_settings` validates it where it is read (``tune@``, ``baseline@``, the report, the
+runners, ``validate``), so this code is no dependency of download, prepare, train or evaluate.
 """
 
 from __future__ import annotations
