@@ -90,7 +90,7 @@ example-report: repro
 	cp -r reports/report.md reports/figures docs/example-report/
 
 gpu-check:
-	PATH="$(ORIGINAL_PATH)" PYTHONPATH="$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PYTHON) -m dmlbench.gpu_check $(ARGS)
+	PATH="$(ORIGINAL_PATH)" PYTHONPATH="$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PYTHON) benchmarks/gpu_check.py $(ARGS)
 
 cluster-up:
 	@cluster/up.sh

@@ -3,7 +3,7 @@
 What ``make repro GPUS=0 GPU_SLOTS=N`` does to one GPU: N training processes at once, each told
 its share (``DMLBENCH_GPU_SHARE=N``: its image cache stays on the GPU only if it fits in 1/N of
 half the free memory) and ``cpu_count // N`` CPU threads, as the local executor gives its workers. Each process
-builds the full training step of one setting (:func:`dmlbench.train.throughput.benchmark_steps`:
+builds the full training step of one setting (:func:`throughput_probe.benchmark_steps`:
 uint8 cache -> augmentation on the device -> bf16 forward/backward -> optimiser), warms up, waits
 for the others at a barrier, then trains for ``--seconds`` of wall time. Per N it prints the
 images/s of each training, their sum over the common window (all images / (last end - first
@@ -32,7 +32,7 @@ from typing import Any
 SRC = str(Path(__file__).resolve().parents[1] / "src")  # run from a checkout without installing
 sys.path.insert(0, SRC)
 
-from dmlbench.train.throughput import add_setting_arguments, benchmark_steps, setting_from_arguments  # noqa: E402
+from throughput_probe import add_setting_arguments, benchmark_steps, setting_from_arguments  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:

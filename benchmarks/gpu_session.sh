@@ -12,7 +12,7 @@ mkdir -p "$out"
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 python=${GPU_PYTHON:-python3}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-timeout 320 "$python" -m dmlbench.gpu_check --out "$out/gpu_check.json" --budget-s 300 --skip real_size \
+timeout 320 "$python" benchmarks/gpu_check.py --out "$out/gpu_check.json" --budget-s 300 --skip real_size \
     > "$out/gpu_check.log" 2>&1
 echo "gpu_check rc=$?"; tail -n 40 "$out/gpu_check.log"
 timeout 150 "$python" benchmarks/precision_study.py --out "$out" --budget-s 140 > "$out/precision.log" 2>&1

@@ -1,6 +1,6 @@
 """Training throughput: images/s of the full training step next to the model alone, and MFU.
 
-Prints, in one run and on the same device (see :mod:`dmlbench.train.throughput`): the full
+Prints, in one run and on the same device (see ``benchmarks/throughput_probe.py``): the full
 step (uint8 cache -> augmentation on the device -> forward/backward -> optimiser) and the same
 model on a synthetic on-device batch, their ratio, the peak memory and, with ``--mfu``, the model
 FLOP utilisation against a measured matrix-product peak (bf16 on a GPU). ``--compile`` measures
@@ -26,8 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # run from a checkout without installing
 
 import torch  # noqa: E402
-
-from dmlbench.train.throughput import (  # noqa: E402
+from throughput_probe import (  # noqa: E402
     add_setting_arguments,
     matmul_peak_flops,
     measure_throughput,

@@ -12,17 +12,21 @@ import pytest
 import torch
 import yaml
 
-from dmlbench import gpu_check
-from dmlbench.train.throughput import ThroughputSetting, forward_flops_per_image, measure_throughput
+from dmlbench.cost.rates import forward_flops_per_image
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "benchmarks") not in sys.path:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import gpu_check  # noqa: E402  (benchmarks/: a developer tool, not the library)
+from throughput_probe import ThroughputSetting, measure_throughput  # noqa: E402
 
 
 def test_gpu_check_refuses_in_one_line_without_a_gpu(tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT / "src"))
     out = tmp_path / "gpu_check.json"
     result = subprocess.run(
-        [sys.executable, "-m", "dmlbench.gpu_check", "--out", str(out)],
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--out", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -54,8 +58,8 @@ def test_make_gpu_check_uses_the_python_that_is_there_not_the_venv():
         check=False,
     )  # under `make test` this make is a sub-make: no "Entering directory" lines
     assert dry.returncode == 0, dry.stderr
-    [command] = [line for line in dry.stdout.splitlines() if "dmlbench.gpu_check" in line]
-    assert "python3 -m dmlbench.gpu_check" in command and f'PYTHONPATH="{ROOT}/src' in command
+    [command] = [line for line in dry.stdout.splitlines() if "benchmarks/gpu_check.py" in line]
+    assert "python3 benchmarks/gpu_check.py" in command and f'PYTHONPATH="{ROOT}/src' in command
     # neither this checkout's venv python nor its bin/ on PATH (another project's venv may be there)
     assert str(ROOT / ".venv") not in command
     assert "pip install" not in dry.stdout
@@ -98,7 +102,7 @@ def test_throughput_runs_on_the_cpu():
 
 
 def test_real_size_run_goes_through_the_training_loop_on_the_cpu(tmp_path):
-    from dmlbench.train.real_size import RealSizeSetting, real_size_run
+    from real_size import RealSizeSetting, real_size_run
 
     base = yaml.safe_load((ROOT / "params.yaml").read_text())
     setting = RealSizeSetting(
@@ -174,7 +178,7 @@ def test_gpu_test_files_are_found_by_their_marker():
 
 
 def test_throughput_rows_eager_then_compiled_with_errors_and_the_budget(monkeypatch):
-    from dmlbench.train.throughput import Throughput
+    from throughput_probe import Throughput
 
     settings = [ThroughputSetting("demo", "tiny_cnn", 32, 16, 4, 16, image_size=36), ThroughputSetting(
         "thesis", "tiny_cnn", 32, 20, 5, 16, image_size=36)]  # fmt: skip
@@ -188,7 +192,7 @@ def test_throughput_rows_eager_then_compiled_with_errors_and_the_budget(monkeypa
         ("thesis", "default"),
     ]  # fmt: skip  (eager first, then mode by mode: a budget cuts the extra modes first)
     monkeypatch.setattr(gpu_check, "protocol_settings", lambda: settings)
-    monkeypatch.setattr("dmlbench.train.throughput.matmul_peak_flops", lambda device: 1e12)
+    monkeypatch.setattr("throughput_probe.matmul_peak_flops", lambda device: 1e12)
     rates = {None: 100.0, "reduce-overhead": 300.0}
 
     def fake_measure(setting, device, steps, warmup, peak_flops, compile_mode):
@@ -198,7 +202,7 @@ def test_throughput_rows_eager_then_compiled_with_errors_and_the_budget(monkeypa
         return Throughput(setting, "cpu", "cpu memory", rate, rate * 1.1, 1e9, peak_flops, 1024.0, compile_mode,
                           12.0 if compile_mode else 0.1, 2 if compile_mode else None)  # fmt: skip
 
-    monkeypatch.setattr("dmlbench.train.throughput.measure_throughput", fake_measure)
+    monkeypatch.setattr("throughput_probe.measure_throughput", fake_measure)
     rows = gpu_check.run_throughput(2, 1, ["reduce-overhead", "default"], device_name="cpu")
     assert [r.get("compile_mode") for r in rows] == [
         None,

@@ -19,7 +19,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # the top with the merge of several labs' results (over the analysis), the runner (which prices its
 # grid with the cost model) on top.
 LAYERS: list[set[str]] = [
-    {"dmlbench.gpu_check", "dmlbench.pipeline"},
+    {"dmlbench.pipeline"},
     {"dmlbench.tune", "dmlbench.cost", "dmlbench.results"},
     {"dmlbench.train", "dmlbench.analysis"},
     {"dmlbench.evaluate"},

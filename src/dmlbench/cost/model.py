@@ -1,12 +1,10 @@
 """The cost model's arithmetic, free of I/O: a stage's images -> seconds, a list of stages ->
 device-hours and wall time on ``workers`` parallel slots, and the ETA of a running grid.
 
-Wall time: the stages run in phases by kind (validate, download, prepare, tune, train + baseline
-+ embed_pretrained, evaluate + evaluate_pretrained, report), each phase's stages spread over the
-workers longest first (Graham's LPT list schedule, within 4/3 of the optimal makespan: Graham
-1969, SIAM J. Appl. Math. 17(2)); a phase starts when the previous one ends, so the estimate
-ignores the overlap of (say) an evaluation with later trainings: it is an upper bound on the
-scheduling and exact on the work.
+Wall time: phases by kind (validate, download, prepare, tune, train + baseline + embed_pretrained,
+evaluate + evaluate_pretrained, report), one after another, each spread over the workers longest
+first (Graham's LPT schedule, within 4/3 of the optimal makespan: Graham 1969, SIAM J. Appl. Math.
+17(2)): an upper bound on the scheduling (phases do not overlap), exact on the work.
 """
 
 from __future__ import annotations

@@ -226,10 +226,3 @@ class Pricer:
         return StageEstimate(
             "", "", seconds, False, "assumed", ram_bytes=ASSUMED_PROCESS_RAM, cache_bytes=size.cache_bytes
         )
-
-
-def price_stages(params: Params, stages: Sequence[PlannedStage], settings: PlanSettings,
-                 rows: Sequence[MeasuredRow]) -> list[StageEstimate]:  # fmt: skip
-    """Every stage's estimate, in ``stages``' order."""
-    pricer = Pricer(params, settings, rows)
-    return [pricer.estimate(stage) for stage in stages]

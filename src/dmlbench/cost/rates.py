@@ -2,8 +2,8 @@
 (``reports/gpu_check.json``, ``throughput`` rows: one per protocol and backbone, eager), else the
 backbone's FLOP count at the protocol's crop at a stated model FLOP utilisation.
 
-FLOPs: :func:`dmlbench.train.throughput.forward_flops_per_image` on the model built without weights
-(the architecture alone), training = 3 x forward (as the throughput rows count them).
+FLOPs: :func:`forward_flops_per_image` (``torch.utils.flop_counter``) on the model built without
+weights (the architecture alone), training = 3 x forward (as the throughput rows count them).
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from dmlbench.cost.model import Rate, flop_rate
 from dmlbench.errors import ConfigError
 
 if TYPE_CHECKING:
+    import torch
+
     from dmlbench.models.base import BackboneParams
 
 THROUGHPUT_TABLE = Path("reports") / "gpu_check.json"
-# the dense bf16 matrix-product peak gpu_check measured on one H100 80GB HBM3 (7.98e14 FLOP/s,
+# the dense bf16 matrix-product peak benchmarks/gpu_check.py measured on one H100 80GB HBM3 (7.98e14 FLOP/s,
 # reports/gpu_check.json): the GPU peak of a FLOP-based rate when the table measured none
 ASSUMED_GPU_PEAK_FLOPS = 7.98e14
 # a CPU core's sustained float32 matrix-product rate, assumed (AVX2/AVX-512 cores reach 5e10-1e11)
@@ -119,10 +121,23 @@ def model_size(backbone: str, params: BackboneParams, dim: int, pooling: str, cr
         import torch
 
         from dmlbench.models import build_model
-        from dmlbench.train.throughput import forward_flops_per_image
 
         with torch.random.fork_rng():
             model = build_model(backbone, params, dim, pooling, pretrained=False)
         forward = forward_flops_per_image(model, crop, torch.device("cpu"))
         _SIZES[key] = (3 * forward, sum(p.numel() for p in model.parameters()))
     return _SIZES[key]
+
+
+def forward_flops_per_image(model: torch.nn.Module, crop: int, device: torch.device) -> float:
+    """FLOPs of one forward pass of one ``crop`` x ``crop`` image (multiply-add = 2)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    was_training = model.training
+    model.eval()
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(torch.rand(2, 3, crop, crop, device=device))
+    model.train(was_training)
+    return counter.get_total_flops() / 2

@@ -1,23 +1,14 @@
 """Dataset archives: their declaration, params overrides, mirrors, first-use checksums, the shared
 ``fetch`` and the pre-flight lines.
 
-A dataset module declares its files as :class:`Archive` entries (file name, published URL and
-mirrors or none, md5, size) and gets its ``fetch`` from :func:`archive_fetcher`. For every
-archive the fetch looks in the drop-box ``data/`` first (verifying the md5), else downloads it
-there (:mod:`dmlbench.data.download`; the published URL, then each mirror, the md5 the judge),
-so that ``dvc add data && dvc push`` shares it; then it unpacks (:mod:`dmlbench.data.extract`)
-or copies everything into ``artifacts/raw/<dataset>/`` atomically.
-
-Before anything is kept, the unpacked files pass the dataset's content check
-(:func:`dmlbench.data.content.content_check`: annotations readable, images and classes as
-published, every listed image there); a refused copy leaves neither ``raw_dir`` nor a record.
-
-An archive with no md5 (none published, none pinned in params.yaml) is trusted on first use:
-once its content passed the check its sha256 is written next to it, ``data/<file>.sha256``
-(``sha256sum`` format, so ``cd data && sha256sum -c img.zip.sha256`` checks it too), and a later
-copy whose sha256 differs fails the download stage in one line (delete that ``.sha256`` file to
-accept the copy). A copy whose annotations list images it lacks is not recorded.
-"""
+A dataset module declares its files as :class:`Archive` entries (name, URL and mirrors, md5,
+size) and gets its ``fetch`` from :func:`archive_fetcher`: the drop-box ``data/`` first (md5
+verified), else a download there (:mod:`dmlbench.data.download`), so ``dvc add data`` shares it;
+then unpacked (:mod:`dmlbench.data.extract`) or copied into ``artifacts/raw/<dataset>/``
+atomically, kept only once the content check passed (:func:`dmlbench.data.content.content_check`).
+An archive with no md5 is trusted on first use: its sha256 is written to ``data/<file>.sha256``
+(``sha256sum -c`` format) and a later copy that differs fails in one line (delete that file to
+accept it)."""
 
 from __future__ import annotations
 

@@ -3,11 +3,9 @@
 Inputs are uint8 ``N x L x L x 3`` canvases straight from the prepared cache, with ``sizes``
 (int ``N x 2``) the valid ``(h, w)`` of each image at the canvas's top-left; ``sizes=None``
 means every image fills its (square) canvas. Outputs are float ``N x 3 x O x O`` in [0, 1].
-Input normalisation (mean/std, BGR, 0-255) belongs to the backbone and is applied inside the model.
-``interpolation``: the resize kernel, ``bilinear`` or ``bicubic``: the one the backbone's weights
-were trained with (``EmbeddingModel.interpolation``, from timm's ``pretrained_cfg``; DINO, DINOv2,
-CLIP and ConvNeXt say bicubic, as torchvision's ``InterpolationMode.BICUBIC`` in their repos'
-transforms). Bicubic results are clamped to [0, 1], as resampling 8-bit images (PIL) does.
+Input normalisation belongs to the backbone (inside the model). ``interpolation``: ``bilinear`` or
+``bicubic``, the kernel the backbone's weights were trained with (``EmbeddingModel.interpolation``,
+timm's ``pretrained_cfg``); bicubic results are clamped to [0, 1], as PIL's 8-bit resampling is.
 
 * :func:`train_transform`: RandomResizedCrop + optional horizontal flip, one random crop per
   image, done with a single ``affine_grid``/``grid_sample`` call for the batch. With ``sizes``
@@ -21,10 +19,9 @@ transforms). Bicubic results are clamped to [0, 1], as resampling 8-bit images (
   ``squash=True``: ``Resize((eval_resize, eval_resize))`` (the aspect ratio not kept) before the
   centre crop (Berton et al. 2025: ``Resize((224, 224))``, no crop).
 * :func:`squash_train_transform`: ``Resize((crop_size, crop_size))`` of each image's valid region,
-  then torchvision's ``RandAugment(num_ops, magnitude)`` per image on its 8-bit values (Berton et
-  al. 2025, gmberton/image-retrieval ``utils.py``: ``Resize((224, 224))`` -> ``RandAugment(3)``; on
-  tensors, where they apply it to PIL images: the same operations and magnitudes, resampled by
-  torchvision's tensor kernels), then the optional flip.
+  then torchvision's ``RandAugment(num_ops, magnitude)`` per image on its 8-bit values, then the
+  optional flip (Berton et al. 2025, gmberton/image-retrieval ``utils.py``: ``Resize((224, 224))``
+  -> ``RandAugment(3)``, on PIL images there, on tensors here: same operations and magnitudes).
 """
 
 from __future__ import annotations

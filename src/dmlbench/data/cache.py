@@ -1,18 +1,14 @@
 """Read a prepared dataset (see :mod:`dmlbench.data.prepare`) and slice it by split and fold.
 
 ``PreparedDataset.split(name, fold=None)``: the rows whose ``split`` is ``name``. On a
-cross-validation dataset (``num_folds > 0``, schemes ``rc_cv``/``kfold``) every training-half
-row has ``split == "train"``, and ``fold`` selects: ``split("train", fold=f)`` = training rows
-whose class does not validate in fold ``f``, ``split("val", fold=f)`` = the rows whose class
-does; ``split("train")`` = the whole training half, ``split("val")`` = nothing.
+cross-validation dataset (``num_folds > 0``) the training half is ``split == "train"`` and
+``split("train", fold=f)`` / ``split("val", fold=f)`` are the rows whose class does not / does
+validate in fold ``f``; ``split("val")`` without a fold is empty.
 
-Memory: the cache is memory-mapped by default (``in_memory=False``), so every process on a box
-that reads it (trainings, tuning workers, embeds) shares one copy through the page cache; what a
-process holds is the pages it touched, counted once for all of them (benchmarks/pipeline_scale.py
-``--memory`` measures the sum of their PSS). Nothing copies it: a contiguous split is a slice of the
-map, any other selection (a fold, the training half) is a :class:`RowView`, an index into it that
-gathers rows only when a batch asks for them.
-"""
+The cache is memory-mapped by default (``in_memory=False``), so every process on a box shares
+one copy through the page cache (``benchmarks/pipeline_scale.py --memory`` measures it). Nothing
+copies it: a contiguous split is a slice of the map, any other selection a :class:`RowView` that
+gathers rows only when a batch asks for them."""
 
 from __future__ import annotations
 

@@ -1,29 +1,14 @@
 """CARS196 / Stanford Cars (Krause et al., 3dRR 2013): 16,185 photos of 196 car models.
 
-DML split: classes 1-98 train, 99-196 test, over all images (the classification split into
-``cars_train`` / ``cars_test``, 8,144 / 8,041 images, is ignored). Every Stanford URL has
-returned 404 since 2023 (pytorch/vision#7545), so the files go into ``data/`` by hand, in one
-of three layouts (docs/datasets.md#cars196-layouts, which names each route's files):
-
-* ``stanford``: ``car_ims.tgz`` + ``cars_annos.mat`` (``annotations``: relative_im_path,
-  bbox_x1..y2, class, test; ``class_names``), the files of the DML papers; md5s published.
-* ``devkit``: the classification release (:func:`dmlbench.data.cars_layouts.devkit_table`):
-  any of ``stanford_cars.zip`` (any zip or tar of torchvision's folder, at any depth), Kaggle's
-  downloads under their CLI names ``stanford-cars-dataset.zip`` (jessicali9530: the images) and
-  ``standford-cars-dataset-meta.zip`` (the devkit and the labelled test annotations), the
-  unpacked folder ``stanford_cars/``, and the release's ``car_devkit.tgz``, ``cars_train.tgz``,
-  ``cars_test.tgz``, ``cars_test_annos_withlabels.mat`` (or ``cars_test_annos_withlabels (1).mat``).
-* ``folders``: Kaggle's jutrera/stanford-car-dataset-by-classes-folder, what
-  pytorch-metric-learning downloads (:func:`dmlbench.data.cars_layouts.folders_table`), as
-  ``stanford-car-dataset-by-classes-folder.zip`` (or without ``.zip``, as PML saves it, or unpacked).
-
-With files of several layouts in ``data/``, the first of stanford (``car_ims.tgz`` there),
-devkit, folders is used and one line names the files ignored; a ``cars_annos.mat`` alone
-never selects the Stanford layout when another layout's files are there. No checksum is
-published for the devkit and folders copies: their content is checked (counts, every listed
-image) and each file's sha256 is recorded on first use (``data/<file>.sha256``;
-:mod:`dmlbench.data.archives`).
-"""
+DML split: classes 1-98 train, 99-196 test, over all images (the classification split is
+ignored). Every Stanford URL has returned 404 since 2023 (pytorch/vision#7545), so the files go
+into ``data/`` by hand, in one of three layouts (docs/datasets.md#cars196-layouts names each
+route's files): ``stanford`` (``car_ims.tgz`` + ``cars_annos.mat``, md5s published), ``devkit``
+(the classification release, :func:`dmlbench.data.cars_layouts.devkit_table`) and ``folders``
+(PML's Kaggle copy, :func:`dmlbench.data.cars_layouts.folders_table`). With several present, the
+first of stanford, devkit, folders is used and one line names the files ignored. The devkit and
+folders copies have no published checksum: their content is checked and each file's sha256 is
+recorded on first use (``data/<file>.sha256``, :mod:`dmlbench.data.archives`)."""
 
 from __future__ import annotations
 

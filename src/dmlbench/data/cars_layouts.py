@@ -1,25 +1,16 @@
-"""CARS196's image tables from the layouts its files come in besides the Stanford release's
-``cars_annos.mat``, built from the unpacked files (at any depth: Kaggle nests its folders).
+"""CARS196's image tables from the layouts besides the Stanford release's ``cars_annos.mat``, read
+from the unpacked files at any depth (Kaggle nests its folders); docs/datasets.md names the files.
 
-* The classification release's layout (torchvision's ``StanfordCars``; Kaggle's
-  jessicali9530/stanford-cars-dataset, which holds only ``cars_train/cars_train/`` and
-  ``cars_test/cars_test/`` beside a ``cars_annos.mat``): images in ``cars_train/`` and
-  ``cars_test/``, classes in ``devkit/cars_train_annos.mat`` and the labelled
-  ``cars_test_annos_withlabels.mat`` (``annotations``: bbox_x1..y2, class, fname; the devkit's
-  own ``cars_test_annos.mat`` has no class), class names in ``devkit/cars_meta.mat``
-  (``class_names``). The devkit comes from ``car_devkit.tgz`` (re-uploaded in
-  pytorch/vision#7545) or Kaggle's abdelrahmant11/standford-cars-dataset-meta, which also holds
-  the labelled test file as ``cars_test_annos_withlabels (1).mat``: every
-  ``cars_test_annos_withlabels*.mat`` is read, and copies must agree.
-* Kaggle's jutrera/stanford-car-dataset-by-classes-folder, what pytorch-metric-learning 2.9
-  downloads (``pytorch_metric_learning/datasets/cars196.py``): ``names.csv`` (one class name a
-  line, class ``i`` on line ``i``), ``anno_train.csv`` / ``anno_test.csv`` (no header:
-  ``fname,x1,y1,x2,y2,class``) and the images in
+* devkit (torchvision's ``StanfordCars``): images in ``cars_train/`` and ``cars_test/``, classes
+  in ``devkit/cars_train_annos.mat`` and the labelled ``cars_test_annos_withlabels*.mat`` (every
+  copy read, copies must agree; the devkit's ``cars_test_annos.mat`` has no class), names in
+  ``devkit/cars_meta.mat``.
+* folders (what pytorch-metric-learning 2.9 downloads): ``names.csv`` (class ``i`` on line ``i``),
+  ``anno_{train,test}.csv`` (``fname,x1,y1,x2,y2,class``, no header), images in
   ``car_data/car_data/{train,test}/<class name, '/' as '-'>/<fname>``.
 
 Both give ``path,label,class_name`` for every image; the download stage checks the counts and
-that every listed image is there (:mod:`dmlbench.data.content`).
-"""
+that every listed image is there (:mod:`dmlbench.data.content`)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,13 @@
 """Safe extraction of dataset archives (a tar of any compression, or a zip) into a directory.
 
 Every entry is checked before anything is written: absolute paths, ``..``, entries resolving
-outside the target, links of any kind and device files or fifos are refused (no dataset archive
-has them). Where ``tarfile`` has the PEP 706 filters (Python >= 3.11.4, 3.12), the ``data``
-filter runs as a second line of defence. Where it has not (Debian 12's system Python 3.11.2,
-whose ``TarFile.extract`` raises ``TypeError`` on ``filter=``), this module writes the checked
-regular files and directories itself: contents only, mode 0o644 (0o755 if executable by its
-owner), never links, owners or set-id bits. The same archives are accepted and refused either way.
-
-A file that does not unpack says why in one line: a zip whose end (its central directory) is
-missing, or a compressed tar whose stream stops early, is *truncated* (an interrupted download
-or copy); a zip with encrypted entries is *password-protected* (:class:`EncryptedArchive`, so
-that a dataset can name where its password comes from); anything else is neither a zip nor a tar.
-"""
+outside the target, links, device files and fifos are refused (no dataset archive has them).
+Where ``tarfile`` has the PEP 706 filters (Python >= 3.11.4) the ``data`` filter is a second line
+of defence; where not (Debian 12's Python 3.11.2), this module writes the checked files itself:
+contents only, mode 0o644 (0o755 if owner-executable), never links, owners or set-id bits.
+A file that does not unpack says why in one line: *truncated* (a zip without its central
+directory, a compressed tar that stops early), *password-protected* (:class:`EncryptedArchive`),
+or neither a zip nor a tar."""
 
 from __future__ import annotations
 

@@ -1,22 +1,15 @@
 """DeepFashion In-Shop Clothes Retrieval (Liu et al., CVPR 2016): 52,712 images of 7,982 items.
 
-Split from ``Eval/list_eval_partition.txt`` (line 1: image count, line 2: header
-``image_name item_id evaluation_status``): 3,997 training items (25,882 images); the 3,985
-test items are queried (14,218 query images) against a gallery (12,612 images), as in
-Proxy-Anchor's ``Inshop.py``. A partition file of another DeepFashion benchmark (Consumer-to-shop,
-Category and Attribute Prediction, Fashion Landmark Detection) is recognised and named.
+Split from ``Eval/list_eval_partition.txt``: 3,997 training items (25,882 images); the 3,985 test
+items are queried (14,218 images) against a gallery (12,612), as in Proxy-Anchor's ``Inshop.py``.
+A partition file of another DeepFashion benchmark is recognised and named.
 
-Images: the low-resolution ``Img/img.zip`` (what most DML code uses; unpacks to ``img/``), or
-``img_highres.zip`` (unpacks to ``img_highres/``, the same names; OML uses it) whenever it is in
-``data/``: only a user puts it there, while ``img.zip`` may be an earlier run's download (with
-both there the stage says that ``img.zip`` is ignored). The official ``img_highres.zip`` is
-password-protected: the stage says so in one line and how to get and use the password. ``img.zip`` and the partition
-file live on Google Drive: they are downloaded with their resource keys, through Drive's
-confirmation page for large files (:mod:`dmlbench.data.download`). Drive may still refuse (its
-daily download quota, a changed sharing setting): the error then names the page to download the
-file from by hand. No checksum is published: the md5 and sha256 are recorded on first use
-(``data/<file>.sha256``), once the content passed its check.
-"""
+Images: ``Img/img.zip`` (low resolution, what most DML code uses), or ``img_highres.zip`` (OML)
+whenever a user put it in ``data/`` (then one line says ``img.zip`` is ignored); the official
+high-resolution zip is password-protected, and the stage says how to get the password. ``img.zip``
+and the partition file come from Google Drive (:mod:`dmlbench.data.download`); when Drive refuses,
+the error names the page to fetch them by hand. No checksum is published: md5 and sha256 are
+recorded on first use, once the content passed its check."""
 
 from __future__ import annotations
 

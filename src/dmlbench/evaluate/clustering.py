@@ -1,30 +1,22 @@
 """Clustering quality: NMI, AMI and F1 of k-means clusters against the class labels.
 
-As PML's ``AccuracyCalculator`` computes them: k-means with k = number of classes on the
-L2-normalised embeddings, ``faiss.Kmeans(d, k, niter=20, seed=1234)`` (on the GPU when faiss
-has one), each point assigned to its nearest centroid, then scikit-learn's
-``normalized_mutual_info_score`` and ``adjusted_mutual_info_score`` (arithmetic
-normalisation). The clustering F1 (:func:`pairwise_f1`, Oh Song et al., CVPR 2016; not in PML)
-is computed from the same assignment. Backends for the k-means:
+As PML's ``AccuracyCalculator``: k-means with k = number of classes on the L2-normalised
+embeddings, ``faiss.Kmeans(d, k, niter=20, seed=1234)``, each point assigned to its nearest
+centroid, then scikit-learn's NMI and AMI (arithmetic normalisation); F1 (:func:`pairwise_f1`,
+Oh Song et al., CVPR 2016; not in PML) from the same assignment. Backends for the k-means:
 
 * ``faiss``: ``faiss.Kmeans`` itself.
-* ``screened`` (CPUs with native bf16, the default there): faiss's Lloyd iterations re-done
-  step for step (the same initial centroids from ``faiss.rand_perm``, the same centroid update
-  and empty-cluster split), so the same clusters, but (a) each assignment step is a bf16
-  product with a certificate, recomputed in fp32 where the certificate fails
-  (:mod:`dmlbench.evaluate.screen`), (b) once few centroids move, an assignment step only
-  compares each point with the moved centroids (``NearestCentroids.update``), and (c) the
-  iterations stop at a fixed point: once an assignment repeats (and no cluster was split),
-  every later iteration would repeat it.
-* ``torch`` (the default on CUDA when faiss has no GPU): faiss's iterations as in ``screened``,
-  each assignment an exact fp32 product (TF32 off) on ``device``; centroid updates stay on the
-  CPU (a GPU ``index_add`` sums in a nondeterministic order). Same clusters as the others up to
-  points whose two best centroids tie within fp32 rounding. Without faiss (no ``rand_perm``), a
-  plain Lloyd k-means with a seeded random initialisation (different initial centroids).
+* ``screened`` (CPUs with native bf16): faiss's Lloyd iterations re-done step for step (same
+  initial centroids from ``faiss.rand_perm``, same update and empty-cluster split), so the same
+  clusters, with (a) certified bf16 assignment steps (:mod:`dmlbench.evaluate.screen`), (b) only
+  moved centroids compared once few move (``NearestCentroids.update``), (c) a stop at the first
+  repeated assignment (a fixed point).
+* ``torch`` (CUDA without faiss-gpu): the same iterations with exact fp32 assignments (TF32 off)
+  on ``device``, centroid updates on the CPU (a GPU ``index_add`` is nondeterministic). Without
+  faiss: plain Lloyd with a seeded random initialisation.
 
-Cost: ``iterations x n x k x dim`` multiply-adds, k = number of classes: at SOP scale (60k x
-11k classes x 512) one iteration costs a fifth of the neighbour search.
-"""
+Cost: ``iterations x n x k x dim`` multiply-adds: at SOP scale one iteration costs a fifth of the
+neighbour search."""
 
 from __future__ import annotations
 
@@ -282,38 +274,22 @@ def pair_counts(labels_true: Any, labels_pred: Any) -> tuple[int, int, int]:
 
 
 def pairwise_f1(labels_true: Any, labels_pred: Any) -> float:
-    """Clustering F1 (F-measure) of Oh Song et al., "Deep Metric Learning via Lifted Structured
-    Feature Embedding", CVPR 2016: a fraction in [0, 1], 1 for a perfect clustering.
+    """Clustering F1 of Oh Song et al., "Deep Metric Learning via Lifted Structured Feature
+    Embedding", CVPR 2016: a fraction in [0, 1], 1 for a perfect clustering.
 
-    Over unordered pairs of points, a pair is *positive* if both points share a class and
-    *predicted positive* if both fall in the same cluster (counts: :func:`pair_counts`):
+    Over unordered pairs, *positive* = same class, *predicted positive* = same cluster
+    (:func:`pair_counts`); the pair-counting F measure (Manning et al., *Introduction to Information
+    Retrieval*, 2008, Sec. 16.3):
 
         P = TP / (TP + FP),  R = TP / (TP + FN),  F1 = 2 P R / (P + R) = 2 TP / (2 TP + FP + FN)
 
-    (the pair-counting F measure of Manning, Raghavan & Schuetze, *Introduction to Information
-    Retrieval*, 2008, Sec. 16.3). The right-hand form is used, one correctly rounded division
-    of exact integer counts, so it also settles the cases where P or R is 0 / 0:
+    The right-hand form (exact integer counts, one division) settles P or R = 0 / 0: TP = 0 with
+    FP + FN > 0 gives 0.0; FP = FN = 0 (identical partitions) gives 1.0, as scikit-learn's
+    ``adjusted_rand_score`` does. Symmetric in the two labellings.
 
-    * TP = 0 with FP + FN > 0 (including P + R = 0, and no positive pairs at all, e.g. every
-      class a singleton, while some cluster holds two points): 0.0;
-    * FP = FN = 0 (the two partitions are identical), including TP = 0 (no pair shares a class
-      or a cluster: every class and every cluster a singleton, or fewer than 2 points): 1.0,
-      as scikit-learn's ``adjusted_rand_score`` and :func:`adjusted_mutual_info` treat them.
-
-    Symmetric in the two labellings (swapping them swaps P and R) and independent of how the
-    classes and clusters are numbered.
-
-    Public reference implementations (read, not copied): the authors' MATLAB evaluation,
-    rksltnl/Deep-Metric-Learning-CVPR16 ``code/evaluation/compute_clutering_metric.m``, and
-    Roth et al. (ICML 2020), Confusezius/Revisiting_Deep_Metric_Learning_PyTorch
-    ``metrics/f1.py``. Both are this pairwise F1 (not a cluster-to-class matching F1); the
-    second names P and R the other way round (TP over same-class pairs as "precision"), which
-    leaves F1 unchanged, and both return NaN for the 0 / 0 cases above. Both also rename each
-    cluster after its point nearest the centroid, which leaves the partition, hence F1, unchanged.
-    The k-means differs: the authors ran k-means to convergence, Roth et al. and this module
-    use faiss's 20 iterations (as PML), so F1 values are comparable across papers only up to
-    the k-means.
-    """
+    The same pairwise F1 as rksltnl/Deep-Metric-Learning-CVPR16 ``compute_clutering_metric.m``
+    and Confusezius/Revisiting_Deep_Metric_Learning_PyTorch ``metrics/f1.py`` (both NaN on 0 / 0);
+    their k-means differs, so F1s compare across papers only up to the k-means."""
     tp, same_cluster, same_class = pair_counts(labels_true, labels_pred)
     fp, fn = same_cluster - tp, same_class - tp
     if fp == 0 and fn == 0:

@@ -8,13 +8,10 @@ norm, rows in manifest order) and ``<split>_labels`` for every non-empty split a
 query and gallery; ``meta.json`` holds run, fold, grid_key and config_hash (the training's
 identity, by which the evaluate stage finds its MLflow run), model_md5, splits (row counts), dim.
 
-The "Pretrained" baseline (``embed_pretrained``): the pooled trunk features (before the
-embedding head) of the trunk as it is before training, i.e. ImageNet weights when the
-protocol says ``pretrained: true``, else its seeded random initialisation; same transform,
-same file layout under ``artifacts/embeddings/<ds>/<bb>/pretrained/``.
-
-Embeddings that are not finite (a diverged model, an overflow in the trunk) are never written:
-the stage stops with one line naming the run and the split (:func:`require_finite`).
+The "Pretrained" baseline (``embed_pretrained``): the pooled trunk features of the untrained
+trunk (its pretrained weights, else its seeded initialisation), same transform and layout under
+``artifacts/embeddings/<ds>/<bb>/pretrained/``. Non-finite embeddings are never written
+(:func:`require_finite`).
 """
 
 from __future__ import annotations
@@ -59,14 +56,12 @@ AFTER_MMAP_THRESHOLD, AFTER_TRIM_THRESHOLD = 32 << 20, 64 << 20
 def heap_kept() -> Iterator[str]:
     """Inside: glibc serves large blocks from the heap and keeps freed memory for reuse.
 
-    A CNN forward pass allocates activations far above glibc's mmap threshold (32 MiB at
-    most): by default each is a fresh ``mmap``, page-faulted on first touch and unmapped when
-    freed, so a CPU embed spends about as much system time as compute (benchmarks/embed_memory.py).
-    ``mallopt(M_MMAP_MAX, 0)`` + ``mallopt(M_TRIM_THRESHOLD, -1)`` reuse the pages instead. On
-    exit, mmap is allowed again above ``AFTER_MMAP_THRESHOLD`` with trimming above
-    ``AFTER_TRIM_THRESHOLD`` (glibc's dynamic thresholds stay off for the process: mallopt(3)),
-    and free memory is returned (``malloc_trim``). Not for nesting or threads. Yields what was
-    done; a no-op outside Linux glibc.
+    Activations above glibc's mmap threshold (32 MiB at most) are each a fresh ``mmap``,
+    page-faulted and unmapped per pass, so a CPU embed spends about as much system time as
+    compute (benchmarks/embed_memory.py). ``mallopt(M_MMAP_MAX, 0)`` + ``M_TRIM_THRESHOLD -1``
+    reuse the pages; on exit mmap and trimming resume above ``AFTER_MMAP_THRESHOLD`` /
+    ``AFTER_TRIM_THRESHOLD`` (mallopt(3)) and ``malloc_trim`` returns free memory. Not for nesting
+    or threads. Yields what was done; a no-op outside Linux glibc.
     """
     libc = None
     if sys.platform.startswith("linux") and "glibc" in _confstr("CS_GNU_LIBC_VERSION"):
@@ -160,12 +155,10 @@ def compute_embeddings(
 ) -> np.ndarray:
     """``images``: uint8 ``N x S x S x 3`` -> float32 ``N x dim`` (model in eval mode).
 
-    ``features=True`` returns the pooled trunk features instead of the head's output.
-    ``sizes`` (N x 2 valid height/width, images kept at their aspect ratio) is passed on to
-    the eval transform when given, with ``squash`` (the protocol's ``augment.eval``) and
-    ``interpolation`` (``augment.interpolation``; ``weights``: the model's). The output array is
-    allocated once and each batch's result is written into its rows (no per-batch output arrays,
-    no final concatenation).
+    ``features=True``: the pooled trunk features instead of the head's output. ``sizes`` (N x 2
+    valid height/width), ``squash`` (``augment.eval``) and ``interpolation``
+    (``augment.interpolation``; ``weights``: the model's) go to the eval transform. Each batch is
+    written into one preallocated output.
     """
     count = len(images)
     if count == 0:

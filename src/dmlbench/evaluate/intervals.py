@@ -58,17 +58,12 @@ def bounded_t_interval(
 
     interval = [max(lower, mean - t_{(1+c)/2, n-1} s/sqrt(n)), min(upper, mean + t s/sqrt(n))]: the
     t-interval over independent runs that the Reality Check's intervals are (powerful-benchmarker),
-    cut where it leaves the range. Clipping never lowers coverage (the mean lies in the range) and
-    is continuous in the data: a value moving onto a bound moves the interval by as little as the
-    value moved. Transforms were tried and rejected: the delta method on the logit (or log) of
-    the mean explodes when the spread is comparable to the mean's distance to a bound (seeds
-    (0.0001, 0.004, 0.008) of [0, 1] reached 4.45 points, 10 sd above the mean) and degenerates
-    on it, so it needed a second method there, and the switch made the interval jump ((0, 0.004,
-    0.008): 1.39 points). With few runs of a skewed quantity next to a bound the clipped t covers a
-    little less than it says (Beta(1, 12) scores, 5 runs: ~89% for 95%), as the t-interval does.
-    Every value equal: the zero-width interval; n = 1: no interval (NaN bounds). :func:`interval_method`
-    names it.
-    """
+    cut where it leaves the range. Clipping never lowers coverage (the mean lies in the range) and is
+    continuous in the data; a delta-method interval on the logit explodes near a bound and needs a
+    second method on it, whose switch makes the interval jump. With few runs of a skewed quantity
+    next to a bound the clipped t covers a little less than it says (Beta(1, 12), 5 runs: ~89% for
+    95%), as the t-interval does. Every value equal: zero width; n = 1: NaN bounds.
+    :func:`interval_method` names it."""
     data = np.asarray(values, dtype=np.float64)
     if data.size and (data.min() < lower or data.max() > upper):
         raise ValueError(f"values outside [{lower:g}, {upper:g}]: {data.min():g} to {data.max():g}")
@@ -102,21 +97,15 @@ def bootstrap_intervals(
 ) -> dict[str, Interval]:
     """Mean of each per-query metric of one run and its bootstrap interval over the query classes.
 
-    The queries of one class are not independent draws: they share the class's difficulty (the
-    test set is classes x images, and a new test set is a new sample of classes). So the
-    bootstrap resamples whole ``clusters`` (the queries' class labels) with replacement, the
-    cluster bootstrap of Field & Welsh (2007, JRSS-B 69), and the statistic is the mean over the
-    queries of the drawn classes, sum_c w_c S_c / sum_c w_c n_c (w_c: times class c is drawn, S_c
-    and n_c: its sum and query count). ``clusters=None`` resamples single queries (each its own
-    class). ``scipy.stats.bootstrap`` draws the class indices (``n_resamples`` times,
-    ``numpy.random.default_rng(seed)``: reproducible) and gives the ``method``'s interval; every
-    metric's mean is recomputed on the same resample (a paired bootstrap: the intervals of all
-    metrics come from one set of resamples), from per-class sums in one matrix product, so a
-    resample costs O(classes) for all metrics together, in batches of at most ``max_batch_elements``
-    indices. ``n`` = number of classes (queries when ``clusters`` is None). BCa's jackknife costs
-    O(classes^2). A metric that is constant over the queries gets a zero-width interval; with one
-    class there is no interval (NaN bounds).
-    """
+    The queries of one class share its difficulty (a new test set is a new sample of classes), so
+    whole ``clusters`` (the queries' class labels) are resampled with replacement: the cluster
+    bootstrap of Field & Welsh (2007, JRSS-B 69), statistic sum_c w_c S_c / sum_c w_c n_c (w_c: times
+    class c is drawn, S_c and n_c: its sum and query count); ``clusters=None`` resamples queries.
+    ``scipy.stats.bootstrap`` draws the class indices (``n_resamples``, ``default_rng(seed)``) and
+    gives the ``method``'s interval; all metrics share each resample (paired), computed from per-class
+    sums in one matrix product (O(classes) per resample, batches of at most ``max_batch_elements``).
+    ``n`` = classes (queries when ``clusters`` is None). A constant metric gets zero width; one class:
+    NaN bounds."""
     from scipy import stats
 
     if method not in BOOTSTRAP_METHODS:

@@ -1,23 +1,14 @@
 """Exact nearest-neighbour ranking by cosine similarity, never building an n x n matrix.
 
-Backends (the same results either way; tested):
+Backends (the same results; tested): ``faiss`` (``IndexFlatIP`` on L2-normalised vectors, on the
+GPUs of :func:`faiss_gpus` for k <= 2048, the GPU k-selection limit, as PML falls back), ``torch``
+(chunked ``query @ reference.T`` + ``topk``, fp32, TF32 off) and ``screened`` (CPU: a certified
+bf16 screen, :mod:`dmlbench.evaluate.screen`; the default on CPUs with native bf16).
 
-* ``faiss``: ``IndexFlatIP`` on L2-normalised vectors, queried in chunks; on a GPU index
-  (``faiss.index_cpu_to_all_gpus``) when faiss has GPUs of torch's CUDA major (:func:`faiss_gpus`)
-  and k <= 2048, the GPU k-selection limit (PML falls back to the CPU index the same way).
-* ``torch``: chunked ``query @ reference.T`` + ``topk`` on CPU or CUDA (fp32, TF32 off).
-* ``screened`` (CPU): a bf16 product picks candidates, fp32 similarities decide, with a
-  certificate that no other reference can enter the list (:mod:`dmlbench.evaluate.screen`);
-  the default on CPUs with native bf16 (AVX512-BF16/AMX), where it is several times faster.
-
-Ties are broken *pessimistically*: among references with exactly equal similarity, those of a
-different class than the query rank first. So a metric never profits from ties (a collapsed
-embedding, with every similarity equal, scores 0), and the ranking depends on the similarity
-values only, not on the order of the rows or on a backend's internal order. Without ties this
-is the ordinary ranking by similarity.
-
-When the reference set is the query set, each query's own row is excluded.
-"""
+Ties are broken *pessimistically*: among equally similar references, those of another class
+rank first, so a metric never profits from ties (a collapsed embedding scores 0) and the ranking
+depends on the similarity values only. When the reference set is the query set, each query's own
+row is excluded."""
 
 from __future__ import annotations
 
@@ -69,11 +60,9 @@ def faiss_cuda_major() -> int | None:
 def faiss_gpu_usable(faiss_gpu_count: int, faiss_cuda: int | None, torch_cuda: str | None) -> int:
     """The GPUs faiss may use: its own count, but only when its CUDA major is torch's.
 
-    One CUDA stack per environment: a faiss GPU wheel for another CUDA major than torch's (the
-    ``gpu`` extra's faiss-gpu is a CUDA 12 wheel; the default torch build is CUDA 13) brings a
-    second CUDA runtime and cuBLAS into the process, with its own memory pool on the same GPU and
-    its own minimum driver. The torch kNN and k-means on CUDA are exact with the same tie rule, so
-    the ranking is the same without it; only faiss's speed is given up.
+    A faiss wheel for another CUDA major (the ``gpu`` extra's faiss-gpu is CUDA 12; torch's default
+    build CUDA 13) brings a second CUDA runtime, memory pool and minimum driver into the process.
+    The torch backends give the same exact ranking, so only faiss's speed is given up.
     """
     if faiss_gpu_count <= 0 or faiss_cuda is None or not torch_cuda:
         return 0

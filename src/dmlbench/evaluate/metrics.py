@@ -27,7 +27,6 @@ import numpy as np
 
 from dmlbench.evaluate.knn import normalize_rows, rank_neighbours
 
-RANKING_METRICS = ("precision_at_1", "r_precision", "map_at_r")
 QUERY_FIELDS = ("r", "query_index", "query_label")  # what per_query_metrics returns beside the metrics
 
 

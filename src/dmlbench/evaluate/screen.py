@@ -19,14 +19,10 @@ rounding mode is covered): 0.0158 for d = 512. Hence, per query:
    whose bf16 similarity is more than eps above the best positive's fp32 similarity rank ahead
    of it, those more than eps below do not, and the few in between are recomputed in fp32.
 
-So the result is the exact fp32 ranking (tested against the fp32 backends), at the cost of the
-bf16 product plus a little fp32 work. Speed notes (measured on 2 Zen 5 cores): the products
-write into reused buffers of 256 (ranking) or 1024 (k-means) rows: a fresh n-wide output per
-block costs more in page faults than the product itself (~800 vs ~300 GFLOP/s).
-
-One module although over 400 lines: the ranking and the k-means assignment are the same
-certified screen (one error bound, the same bf16 norms, blocks and fp32 recomputation); split,
-those shared internals would become a public interface between two halves of one algorithm.
+So the result is the exact fp32 ranking, at the cost of the bf16 product plus a little fp32
+work. Products write into reused buffers (a fresh n-wide output per block costs more in page
+faults than the product). One module although over 400 lines: the ranking and the k-means
+assignment share one certified screen (error bound, bf16 norms, blocks, fp32 recomputation).
 """
 
 from __future__ import annotations

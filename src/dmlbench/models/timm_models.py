@@ -1,27 +1,16 @@
-"""Any timm model as a trunk: ``timm: {model_name: convnext_tiny.fb_in1k}`` or, to list several
-in one grid, a key ``timm_<model_name>`` (e.g. ``timm_resnet50.tv_in1k: {}``).
+"""Any timm model as a trunk: ``timm: {model_name: convnext_tiny.fb_in1k}`` or, for several in one
+grid, a key ``timm_<model_name>`` (e.g. ``timm_resnet50.tv_in1k: {}``).
 
-The trunk is timm's pre-logits path, ``net.forward_head(net.forward_features(x), pre_logits=True)``
-of ``timm.create_model(model_name, num_classes=0)``: the model's own pooling and whatever its head
-applies before the classifier (ConvNeXt's LayerNorm of the pooled map, a ViT's ``fc_norm``,
-SigLIP's attention pooling), so the features are the ones timm and the weights' authors read.
-The protocol's pooling sets timm's ``global_pool`` (:data:`TIMM_POOLS`: ``gap`` avg, ``gmp`` max,
-``gap+gmp`` avgmax, ``cls`` token; ``native`` keeps the model's own) through
-``reset_classifier(0, global_pool)``, which keeps the head's norm; a pooling the model cannot do
-(``cls`` without a class token) is refused in one line. timm's ``avgmax`` is half the sum that
-``gap+gmp`` means elsewhere: a scale the linear head and the L2 normalisation absorb.
-``projection``: the classifier itself is the feature (CLIP's image projection is timm's ``head`` of
-``*.openai`` models: ``forward_head(...)`` is CLIP's image embedding, ``ln_post(CLS) @ proj``).
-
-Input normalisation (mean, std) and the resize interpolation come from the model's
-``pretrained_cfg``; layer groups for layer-wise learning rates from its ``group_matcher``
-(:func:`layer_groups`; head parameters, e.g. ConvNeXt's head norm, form the last group, as in
-timm's ``param_groups_layer_decay``). ImageNet weights: the model's Hub file (its
-``pretrained_cfg.hf_hub_id``), pinned by the weights lock like every modern trunk
-(:mod:`dmlbench.models.hub`); a model whose weights are only at a URL is loaded by timm (into
-torch's hub cache); ``weights_path`` (.pth or .safetensors) loads a local file instead.
-``model_kwargs`` go to ``create_model`` (e.g. ``{dynamic_img_size: true}`` for ViTs).
-"""
+The trunk is timm's pre-logits path, ``forward_head(forward_features(x), pre_logits=True)`` of
+``create_model(model_name, num_classes=0)``: the features timm and the weights' authors read
+(including a head's norm or attention pooling). The protocol's pooling sets timm's
+``global_pool`` (:data:`TIMM_POOLS`; ``native`` keeps the model's), refused in one line where the
+model cannot do it; timm's ``avgmax`` is half of ``gap+gmp``, a scale the head and L2
+normalisation absorb. ``projection``: the classifier is the feature (CLIP's image projection).
+Mean, std and interpolation come from ``pretrained_cfg``; layer groups from ``group_matcher``
+(:func:`layer_groups`, head last, as timm's ``param_groups_layer_decay``). Weights: the Hub file,
+pinned by the weights lock (:mod:`dmlbench.models.hub`), else timm's URL download, or
+``weights_path``; ``model_kwargs`` go to ``create_model``."""
 
 from __future__ import annotations
 

@@ -1,18 +1,12 @@
 """Pretrained weights: a pinned URL and sha256, a local-path override, a pre-flight check, clear errors.
 
-``resolve_weights`` returns a verified local file: ``weights_path`` if set, else the file in
-torch's hub cache (``$TORCH_HOME/hub/checkpoints/<file name>``, where torchvision keeps its
-weights too), downloading it there first if needed. Downloads go to a temporary file and are
-moved into place only when the sha256 matches (``torch.hub.download_url_to_file``), so a
-failed or wrong download leaves nothing that looks valid. Every failure says which file to put
-where (or which param to set), in one line.
-
-``weights_file_problem`` is what the pre-flight check (:mod:`dmlbench.pipeline.preflight`) asks of each
-file the grid needs: here with its pinned checksum, or its URL answering (:func:`url_unreachable`:
-an HTTP ``HEAD``, a ranged ``GET`` where HEAD is refused; ``DMLBENCH_SKIP_URL_CHECK=1`` skips it).
-``DMLBENCH_OFFLINE=1`` (every Slurm job; :mod:`dmlbench.data.download` reads the same variable):
-neither downloads nor asks; a file not here fails in one line naming it and ``make fetch``.
-"""
+:func:`resolve_weights` returns a verified local file: ``weights_path``, else torch's hub cache
+(``$TORCH_HOME/hub/checkpoints/``, where torchvision keeps its weights), downloaded there first if
+needed through a temporary file moved into place only when the sha256 matches. Every failure says
+in one line which file to put where. :func:`weights_file_problem` is the pre-flight's question per
+file: here with its checksum, or its URL answering (:func:`url_unreachable`;
+``DMLBENCH_SKIP_URL_CHECK=1`` skips it). ``DMLBENCH_OFFLINE=1`` (every Slurm job): no download,
+no request; a missing file fails in one line naming ``make fetch``."""
 
 from __future__ import annotations
 

@@ -1,24 +1,12 @@
-"""The weights lock: the Hub commit and sha256 of every pinned pretrained weights file, a
-project-level file (``weights.lock`` at the repository root) committed like ``dvc.lock``.
+"""The weights lock (``weights.lock`` at the repository root, committed like ``dvc.lock``): the Hub
+commit and sha256 of every pinned Hub weights file, ``files: {<repo>/<file>: {sha256, url,
+revision}}``; torchvision's files are pinned in code (:mod:`dmlbench.models.weights`).
 
-torchvision's files carry a sha256 prefix in their name, so those are pinned in code
-(:mod:`dmlbench.models.weights`). The Hugging Face Hub files the modern trunks load (timm's copies
-of DINO, DINOv2, DINOv3, CLIP, SigLIP 2, ConvNeXt, AugReg ViT weights) are pinned here, per file
-(``files: {<repo>/<file>: {sha256, url, revision}}``): ``revision`` the Hub commit the file is
-fetched at (always a commit, never a branch), ``sha256`` the digest the Hub publishes for it (its
-LFS object id), checked against the bytes at the first download and at every load
-(:mod:`dmlbench.models.hub` pins and verifies).
-
-Outside the package, so that a read-only install works and the code's hash (which every stage's
-inputs manifest carries) never changes when a file is pinned. The lock is complete before any
-stage runs: ``make fetch``, the runner's pre-flight and the validate stage pin every file the grid
-needs (:func:`dmlbench.models.hub.pin`), so a stage only reads it. Written atomically (a temporary
-file renamed over it) under a file lock (``.weights.lock.lock`` beside it, :mod:`filelock`), so
-parallel writers (tune workers, Slurm jobs on a shared file system) never lose an entry; an entry
-once written is never replaced by a writer (remove it by hand to re-pin).
-``DMLBENCH_WEIGHTS_LOCK`` names another lock file (tests; a preset's workspace uses the main
-checkout's).
-"""
+Outside the package so that a read-only install works and pinning a file never changes the code
+hash in every inputs manifest. ``make fetch``, the pre-flight and ``validate`` pin what the grid
+needs, so stages only read it. Writes are atomic (temporary file, rename) under a file lock
+(``.weights.lock.lock``), so parallel writers lose no entry; an entry is never replaced by a
+writer (remove it by hand to re-pin). ``DMLBENCH_WEIGHTS_LOCK`` names another lock file."""
 
 from __future__ import annotations
 

@@ -1,27 +1,11 @@
 """The ``cluster:`` section of ``params.yaml``: what each stage kind asks Slurm for.
 
-Read only by the Slurm executor, the tune stage's worker array and the ``validate`` stage, each
-through :func:`cluster_settings`, so no other stage depends on this code. Values are ``sbatch``
-options (https://slurm.schedmd.com/sbatch.html): ``cpus`` -> ``--cpus-per-task``, ``gpus`` ->
-``--gres=<gres>:<n>``, ``mem`` -> ``--mem`` (e.g. ``16G``), ``time`` -> ``--time``
-(``minutes``, ``H:MM:SS`` or ``D-HH:MM:SS``), ``partition`` -> ``--partition``, ``account`` ->
-``--account``, ``qos`` -> ``--qos``; ``extra_args`` (further options, each starting with ``--``)
-apply to every job. ``stages.<kind>`` overrides ``default`` (and the top-level ``partition``,
-``account``, ``qos``) key by key for the stages of one kind (``train`` = every ``train@...``).
-When the grid needs a GPU (:func:`dmlbench.params.device.needs_gpu`), the kinds of
-:data:`GPU_KINDS` ask for ``gpus: 1`` unless ``default`` or their own entry sets ``gpus``.
-``signal_seconds``: Slurm sends ``USR1`` that long before a job's time limit
-(``--signal=B:USR1@<s>``); the job wrapper passes it to the stage, which stops after its last
-checkpoint, and requeues the job (``--requeue``), which resumes from that checkpoint.
-``max_jobs``: at most that many of the executor's jobs queued or running at once (a site's
-``MaxSubmitJobs``; the rest are submitted as jobs end; a tune job's worker array counts for its
-tasks), also the ``%N`` of a tune worker array; unset: what ``sacctmgr`` says the user may still
-queue, else 50. ``max_retries``: a job that ended PREEMPTED, NODE_FAIL or BOOT_FAIL is submitted
-again at most that often (after the first retry only while its checkpoint made progress), and a
-job requeues itself on Slurm's warning signal only while it does.
-The executor's watcher polls every ``poll_seconds`` ``[first, longest]``, the wait growing while
-nothing ends (https://slurm.schedmd.com/resource_limits.html).
-"""
+Read only by the Slurm executor, the tune worker array and ``validate``, through
+:func:`cluster_settings`. Values are ``sbatch`` options (https://slurm.schedmd.com/sbatch.html):
+``cpus``, ``gpus`` (``--gres=<gres>:<n>``), ``mem``, ``time``, ``partition``, ``account``, ``qos``,
+``extra_args``; ``stages.<kind>`` overrides ``default`` key by key, and GPU grids give
+:data:`GPU_KINDS` ``gpus: 1`` unless set. ``signal_seconds`` (checkpoint-and-requeue before the
+time limit), ``max_jobs``, ``max_retries`` and ``poll_seconds``: docs/cluster.md."""
 
 from __future__ import annotations
 

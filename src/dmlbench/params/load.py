@@ -1,25 +1,12 @@
 """Load and validate ``params.yaml``: every key of the sections every stage reads, in one line.
 
-Every stage calls :func:`load_params` first, so a typo or a wrong type fails the first stage
-that runs, in one line that names the key and what is allowed, before any expensive work
-starts. The ``tuning:`` and ``cluster:`` sections are checked by their own modules
-(:mod:`dmlbench.params.tuning`, :mod:`dmlbench.params.cluster`), which
-:func:`dmlbench.params.complete.load_complete` adds for the ``validate`` stage and the runners.
-
-Layout of ``params.yaml`` (the DVC ``matrix`` iterates over the keys of the first three):
-
-* ``datasets.<name>``  - every dataset listed is downloaded, prepared and trained on;
-* ``backbones.<name>`` - every backbone listed is trained;
-* ``losses.<name>``    - every loss listed is trained; values given here deviate from the
-  protocol's (``protocols.<p>.losses.<name>``, per dataset/backbone through its overrides),
-  which deviate from the loss module's defaults;
-* ``dims``, ``seeds``  - embedding sizes and seeds of the grid;
-* ``protocol``         - the key of ``protocols`` used for training (optimiser, batch, ...);
-* ``evaluate``, ``report``, ``tracking`` - evaluation, report and MLflow settings
-  (:mod:`dmlbench.params.sections`);
-* ``tuning`` - the search (:mod:`dmlbench.params.tuning`); ``cluster`` - Slurm resources per
-  stage kind (:mod:`dmlbench.params.cluster`), read by ``--executor slurm`` only.
-"""
+Every stage calls :func:`load_params` first, so a typo or a wrong type fails the first stage that
+runs, in one line naming the key and what is allowed, before any expensive work. ``tuning:`` and
+``cluster:`` are checked by their own modules where read (:func:`dmlbench.params.complete.load_complete`
+for ``validate`` and the runners), so stages that never read them do not depend on their code.
+``losses.<name>`` values deviate from the protocol's
+(``protocols.<p>.losses.<name>``, through its overrides), which deviate from the loss module's
+defaults. The file's layout: docs/pipeline.md."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """The validated ``params.yaml``: :class:`Params`, what every stage and runner hands around.
 
-Built by :func:`dmlbench.params.load.parse_params`, which validates the sections every stage
-reads (the grid, the protocols, ``evaluate``, ``report``, ``tracking``). The ``tuning:`` and
-``cluster:`` sections stay raw mappings here: only the stages and runners that read them validate
-them (:func:`dmlbench.params.tuning.tuning_settings`, :func:`dmlbench.params.cluster.cluster_settings`;
-the ``validate`` stage does it for all before anything runs), so their schema code is not a
-dependency of the stages that never read them (download, prepare, train, evaluate).
+Built by :func:`dmlbench.params.load.parse_params`. ``tuning:`` and ``cluster:`` stay raw
+mappings here, validated only where read (:mod:`dmlbench.params.load` says why).
 """
 
 from __future__ import annotations

@@ -167,13 +167,10 @@ class Protocol(StrictModel):
     model's gradient (``torch.nn.utils.clip_grad_norm_``, as Hyp-ViT at 3).
     ``reference_loss``: the loss the protocol's source trained, whose published numbers it gives
     (the report compares the grid's other losses with it).
-    ``amp``: autocast dtype of the training step: ``auto`` = bf16 on a CUDA GPU that has it, else
-    fp16 there, none on the CPU (the fast path); ``none``, ``bf16`` or ``fp16`` (fp16 with a
-    gradient scaler) force it on any device; ``fp32``: no autocast and no TensorFloat-32 either
-    (the published 2020 protocols). ``compile``: run the training step's model through
-    ``torch.compile`` (``auto``: on a CUDA GPU for runs of at least 2,000 steps; not part of the
-    config hash). ``pooling: cls`` needs a backbone with a class token; ``native``: the trunk's own
-    pooling (timm's ``global_pool``: SigLIP 2's attention pooling).
+    ``amp``: the training step's autocast: ``auto`` = bf16 (else fp16) on a CUDA GPU, none on the
+    CPU; ``none``/``bf16``/``fp16`` force it; ``fp32``: no autocast, no TF32 (the 2020 protocols).
+    ``compile``: ``torch.compile`` of the step's model (docs/gpu.md; not in the config hash).
+    ``pooling: cls`` needs a class token; ``native``: the trunk's own (timm's ``global_pool``).
     ``losses.<name>``: the hyperparameters this protocol publishes for a loss (e.g. the Reality
     Check's tuned values; per dataset through ``overrides``), validated against the loss's own
     parameter model in :func:`parse_params`; a loss the protocol does not list keeps its defaults.

@@ -5,9 +5,8 @@ iterations of Bayesian optimisation per loss and dataset, each scored by the mea
 MAP@R over its class-disjoint cross-validation folds, at embedding size 128. The folds are the
 dataset's split scheme (``rc_cv``: RC's 4 folds; ``fixed_val``: one fold), never a setting here.
 
-Only the stages that search or compare with the search read this section (``tune@``,
-``baseline@``, the report, the runners, ``validate``): :func:`tuning_settings` validates it
-there, so its code is no dependency of download, prepare, train or evaluate.
+:func:`tuning_settings` validates it where it is read (``tune@``, ``baseline@``, the report, the
+runners, ``validate``), so this code is no dependency of download, prepare, train or evaluate.
 """
 
 from __future__ import annotations
@@ -35,29 +34,18 @@ _PASSWORD_IN_URL = re.compile(r"^[a-z0-9+]+://[^/@:]+:[^/@]+@")
 
 
 class TuningConfig(StrictModel):
-    """Search settings, the same for every loss (the fair-comparison rule).
+    """Search settings, the same for every loss (the fair-comparison rule); docs/tuning.md has the detail.
 
-    ``sampler``: ``gp`` (Optuna's Gaussian-process Bayesian optimisation, like RC's Ax GPEI),
-    ``tpe``, ``random``, or ``one_at_a_time`` (the thesis §5.2: each hyperparameter varied alone
-    over ``points_per_key`` values, the others at their published values). ``startup_trials``:
-    random trials before the model-based samplers take over (Ax starts with Sobol trials).
-    ``start_from_published``: trial 0 evaluates the published values, so the search reports how
-    much it gained over them. ``pruner: median`` stops a trial after a fold whose running mean
-    is below the median of earlier trials at that fold. ``storage``: None = an Optuna journal
-    file under the stage's persistent output; else an RDB URL (``postgresql://user@host/db``;
-    the password comes from ``PGPASSWORD`` or ``~/.pgpass``, never from params.yaml).
-    ``space.<loss>.<key>``: replaces or adds a dimension of the loss's declared search space.
-    ``baselines: [published]``: also train the published values at ``dim`` with every seed of the
-    grid (``baseline@`` stages), so that the report measures what tuning gained on the test
-    classes and whether it changed the ranking; needs a tuned protocol and ``dim`` among the
-    grid's ``dims``. ``[]``: no baseline. ``dim``: the embedding size of the search (and of the
-    baselines); None = the grid's largest (:func:`tuning_settings` resolves it), so editing
-    ``dims`` needs no second edit here.
-    ``seed``: the seed the trials train at, by default outside the grid's ``seeds``: the grid run
-    at the tuning seed (and dim) would repeat the best trial's training, whose validation score
-    the search maximised, and carry that selection luck into the test scores and into the report's
-    tuned-vs-published gain (which leaves such a seed out and says so).
-    """
+    ``sampler``: ``gp`` (Optuna's Gaussian process, like RC's Ax GPEI), ``tpe``, ``random`` or
+    ``one_at_a_time`` (thesis §5.2: each key alone over ``points_per_key`` values, the others
+    published); ``startup_trials`` random trials first (Ax starts with Sobol). ``start_from_published``:
+    trial 0 is the published values. ``pruner: median``: stop a trial after a fold whose running mean
+    is below earlier trials' median there. ``storage``: None = an Optuna journal in the stage's
+    persistent output, else an RDB URL (password from ``PGPASSWORD``/``~/.pgpass``, never params.yaml).
+    ``space.<loss>.<key>`` replaces or adds a search dimension. ``baselines: [published]`` also trains
+    the published values at ``dim`` with every seed (``baseline@``), so the report measures what tuning
+    gained. ``dim``: the search's embedding size, None = the grid's largest. ``seed``: outside the
+    grid's ``seeds`` by default, so the best trial's selection luck never reaches the test scores."""
 
     sampler: Literal[SAMPLERS] = "gp"  # type: ignore[valid-type]
     trials: PositiveInt = 50  # RC: 50 iterations per loss and dataset

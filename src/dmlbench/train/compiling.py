@@ -1,29 +1,13 @@
 """``torch.compile`` of the training step's model: the protocol's ``compile`` key (auto | on | off).
 
-A small-batch training step on a fast GPU is bound by the host launching kernels one by one, not
-by the GPU running them (docs/gpu.md: the Reality Check's BN-Inception at batch 32 uses ~1 % of an
-H100's matrix rate). Compiling the model fuses its elementwise work (BatchNorm, ReLU, the bf16
-casts) into fewer Inductor kernels, and mode ``reduce-overhead`` (:data:`CUDA_MODE`) replays each
-compiled forward and backward as one CUDA graph, which removes the per-kernel launch cost.
-
-What is compiled: the embedding model's forward as the training step calls it (and, through
-AOTAutograd, its backward). Not the miner and loss (PML's miners return index tuples whose sizes
-depend on the batch), not the optimiser, not the embedding of validation/test splits (another
-batch size, eval mode: it stays eager, so no graph is recorded for it). Training batches are
-always full (:func:`dmlbench.train.sampling.epoch_batches`), so the shapes are static
-(``dynamic=False``); the warm-up epochs' frozen trunk is one recompilation.
-
-Checkpoints: the compiled wrapper shares the model's parameters and buffers, and every state dict
-is taken from the model itself, so no key carries the wrapper's ``_orig_mod.`` prefix; a run
-compiled or not resumes from the other's checkpoint. ``compile`` is not part of a run's identity
-(its config hash): like the device's kernel choice it changes how the step is computed, not what.
-
-``auto`` compiles on a CUDA GPU that Triton supports (compute capability >= 7.0) when the run plans
-at least :data:`MIN_STEPS` training steps (compiling takes about a minute; fewer steps would not
-repay it), and never on the CPU, whose results stay bitwise what they were. ``on`` compiles on
-any device (on the CPU Inductor needs a C++ compiler) and refuses in one line where it cannot;
-``off`` never compiles.
-"""
+Why: a small-batch step on a fast GPU is bound by kernel launches; Inductor fuses the elementwise
+work and ``reduce-overhead`` (:data:`CUDA_MODE`) replays forward and backward as CUDA graphs.
+Only the model's forward (and its backward) is compiled: not the miner and loss (batch-dependent
+index tuples), the optimiser or evaluation. Batches are always full, so shapes are static.
+State dicts come from the model itself (no ``_orig_mod.`` prefix), so compiled and eager runs
+resume from each other's checkpoints; ``compile`` is not in a run's config hash. ``auto``
+compiles on a Triton-capable CUDA GPU (capability >= 7.0) for at least :data:`MIN_STEPS` steps,
+never on the CPU. docs/gpu.md ("The compiled training step") has the measurements."""
 
 from __future__ import annotations
 

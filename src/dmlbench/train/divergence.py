@@ -1,22 +1,14 @@
 """Divergence: a training whose loss, batch embeddings or weights went non-finite, found on the device.
 
-The loss alone does not show it. With NaN embeddings every distance is NaN, and a loss whose
-reducer or miner drops NaN terms (PML's ``AvgNonZeroReducer`` under Contrastive, the miners of
-Triplet and Multi-Similarity: ``NaN > 0`` is False) can return a finite number while the
-weights are already NaN; a BatchNorm's running statistics can overflow while training-mode
-batches still normalise, which only validation would show. So each step records, on the
-device, whether its loss and its embeddings are finite (:meth:`FiniteWatch.record`: tensor ops,
-no host sync); every :func:`finite_check_interval` batches :meth:`FiniteWatch.check` adds
-whether every parameter and buffer (model and loss) is finite and reads it all back in one
-device sync (:func:`to_host`). Which came first decides the report: the first batch whose loss
-or embeddings were non-finite, else the weights at the check.
-
-A tensor's finiteness is read from its sum, one reduction per tensor (a NaN or an infinity
-makes the sum NaN or infinite), cheaper than ``isfinite(t).all()`` per tensor, which matters on
-the CPU, where the check runs every batch (tiny_cnn, one thread: record and check 0.24 ms a
-batch instead of 0.9 ms, against ~20 ms a training step). A sum that overflowed from finite
-values (|weights| ~ 1e38 / size) is told apart exactly, on that path only.
-"""
+The loss alone does not show it: reducers and miners that drop NaN terms (``NaN > 0`` is False)
+return a finite loss while the weights are NaN, and BatchNorm running statistics can overflow
+unseen until validation. So each step records on the device whether its loss and embeddings are
+finite (:meth:`FiniteWatch.record`, no host sync); every :func:`finite_check_interval` batches
+:meth:`FiniteWatch.check` adds every parameter and buffer and reads it all back in one sync
+(:func:`to_host`). The first non-finite batch is reported, else the weights at the check.
+Finiteness is read from one sum per tensor (cheaper than ``isfinite(t).all()``, which matters on
+the CPU, where the check runs every batch); a sum that overflowed from finite values is told
+apart exactly."""
 
 from __future__ import annotations
 

@@ -1,28 +1,15 @@
 """The training loop: the same for every loss, backbone and dataset (fair-comparison rule).
 
-Per epoch: batches from :mod:`dmlbench.train.sampling` (m images per class for losses that need
-positives in the batch, the protocol's classification sampling for the others), batched
-augmentation on the device that holds the image cache, loss (+ miner), one step of the model
-optimiser and, for losses that own parameters, of their own optimiser (lr x
-``param_lr_multiplier``); during ``warmup_epochs`` only the embedding head and the loss's
-parameters train. Then the schedulers step; every ``validate_every`` epochs (and after the
-last) the validation classes are embedded and scored, and a checkpoint is written.
-
-A diverging run stops with :class:`~dmlbench.errors.TrainingDiverged` naming the run (and fold),
-epoch, batch and what went non-finite first: the loss, the batch's embeddings or the weights,
-recorded on the device per batch and checked every ``finite_check_interval`` batches with one
-device sync (:mod:`dmlbench.train.divergence`); validation embeddings that are not finite stop
-it the same way, before any metric code sees them.
-
-Model selection uses the validation split only (``selection_metric``), with optional early
-stopping after ``patience`` validations without improvement; with no validation split the last
-epoch is kept. For the *analysis* of test-set feedback only, the test split is scored at every
-validation too (``test_feedback/<metric>``): what selecting on the test set, as the
-Proxy-Anchor and thesis code do, would have reported. It never influences training.
-
-Randomness is derived from (seed, epoch), and checkpoints also carry every RNG state, so a
-resumed run repeats exactly what an uninterrupted run would have done (on CPU).
-"""
+Per epoch: batches from :mod:`dmlbench.train.sampling`, batched augmentation on the device of the
+image cache, loss (+ miner), one step of the model's optimiser and of the loss's own (lr x
+``param_lr_multiplier``); during ``warmup_epochs`` only the head and the loss's parameters train.
+Every ``validate_every`` epochs (and after the last) the validation classes are scored and a
+checkpoint written. Selection uses validation only (``selection_metric``, optional ``patience``);
+``test_feedback/<metric>`` records what test-set selection would have reported, for analysis
+only. A non-finite loss, embedding or weight stops the run with
+:class:`~dmlbench.errors.TrainingDiverged` (:mod:`dmlbench.train.divergence`). Randomness derives
+from (seed, epoch) and checkpoints carry every RNG state, so a resumed run repeats an
+uninterrupted one (on CPU)."""
 
 from __future__ import annotations
 

@@ -1,29 +1,13 @@
 """The ``train@<dataset>-<backbone>-<loss>-<dim>-<seed>`` stage: train, save, track.
 
-Writes ``artifacts/models/<run>/`` (``model.pt`` = weights of the epoch selected on the
-validation split, ``history.json``, ``config.yaml``, ``run.json``) and keeps a resumable
-checkpoint in ``artifacts/checkpoints/<run>/`` until the run is complete (scratch, not a DVC
-output: nothing removes it between runs, and it is resumed only for the same config and code).
-These outputs hold no MLflow run id and no wall-clock timing, so the same training
-gives byte-identical files on every clone; the timings, device, host and MLflow run id go to the
-run log ``artifacts/runlog/`` (:mod:`dmlbench.tracking.runlog`) and to MLflow. On a
-cross-validation split (``rc_cv``, ``kfold``) the run is one model per fold, each trained on the
-other folds' classes and selected on its own validation classes, each its own MLflow run (tag
-``fold``, nested under the seed's run), stored in ``fold<f>/`` sub-directories; together they
-are one reproduction of the whole cross-validation (the Reality Check's unit of repetition).
-Every seed's run nests under its grid cell's run (:mod:`dmlbench.tracking.cells`), which the
-first training of the cell creates. A re-run after a crash or a kill resumes from the last
-checkpoint into the same MLflow run (found by its identity,
-:class:`dmlbench.tracking.record.TrainingRecord`); every epoch is logged exactly once (epochs
-checkpointed but not yet logged when the process died are logged on resume, none twice). Every
-tracking record goes through the stage's spool (:mod:`dmlbench.tracking.spool`, sent by a thread
-of its own): a tracking server that does not answer delays the records, never the training. A
-diverged run (:mod:`dmlbench.train.divergence`) stops in one line naming the run, fold, epoch,
-batch and what went non-finite; its MLflow run (and, on a cross-validation split, the seed's run
-above its fold runs) ends FAILED with tags ``failure``, ``failure_cause=diverged`` and
-``diverged`` (:func:`dmlbench.tracking.runs.failure_tags`), and nothing is written to
-``artifacts/models/`` (DVC then leaves ``dvc.lock`` as it was).
-"""
+Writes ``artifacts/models/<run>/`` (``model.pt``: the weights selected on validation,
+``history.json``, ``config.yaml``, ``run.json``; on a cross-validation split one ``fold<f>/`` per
+fold model), byte-identical on every clone: no MLflow run id, no timing (those go to the run log
+and MLflow). A resumable checkpoint in ``artifacts/checkpoints/<run>/`` (scratch, not a DVC output)
+lets a re-run after a crash resume into the same MLflow run, logging each epoch once. Tracking
+goes through the stage's spool, so a silent server delays records, never the training. A diverged
+run stops in one line, ends its MLflow run FAILED and writes nothing to ``artifacts/models/``.
+docs/tracking.md and docs/pipeline.md describe the runs, tags and spool."""
 
 from __future__ import annotations
 
@@ -76,12 +60,10 @@ def _data_digest(data: PreparedDataset) -> str:
 def _kept(config: RunConfig, data: PreparedDataset, folds: list[int | None], experiment: str,
           tracking: StageTracking) -> list[dict] | None:  # fmt: skip
     """The run's finished models, when ``artifacts/models/<run>/`` holds them for this config, code
-    and prepared data (each member's checkpoint status says so, with the model's md5): the stage's
-    command completed before but was not recorded (its runner was killed), and it is run again.
-    Its tracking is checked through the stage's spool (``tracking``, open): a member's status says
-    ``complete`` only after its FINISHED record was written to the spool, so records still waiting
-    there (the store does not answer) are its end, sent later; with the spool empty MLflow must
-    hold each member's FINISHED run (and the seed's, above fold runs). Else None (it trains)."""
+    and prepared data (each member's checkpoint status says so, with the model's md5): a completed
+    command whose recording was killed. A member is ``complete`` only after its FINISHED record
+    reached the spool (``tracking``, open), so records still there are its end, sent later; with
+    the spool empty MLflow must hold each member's FINISHED run. Else None (it trains)."""
     run, chash, digest = config.run, config.config_hash, _data_digest(data)
     infos = []
     for fold in folds:
@@ -113,12 +95,9 @@ def _kept(config: RunConfig, data: PreparedDataset, folds: list[int | None], exp
 
 def train_stage(params: Params, run: RunSpec, device: torch.device | None = None) -> dict[str, Any]:
     """Train the run (one model, or one model per fold of a cross-validation split), then write
-    ``artifacts/models/<run>/`` (``fold<f>/`` sub-directories for fold models) in one step. Every
-    tracking record goes through the stage's spool (:mod:`dmlbench.tracking.spool`), flushed with a
-    bounded wait at the end: an unreachable tracking server delays the records, never the training. A run
-    whose models are already there for this config, code and data, with their FINISHED MLflow runs
-    (or their ends still in the spool), returns at once (:func:`_kept`: nothing trained again, no
-    MLflow run added)."""
+    ``artifacts/models/<run>/`` (``fold<f>/`` for fold models) in one step. Tracking goes through
+    the stage's spool (:mod:`dmlbench.tracking.spool`), flushed with a bounded wait at the end. A
+    run whose models are already there returns at once (:func:`_kept`)."""
     config = run_config(params, run)
     device = device or default_device()
     data = PreparedDataset.load(paths.prepared_dir(run.dataset))

@@ -1,23 +1,13 @@
 """One optimisation step, and the device-side pieces that make it fast on a GPU.
 
-GPU fast path (used only when the device is CUDA): bf16 autocast for the model (the loss is
-computed in float32), channels_last memory format, ``cudnn.benchmark``, and the uint8 image
-cache kept on the GPU so that batches are gathered and augmented there (``augment.py`` runs on
-any device). When the cache does not fit in half of the free GPU memory (shared among the
-trainings that run on the GPU at once: :func:`dmlbench.devices.gpu_share`), batches are gathered on the host
-(the memory-mapped cache) and copied through pinned memory instead.
-
-On the CPU only the channels_last memory format is used (float32 throughout): oneDNN's
-convolutions and max-pooling run faster in it. Measured on an AMD EPYC (Zen 3), 1 and 2 threads,
-the demo's ``tiny_cnn`` at 32 px: inference 2.2x, a training step 1.3-1.5x faster
-(``benchmarks/channels_last.py`` prints the figures for a machine).
-
-The protocol's ``compile`` key runs the model compiled (:mod:`dmlbench.train.compiling`; on a
-CUDA GPU by default for long runs). The protocol's ``amp`` key overrides the autocast dtype on
-any device (``none``, ``bf16``, ``fp16``); float16 steps go through a ``torch.amp.GradScaler``
-(Micikevicius et al., "Mixed Precision Training", ICLR 2018: loss scaling keeps small gradients
-from underflowing).
-"""
+GPU fast path (CUDA only): bf16 autocast for the model (the loss in float32), channels_last,
+``cudnn.benchmark``, and the uint8 image cache on the GPU so batches are gathered and augmented
+there; when it does not fit in half of this training's share of free GPU memory
+(:func:`dmlbench.devices.gpu_share`), batches come from the host through pinned memory. On the CPU
+only channels_last (oneDNN is faster in it: ``benchmarks/channels_last.py``), float32 throughout.
+The protocol's ``compile`` (:mod:`dmlbench.train.compiling`) and ``amp`` keys (``none``, ``bf16``,
+``fp16``) apply on any device; fp16 steps use a ``torch.amp.GradScaler`` (loss scaling:
+Micikevicius et al., ICLR 2018)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """The ``baseline@<dataset>-<backbone>-<loss>-<variant>`` stage: what tuning is measured against.
 
-A tuned grid alone cannot say what the search bought. With ``tuning.baselines: [published]`` this
-stage trains the loss's published values (the protocol's, as a ``published`` protocol would)
-at ``tuning.dim`` with every seed of the grid, embeds and evaluates them like a grid cell, under
-``<loss>-published`` in every artifact directory. The report then puts the test-class metrics
-of the tuned cell at ``tuning.dim`` next to these, with intervals over seeds
-(:mod:`dmlbench.analysis.tuning`). Same protocol, data, seeds and selection; only the loss
-hyperparameters differ (and test-set feedback, analysis only, is off).
+With ``tuning.baselines: [published]`` this stage trains the loss's published values at
+``tuning.dim`` with every seed of the grid, embeds and evaluates them like a grid cell under
+``<loss>-published``, so the report can set the tuned cell beside them
+(:mod:`dmlbench.analysis.tuning`): only the loss hyperparameters differ.
 """
 
 from __future__ import annotations

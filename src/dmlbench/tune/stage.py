@@ -6,11 +6,10 @@ validation ``tuning.objective`` (:mod:`dmlbench.tune.objective`); then ``train@`
 values with every seed (RC's "reproductions"). A protocol with ``hyperparameters: published``
 searches nothing: the stage records that, and ``train@`` trains the published values.
 
-The study (identity: a hash of everything that determines a trial's result, code included) lives
-in an Optuna journal file in ``artifacts/tuning/<ds>/<bb>/<loss>/study/`` (a ``persist: true``
-output, so DVC keeps it when the stage re-runs; the journal itself is in ``.dvcignore`` as its
-records carry timestamps) or in ``tuning.storage``. A killed stage re-run continues the study
-(:func:`dmlbench.tune.study.recover_interrupted`). ``--workers N`` runs N processes on the study.
+The study (identity: a hash of everything that determines a trial's result) lives in an Optuna
+journal in ``artifacts/tuning/<ds>/<bb>/<loss>/study/`` (``persist: true``; in ``.dvcignore``, its
+records carry timestamps) or in ``tuning.storage``; a re-run continues it
+(:func:`dmlbench.tune.study.recover_interrupted`). ``--workers N`` runs N processes on it.
 """
 
 from __future__ import annotations
@@ -181,12 +180,10 @@ def worker_main(params_file: str, dataset: str, backbone: str, loss: str, name: 
 def work(params: Params, search: Search, data: PreparedDataset, study: Any, parent: TrackedRun, worker: int,
          device: torch.device | None = None) -> int:  # fmt: skip
     """Ask, train, tell until the study has ``tuning.trials`` finished trials; return how many
-    this worker ran. A trial whose values break the loss's constraints is ``invalid``: it trains
-    nothing; one whose training diverges (:class:`TrainingDiverged`, any fold) is ``diverged``:
-    failed for that reason in the trial table (state ``fail``, the message in ``failure``) and
-    in MLflow (FAILED, ``failure_cause=diverged``). Both are told complete at the objective's floor
-    with a violated constraint (:func:`tell`), so they count and the samplers learn the region is
-    bad; the study goes on. After 3 x trials attempts the worker gives up."""
+    this worker ran. An ``invalid`` trial (values break the loss's constraints) trains nothing; a
+    ``diverged`` one (:class:`TrainingDiverged`, any fold) is ``fail`` in the trial table and FAILED
+    (``failure_cause=diverged``) in MLflow; both count (:func:`tell`) and the study goes on.
+    After 3 x trials attempts the worker gives up."""
     import optuna
 
     tuning, experiment = tuning_settings(params), params.tracking.experiment
@@ -234,15 +231,11 @@ TRAINS = "trains"  # the constraint a diverged trial violates
 def tell(study: Any, trial: Any, state: str, value: float | None, objective: str) -> None:
     """Tell Optuna how ``trial`` ended (finished, pruned, invalid, diverged or failed).
 
-    Every counted trial carries the constraints ``loss_rules`` and ``trains`` (Optuna's
-    ``Trial.set_constraint``: > 0 infeasible). ``loss_rules`` is 1 for an invalid trial (values
-    that break the loss's own rules, e.g. pos_margin >= neg_margin), ``trains`` 1 for a diverged
-    one (its training went non-finite: the values, e.g. a proxy lr, make it blow up); -1
-    otherwise. Both kinds are told complete at the objective's floor. The GP sampler then
-    models each point's feasibility (constrained log-EI) and TPE ranks them last, so neither
-    proposes the region again; told as pruned or failed, which GP and TPE ignore, such a point was
-    proposed again and again (and a failed trial is not counted, so a diverging region could use
-    up every attempt). Failed is left for what no trial value explains."""
+    Every counted trial carries the constraints ``loss_rules`` (1: values break the loss's rules,
+    e.g. pos_margin >= neg_margin) and ``trains`` (1: its training diverged), else -1 (Optuna's
+    ``Trial.set_constraint``: > 0 infeasible). Both kinds are told complete at the objective's
+    floor, so GP (constrained log-EI) and TPE stop proposing the region; GP and TPE ignore pruned
+    or failed points. Failed is left for what no trial value explains."""
     import optuna
 
     if state in ("finished", "pruned", "invalid", "diverged"):

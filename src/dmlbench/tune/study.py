@@ -4,11 +4,9 @@ Storage: an Optuna journal file (``JournalFileBackend``, safe for several proces
 machine: https://optuna.readthedocs.io/en/stable/reference/generated/optuna.storages.JournalStorage.html)
 under the tune stage's persistent output, or an RDB URL (``tuning.storage``) for several machines.
 
-Resume rule: finished (complete or pruned) trials are kept; a trial left ``RUNNING`` by a killed
-process is marked failed and its parameters are enqueued again, so it is re-run once and never
-counted twice (the study counts complete + pruned trials only). Where workers on other machines
-share the study, a trial counts as left behind only when its worker's heartbeat (a user attr
-stamped every 30 s while it trains) has gone stale.
+Resume: finished (complete or pruned) trials are kept; a trial left ``RUNNING`` by a killed
+process is marked failed and its parameters enqueued again (re-run once, never counted twice).
+With workers on other machines, only a trial whose heartbeat (stamped every 30 s) is stale.
 """
 
 from __future__ import annotations

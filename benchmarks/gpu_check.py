@@ -1,19 +1,19 @@
-"""``make gpu-check`` / ``python -m dmlbench.gpu_check``: the GPU path, checked and measured.
+"""``make gpu-check`` / ``python3 benchmarks/gpu_check.py``: the GPU path, checked and measured.
 
 Run from the repository root on a machine with a CUDA GPU (any torch/CUDA build; no venv
-needed: ``PYTHONPATH=src python3 -m dmlbench.gpu_check``). In a few minutes it prints one table,
+needed). In a few minutes it prints one table,
 also written to ``reports/gpu_check.json``:
 
 1. the CUDA tests (``pytest -m gpu``: every test file that carries the ``gpu`` marker);
 2. training throughput at the protocols' settings (:func:`protocol_settings`): the full step
    vs the same model on synthetic on-device input (target: >= 60 %), and the model FLOP
-   utilisation (:mod:`dmlbench.train.throughput`); each setting eager and with the model
+   utilisation (``benchmarks/throughput_probe.py``); each setting eager and with the model
    compiled as ``compile: on`` does (:mod:`dmlbench.train.compiling`), in the same process, and
    the speed-up; ``--compile-modes`` adds other ``torch.compile`` modes after those rows, and
    ``--budget-s`` skips compiled rows that would no longer fit (each says so);
 3. ``benchmarks/eval_speed.py --device cuda`` at SOP size (target: every metric, intervals
    included, in < 1 s);
-4. a short real-size run through the real training loop (:mod:`dmlbench.train.real_size`): the
+4. a short real-size run through the real training loop (``benchmarks/real_size.py``): the
    loss must go down; its peak GPU memory.
 
 Exit status: 0 when every check meets its target, 1 when one does not, 2 when it cannot run (no
@@ -37,7 +37,8 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))  # run from a checkout without installing
 REPORT = Path("reports") / "gpu_check.json"
 RATIO_TARGET = 0.6  # full step / synthetic-input step
 EVAL_TARGET_S = 1.0  # SOP-size evaluation, every metric and the intervals
@@ -66,7 +67,7 @@ OPTIONAL = {"faiss": "faiss-gpu (or faiss-cpu: then the torch kNN and k-means ar
 
 def protocol_settings():
     """The protocols' training settings (params.yaml ``reality_check`` and ``thesis``)."""
-    from dmlbench.train.throughput import ThroughputSetting
+    from throughput_probe import ThroughputSetting
 
     return (
         ThroughputSetting("reality_check", "bn_inception", 227, 32, 4, 128, crop_scale=(0.16, 1.0)),
@@ -170,8 +171,7 @@ def run_throughput(
     import dataclasses
 
     import torch
-
-    from dmlbench.train.throughput import matmul_peak_flops, measure_throughput
+    from throughput_probe import matmul_peak_flops, measure_throughput
 
     device = torch.device(device_name)
     peak = matmul_peak_flops(device)
@@ -214,8 +214,7 @@ def run_eval_speed(root: Path, workdir: Path) -> dict[str, Any]:
 def run_real_size(root: Path, workdir: Path) -> dict[str, Any]:
     import torch
     import yaml
-
-    from dmlbench.train.real_size import RealSizeSetting, real_size_run
+    from real_size import RealSizeSetting, real_size_run
 
     base = yaml.safe_load((root / "params.yaml").read_text())
     return real_size_run(base, workdir / "real_size", torch.device("cuda"), RealSizeSetting()).as_dict()

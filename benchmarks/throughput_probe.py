@@ -1,5 +1,5 @@
-"""Training throughput: images/s of the full training step next to the model alone, and the
-model FLOP utilisation.
+"""Training throughput probes for ``gpu_check.py``, ``train_throughput.py`` and ``gpu_packing.py``:
+images/s of the full training step next to the model alone, and the model FLOP utilisation.
 
 * ``full step``: what the training loop does per batch: gather a batch from the uint8 image
   cache (on the device when it fits), batched RandomResizedCrop + flip there, forward (bf16
@@ -15,7 +15,7 @@ holds the compilation.
 
 Model FLOP utilisation (MFU) = images/s x training FLOPs per image / peak FLOP/s, with the
 training FLOPs = 3 x the forward FLOPs (backward ~ 2 x forward: Kaplan et al. 2020, sec. 2.1)
-counted by ``torch.utils.flop_counter.FlopCounterMode`` (convolutions and matrix products; one
+counted by :func:`dmlbench.cost.rates.forward_flops_per_image` (convolutions and matrix products; one
 multiply-add = 2 FLOPs) and the peak = a measured dense matrix product on the same device in the
 training dtype (:func:`matmul_peak_flops`: bf16 on a GPU), so MFU is relative to what the device
 reaches in practice, not to its datasheet.
@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from dmlbench.cost.rates import forward_flops_per_image
 from dmlbench.data.augment import train_transform
 from dmlbench.losses import LOSSES
 from dmlbench.models import BACKBONES, build_model
@@ -114,19 +115,6 @@ class Throughput:
             "ratio": self.ratio,
             "mfu": self.mfu,
         }
-
-
-def forward_flops_per_image(model: torch.nn.Module, crop: int, device: torch.device) -> float:
-    """FLOPs of one forward pass of one ``crop`` x ``crop`` image (multiply-add = 2)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    was_training = model.training
-    model.eval()
-    counter = FlopCounterMode(display=False)
-    with torch.no_grad(), counter:
-        model(torch.rand(2, 3, crop, crop, device=device))
-    model.train(was_training)
-    return counter.get_total_flops() / 2
 
 
 def matmul_peak_flops(device: torch.device, size: int | None = None, repeats: int = 10) -> float:

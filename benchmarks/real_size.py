@@ -1,4 +1,5 @@
-"""A short training run at real image size through the real training code (``gpu_check``).
+"""A short training run at real image size through the real training code
+(``benchmarks/gpu_check.py``).
 
 Generated glyph images at ``image_size`` px (the built-in dataset, rendered at full size and
 prepared as the prepare stage does), a backbone from random initialisation, ``epochs`` x
