@@ -49,7 +49,6 @@ def run_checked(args: list[str], cwd: Path, env: dict[str, str], check: bool = T
     return result
 
 
-
 def tar_of(path: Path, entries: list[tuple[dict, bytes | None]]) -> Path:
     """A .tgz at ``path`` whose members are (TarInfo fields incl. ``name``, bytes or None)."""
     import io
@@ -65,6 +64,7 @@ def tar_of(path: Path, entries: list[tuple[dict, bytes | None]]) -> Path:
                 info.size = len(content)
             tar.addfile(info, io.BytesIO(content) if content is not None else None)
     return path
+
 
 def dvc_project(root: Path, raw_params: dict, mlflow_db: Path) -> dict[str, str]:
     """A committed git + DVC copy of the repository's pipeline at ``root`` with ``raw_params`` as

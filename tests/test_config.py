@@ -124,7 +124,8 @@ def _stage(script: str, params_file: Path, cwd: Path, *args: str) -> subprocess.
         [sys.executable, str(ROOT / "stages" / script), "--params", str(params_file), *args],
         capture_output=True,
         text=True,
-        cwd=cwd, check=False,
+        cwd=cwd,
+        check=False,
     )
 
 

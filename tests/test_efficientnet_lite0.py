@@ -154,8 +154,11 @@ def test_an_unmapped_key_or_a_shape_mismatch_is_refused_in_one_line(file_state, 
         lite0.map_state_dict(NAME, extra, reference, weights_path)
     assert "\n" not in str(error.value)
     wrong = {**file_state, "_blocks.3._depthwise_conv.weight": torch.zeros(144, 1, 3, 3)}
-    with pytest.raises(WeightsError, match=r"_blocks.3._depthwise_conv.weight -> blocks.2.0.conv_dw.weight has shape "
-                       r"\(144, 1, 3, 3\), expected \(144, 1, 5, 5\)") as error:
+    with pytest.raises(
+        WeightsError,
+        match=r"_blocks.3._depthwise_conv.weight -> blocks.2.0.conv_dw.weight has shape "
+        r"\(144, 1, 3, 3\), expected \(144, 1, 5, 5\)",
+    ) as error:
         lite0.map_state_dict(NAME, wrong, reference, weights_path)
     assert "\n" not in str(error.value)
 

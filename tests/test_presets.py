@@ -213,8 +213,7 @@ def test_a_real_preset_without_weights_or_archives_stops_at_the_preflight_checks
         assert lines and all(f"in {dropbox}/" in line and len(line) < 400 for line in lines), lines
     if "cars196" in params.datasets:  # no public URL: the layouts users have, in one line
         assert any(
-            f"cars196: no Cars196 files in {dropbox}/ (no public download since 2023): place" in line
-            for line in err
+            f"cars196: no Cars196 files in {dropbox}/ (no public download since 2023): place" in line for line in err
         )
     assert not (project_copy / "artifacts").exists()
 

@@ -18,6 +18,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import mlflow
+import pandas as pd
 import pytest
 import yaml
 from conftest import dvc_project, run_checked, small_params_dict
@@ -127,6 +129,30 @@ def test_adding_a_registered_loss_runs_only_its_stages(labs, default_raw_params)
     assert _changed_in_lock(before, _lock(lab_b)) == expected
     assert f"{len(expected)} of {len(_lock(lab_b))} stages run" in out
     assert _dvc_status(lab_b, env_b) == {}
+
+    # the report ranks all three losses; results.csv says which runs were pulled, which trained here
+    results = pd.read_csv(lab_b / "reports" / "results.csv")
+    runs = results[(results["level"] == "run") & (results["metric"] == "map_at_r")]
+    where = {(row.loss, int(row.seed)): row.provenance for row in runs.itertuples()}
+    assert where == {
+        **{(loss, seed): "pulled" for loss in LOSSES for seed in (0, 1)},
+        **{("multi_similarity", seed): "trained here" for seed in (0, 1)},
+    }
+    cells = results[(results["level"] == "cell") & (results["metric"] == "map_at_r")]
+    assert sorted(cells["loss"]) == sorted([*LOSSES, "multi_similarity"])
+    assert (
+        (cells["n"] == 2).all() and (cells["low"] <= cells["value"]).all() and (cells["value"] <= cells["high"]).all()
+    )
+
+    # MLflow in lab B shows lab A's 4 trainings once, after a second pull and import
+    run_checked([sys.executable, "-m", "dmlbench.pipeline.publish", "pull"], lab_b, env_b)
+    run_checked([sys.executable, "-m", "dmlbench.tracking.pulled"], lab_b, env_b)
+    client = mlflow.MlflowClient(env_b["MLFLOW_TRACKING_URI"])
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    pulled = client.search_runs(experiments, "tags.source = 'pulled'", max_results=1000)
+    assert sorted((r.data.tags["loss"], r.data.tags["seed"]) for r in pulled) == sorted(
+        (loss, str(seed)) for loss in LOSSES for seed in (0, 1)
+    )
 
 
 def test_adding_a_new_loss_file_and_its_registry_line_runs_only_its_stages(labs):

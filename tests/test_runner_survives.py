@@ -199,8 +199,10 @@ def test_a_runner_killed_after_a_training_finished_loses_nothing_and_runs_nothin
     found = {
         "twice": {command: count for command, count in sampler.most.items() if count > 1},
         "runs": {key: sorted(run.info.status for run in group) for key, group in runs.items()},
-        "epochs": {key: sorted(m.step for run in group for m in client.get_metric_history(run.info.run_id, EPOCH))
-                   for key, group in runs.items()},  # fmt: skip
+        "epochs": {
+            key: sorted(m.step for run in group for m in client.get_metric_history(run.info.run_id, EPOCH))
+            for key, group in runs.items()
+        },  # fmt: skip
         "status": run_checked([sys.executable, "-m", "dvc", "status"], root, env).stdout.strip(),
     }
     print({"killed after": [done_first, done_second], **found})

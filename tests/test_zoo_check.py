@@ -40,7 +40,7 @@ def test_its_recall_at_1_is_the_leave_one_out_recall():
     module = zoo_check()
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 12, size=300)
-    embeddings = (rng.normal(size=(300, 16)) + 1.5 * np.eye(16)[labels % 16] * rng.uniform(0.5, 3, (300, 1)))
+    embeddings = rng.normal(size=(300, 16)) + 1.5 * np.eye(16)[labels % 16] * rng.uniform(0.5, 3, (300, 1))
     embeddings = embeddings.astype(np.float32)
     cosine = module.recall_at_1(embeddings, labels, torch.device("cpu"), "cosine")
     assert cosine == pytest.approx(retrieval_metrics(embeddings, labels, recall_ks=(1,))["recall_at_1"])

@@ -30,24 +30,22 @@ class PlannedStage:
 def expand_stages(root: Path, params_text: str | None = None) -> list[PlannedStage]:
     """Every stage of ``root``'s ``dvc.yaml`` over ``root/params.yaml``, or over ``params_text``
     (a preset's composed params) when given, in ``dvc.yaml`` order."""
-    from dvc.parsing import DataResolver, ForeachDefinition, MatrixDefinition
-    from dvc.repo import Repo
+    from dmlbench import dvc_adapter as dvc
 
     definition = yaml.safe_load((root / PIPELINE_FILE).read_text())
-    with tempfile.TemporaryDirectory(prefix="dmlbench-plan-") as scratch, Repo(str(root)) as repo:
+    with tempfile.TemporaryDirectory(prefix="dmlbench-plan-") as scratch, dvc.open_repo(root) as repo:
         wdir = str(root.resolve())
         if params_text is not None:
             Path(scratch, "params.yaml").write_text(params_text)
             wdir = scratch
-        resolver = DataResolver(repo, wdir, definition)
         stages: list[PlannedStage] = []
-        for kind, entry in resolver.definitions.items():
-            if isinstance(entry, MatrixDefinition):
+        for kind, definition_kind, entry in dvc.stage_definitions(repo, wdir, definition):
+            if definition_kind == "matrix":
                 stages += [
                     PlannedStage(f"{kind}@{key}", kind, {k: _plain(v) for k, v in item.items()})
                     for key, item in entry.normalized_iterable.items()
                 ]
-            elif isinstance(entry, ForeachDefinition):
+            elif definition_kind == "foreach":
                 iterable = entry.normalized_iterable
                 keys = iterable if not isinstance(iterable, dict) else list(iterable)
                 stages += [PlannedStage(f"{kind}@{key}", kind, {"key": _plain(key)}) for key in keys]

@@ -46,30 +46,27 @@ def _section_of(raw: Any) -> str | None:
 def generated_stages(root: Path = Path(".")) -> dict[str, tuple[dict[str, Any], dict[str, str], bool]]:
     """Every stage of ``root``'s pipeline as DVC generates it: name -> (resolved definition, its own
     entry of each registry section it iterates, whether it is generated per item)."""
-    from dvc.parsing import DataResolver, EntryDefinition, ForeachDefinition, MatrixDefinition
-    from dvc.repo import Repo
+    from dmlbench import dvc_adapter as dvc
 
     definition = yaml.safe_load((root / PIPELINE_FILE).read_text())
     stages: dict[str, tuple[dict[str, Any], dict[str, str], bool]] = {}
-    with Repo(str(root)) as repo:
-        for group, entry in DataResolver(repo, str(root), definition).definitions.items():
+    with dvc.open_repo(root) as repo:
+        for _group, kind, entry in dvc.stage_definitions(repo, root, definition):
             generated: list[tuple[dict[str, Any], dict[str, str]]] = []
-            if isinstance(entry, EntryDefinition):
+            if kind == "entry":
                 generated.append((entry.resolve(), {}))
-            elif isinstance(entry, ForeachDefinition):
+            elif kind == "foreach":
                 section = _section_of(entry.foreach_data)
                 generated += [
                     (entry.resolve_one(key), {section: key} if section else {}) for key in entry.normalized_iterable
                 ]
-            elif isinstance(entry, MatrixDefinition):
+            else:
                 sections = {k: _section_of(v) for k, v in entry.matrix_data.items()}
                 for key, item in entry.normalized_iterable.items():
                     generated.append((entry.resolve_one(key), {s: str(item[k]) for k, s in sections.items() if s}))
-            else:  # pragma: no cover - a kind of dvc.yaml entry DVC 3.67 does not have
-                raise ConfigError(f"{PIPELINE_FILE}: {group}: unknown kind of stage {type(entry).__name__}")
             for resolved, items in generated:
                 ((name, stage),) = resolved.items()
-                stages[name] = (stage, items, not isinstance(entry, EntryDefinition))
+                stages[name] = (stage, items, kind != "entry")
     return stages
 
 

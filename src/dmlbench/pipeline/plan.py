@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dmlbench import dvc_adapter as dvc
 from dmlbench import paths
 from dmlbench.pipeline.lockfile import prune_lock
 from dmlbench.stage_inputs import manifest_path
@@ -33,14 +34,12 @@ class Plan:
 def make_plan(root: Path = Path(".")) -> Plan:
     """Stale pipeline stages and all their descendants, from DVC's own graph and status."""
     import networkx as nx
-    from dvc.repo import Repo
-    from dvc.stage import PipelineStage
 
-    with contextlib.chdir(root), Repo(".") as repo:  # stage names as DVC gives them in the root
-        graph = repo.index.graph  # edges: dependent stage -> stage it depends on
-        pipeline = [s for s in graph.nodes if isinstance(s, PipelineStage)]
+    with contextlib.chdir(root), dvc.open_repo(".") as repo:  # stage names as DVC gives them in the root
+        graph = dvc.stage_graph(repo)  # edges: dependent stage -> stage it depends on
+        pipeline = [s for s in graph.nodes if dvc.is_pipeline_stage(s)]
         by_name = {s.addressing: s for s in pipeline if not s.frozen}  # frozen: never run, as by dvc repro
-        stale = [name for name in repo.status() if name in by_name]
+        stale = [name for name in dvc.stale_stages(repo) if name in by_name]
         todo: set[str] = set()
         for name in stale:
             todo.add(name)
@@ -66,7 +65,7 @@ def prune_orphans(repo: Any, stages: Iterable[Any]) -> None:
     treeverse/dvc#5293), one line saying how many."""
     names_by_lock: dict[Path, set[str]] = {}
     for stage in stages:
-        names_by_lock.setdefault(Path(stage.dvcfile.path).with_suffix(".lock"), set()).add(stage.name)
+        names_by_lock.setdefault(dvc.lock_file(stage), set()).add(stage.name)
     with repo.lock:
         for lockfile, names in names_by_lock.items():
             orphans = prune_lock(lockfile, names)
