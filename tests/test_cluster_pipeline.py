@@ -72,8 +72,9 @@ def _pipeline(root: Path, env: dict[str, str], *args: str) -> subprocess.Complet
 
 
 def _job_ids(output: str) -> list[str]:
-    """The Slurm job of each stage one pipeline run reported ended (``done      <stage> (job N)``)."""
-    return re.findall(r"^\S+ +\S+ \(job (\d+)\)$", output, flags=re.MULTILINE)
+    """The Slurm job of each stage one pipeline run reported ended (``done      <stage> (job N)``,
+    then the ETA where the grid has one: `` [k/N ended; ETA ...]``)."""
+    return re.findall(r"^\S+ +\S+ \(job (\d+)\)(?: \[[^\]]*\])?$", output, flags=re.MULTILINE)
 
 
 def _jobs(env: dict[str, str], output: str, field: str = "State") -> list[tuple[str, str]]:

@@ -128,7 +128,7 @@ def test_a_pretrained_real_format_preset_fetches_then_runs_on_slurm_to_its_repor
     # every stage a job but validate, which runs on the submitting node first (it writes the inputs
     # manifests that say which stages are stale), and the tune@ record of this published protocol,
     # which runs there too (no job)
-    jobs = re.findall(r"^done +\S+ \(job \d+\)$", result.stdout, flags=re.MULTILINE)
+    jobs = re.findall(r"^done +\S+ \(job \d+\)(?: \[[^\]]*\])?$", result.stdout, flags=re.MULTILINE)
     assert len(jobs) == len(lock) - 2, result.stdout
     assert "done      tune@cub200-efficientnet_lite0-contrastive (run here: no job)" in result.stdout
     # every stage of the pipeline recorded by the submitting process and up to date
