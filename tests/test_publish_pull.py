@@ -81,6 +81,20 @@ def _dvc_status(root: Path, env: dict[str, str]) -> dict:
     return json.loads(run_checked([sys.executable, "-m", "dvc", "status", "--json"], root, env).stdout)
 
 
+def _add_loss_and_run(lab: Path, env: dict[str, str], loss: str, values: dict) -> None:
+    """Add ``loss`` with ``values`` to the lab's params.yaml and run the grid: exactly
+    :func:`_new_loss_stages` run (the runner's logs, the changed ``dvc.lock`` entries, its summary)."""
+    params = yaml.safe_load((lab / "params.yaml").read_text())
+    params["losses"][loss] = values
+    (lab / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    before = _lock(lab)
+    ran, out = _run_grid(lab, env)
+    expected = _new_loss_stages(loss)
+    assert ran == expected, sorted(ran ^ expected)
+    assert _changed_in_lock(before, _lock(lab)) == expected
+    assert f"{len(expected)} of {len(_lock(lab))} stages run" in out
+
+
 @pytest.fixture(scope="module")
 def labs(tmp_path_factory, default_raw_params):
     """Lab A's published grid and lab B right after its pull (plus a copy of B for the second scenario)."""
@@ -119,15 +133,7 @@ def test_a_pulled_grid_is_up_to_date_before_any_edit(labs):
 
 def test_adding_a_registered_loss_runs_only_its_stages(labs, default_raw_params):
     lab_b, env_b = labs["b"]
-    params = yaml.safe_load((lab_b / "params.yaml").read_text())
-    params["losses"]["multi_similarity"] = default_raw_params["losses"]["multi_similarity"]
-    (lab_b / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    before = _lock(lab_b)
-    ran, out = _run_grid(lab_b, env_b)
-    expected = _new_loss_stages("multi_similarity")
-    assert ran == expected, sorted(ran ^ expected)
-    assert _changed_in_lock(before, _lock(lab_b)) == expected
-    assert f"{len(expected)} of {len(_lock(lab_b))} stages run" in out
+    _add_loss_and_run(lab_b, env_b, "multi_similarity", default_raw_params["losses"]["multi_similarity"])
     assert _dvc_status(lab_b, env_b) == {}
 
     # the report ranks all three losses; results.csv says which runs were pulled, which trained here
@@ -169,12 +175,4 @@ def test_adding_a_new_loss_file_and_its_registry_line_runs_only_its_stages(labs)
     methods = lab_c / "src" / "dmlbench" / "analysis" / "methods.csv"
     row = next(line for line in methods.read_text().splitlines() if line.startswith("triplet,"))
     methods.write_text(methods.read_text() + row.replace("triplet,Triplet,", "my_triplet,My triplet,", 1) + "\n")
-    params = yaml.safe_load((lab_c / "params.yaml").read_text())
-    params["losses"]["my_triplet"] = {}
-    (lab_c / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    before = _lock(lab_c)
-    ran, out = _run_grid(lab_c, env_c)
-    expected = _new_loss_stages("my_triplet")
-    assert ran == expected, sorted(ran ^ expected)
-    assert _changed_in_lock(before, _lock(lab_c)) == expected
-    assert f"{len(expected)} of {len(_lock(lab_c))} stages run" in out
+    _add_loss_and_run(lab_c, env_c, "my_triplet", {})
