@@ -14,13 +14,13 @@ from dmlbench.cli import main, stage_parser
 from dmlbench.params.complete import load_complete
 from dmlbench.params.load import validated_marker
 from dmlbench.pipeline.manifests import write_manifests
-from dmlbench.pipeline.preflight import require_backend, require_weights
+from dmlbench.pipeline.preflight import require_backend, require_weights, weights_pins
 
 
 def validate(params, args) -> None:
     require_backend(params)  # a backend without its package fails here, not after training
     require_weights(params)  # missing pretrained weights fail here, before download and prepare
-    written = write_manifests()
+    written = write_manifests(pins=weights_pins(params))
     print(f"wrote the inputs manifests of {written} stages (artifacts/inputs/)")
     validated_marker(params, args.out)
 

@@ -70,7 +70,7 @@ def dvc_project(root: Path, raw_params: dict, mlflow_db: Path) -> dict[str, str]
     """A committed git + DVC copy of the repository's pipeline at ``root`` with ``raw_params`` as
     params.yaml; returns the environment to run ``dvc``/``dmlbench.pipeline`` in it (own MLflow store)."""
     root.mkdir(parents=True)
-    for name in ("dvc.yaml", ".dvcignore", "data.dvc"):
+    for name in ("dvc.yaml", ".dvcignore", "data.dvc", "weights.lock"):
         shutil.copy(ROOT / name, root / name)
     for name in ("stages", "src"):
         shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from dmlbench.errors import ConfigError
+from dmlbench.errors import ConfigError, WeightsError
 from dmlbench.models import BACKBONES, build_model
 from dmlbench.models.bn_inception import BNInception
-from dmlbench.models.weights import WeightsError, hub_checkpoint_path
+from dmlbench.models.weights import hub_checkpoint_path
 
 
 @pytest.fixture

@@ -18,10 +18,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from dmlbench.errors import WeightsError
 from dmlbench.models import BACKBONES, build_model
 from dmlbench.models import efficientnet_lite0 as lite0
 from dmlbench.models.base import Normalize
-from dmlbench.models.weights import WeightsError, load_state_dict, sha256_file, weights_file_problem
+from dmlbench.models.weights import load_state_dict, sha256_file, weights_file_problem
 
 NAME = "efficientnet_lite0"
 DAISY, PALACE, MILITARY_UNIFORM = 985, 698, 652  # ImageNet-1k class indices

@@ -19,7 +19,7 @@ import yaml
 from conftest import ROOT
 
 from dmlbench.models import build_model, tiny_vit
-from dmlbench.models.weights_lock import read_lock
+from dmlbench.weights_lock import read_lock
 
 JOB = """\
 import json, sys, torch

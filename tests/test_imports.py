@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
     {"dmlbench.data"},
     {"dmlbench.models", "dmlbench.losses", "dmlbench.paths", "dmlbench.cli"},
     {"dmlbench.safe_load", "dmlbench.devices", "dmlbench.stage_inputs", "dmlbench.dvc_adapter"},
+    {"dmlbench.weights_lock"},  # the pins every inputs manifest holds, below the models that load them
     {"dmlbench.schema", "dmlbench.io", "dmlbench.errors", "dmlbench.grid", "dmlbench.messages", "dmlbench.gres"},
 ]
 

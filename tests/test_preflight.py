@@ -18,7 +18,7 @@ import yaml
 from test_url_check import presigned  # noqa: F401 - a fixture: HEAD refused, GET served
 
 from dmlbench import devices
-from dmlbench.models.weights import WeightsError
+from dmlbench.errors import WeightsError
 from dmlbench.params.load import parse_params
 from dmlbench.pipeline import __main__ as pipeline
 from dmlbench.pipeline.archives import missing_archives

@@ -298,6 +298,9 @@ def test_a_preset_runs_in_its_own_workspace_and_leaves_the_main_checkout_untouch
     assert str((root / ".dvc" / "cache").resolve()) in (workspace / ".dvc" / "config.local").read_text()
     assert any((root / ".dvc" / "cache" / "files" / "md5").rglob("*")) and not (workspace / ".dvc" / "cache").exists()
     assert (workspace / "data").is_symlink() and (workspace / "data").resolve() == (root / "data").resolve()
+    # one weights lock per project: the workspace's validate depends on the main checkout's
+    assert (workspace / "weights.lock").resolve() == (root / "weights.lock").resolve()
+    assert "weights.lock" in [dep["path"] for dep in lock["validate"]["deps"]]
     # the main checkout's DVC does not see the workspace's pipeline
     from dvc.repo import Repo
 

@@ -113,7 +113,8 @@ def test_sqlite_tracking_on_a_network_filesystem_is_refused_in_one_line(tmp_path
 
 def test_offline_jobs_never_download_and_name_make_fetch(tmp_path, monkeypatch):
     from dmlbench.data.download import download
-    from dmlbench.models.weights import WeightsError, WeightsParams, resolve_weights, url_unreachable
+    from dmlbench.errors import WeightsError
+    from dmlbench.models.weights import WeightsParams, resolve_weights, url_unreachable
 
     monkeypatch.setenv("DMLBENCH_OFFLINE", "1")
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))

@@ -219,6 +219,7 @@ def small_grid(tmp_path: Path) -> Path:
     root.mkdir()
     for name in ("src", "stages"):
         shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(ROOT / "weights.lock", root / "weights.lock")  # a dependency of validate
     params = _params(ROOT)
     params["losses"] = {name: params["losses"][name] for name in sorted(params["losses"])[:2]}
     params["dims"], params["seeds"] = params["dims"][:1], params["seeds"][:1]
@@ -353,3 +354,48 @@ def test_a_checkpoint_is_kept_across_an_edit_of_code_its_stage_does_not_read(
     assert resumed.resumed_from_epoch == 1 and [h["epoch"] for h in resumed.history] == [1, 2]
     assert resumable_after_an_edit_of(f"src/dmlbench/losses/{run.loss}.py") is None
     assert load_checkpoint(tmp_path, config.config_hash) is not None  # the edit undone
+
+
+def test_a_repinned_weights_file_changes_only_the_manifests_of_the_stages_that_load_it(pipeline_copy, monkeypatch):
+    """A backbone's Hub file pinned at another sha256/commit in the weights lock makes exactly the
+    stages that read that backbone stale (their manifest changes, and the stage refuses in one line
+    until validate re-writes it); the other backbone's stages and the data stages keep theirs."""
+    from dmlbench.weights_lock import LOCK_ENV, LockEntry, record
+
+    root = pipeline_copy
+    params = _params(root)
+    params["backbones"] = {"tiny_cnn": params["backbones"]["tiny_cnn"], "tiny_vit": {}}
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    lock = root / "elsewhere.lock"
+    monkeypatch.setenv(LOCK_ENV, str(lock))
+    name = "timm/test_vit.r160_in1k/model.safetensors"
+    first = LockEntry("a" * 64, "https://hub.test/a", "1" * 40)
+    record(name, first, lock)
+    try:
+        write_manifests(root, params, pins={"tiny_vit": {name: f"{first.sha256}@{first.revision}"}})
+        before = _manifests(root)
+        loading = {stage for stage, text in before.items() if name in json.loads(text).get("weights", {})}
+        reads_vit = {
+            stage
+            for stage, text in before.items()
+            if any(k == "backbones" or k.startswith("backbones.tiny_vit") for k in json.loads(text)["params"])
+        }
+        assert loading == reads_vit and any(s.startswith("train@") for s in loading)
+        assert not [s for s in loading if s.startswith(("download@", "prepare@"))]
+        cnn_trainings = [s for s in before if s.startswith("train@") and s not in loading]
+        assert cnn_trainings  # the tiny_cnn runs: no weights entry
+        trained = next(s for s in loading if s.startswith("train@"))
+        check_manifest(trained, root)  # the lock holds what validate saw: passes
+
+        lock.unlink()
+        second = LockEntry("b" * 64, "https://hub.test/b", "2" * 40)
+        record(name, second, lock)  # re-pinned by hand
+        with pytest.raises(ConfigError, match=rf"the entry {name} of .*elsewhere.lock changed after the validate"):
+            check_manifest(trained, root)
+        check_manifest(cnn_trainings[0], root)  # a stage that does not load it: still fresh
+        write_manifests(root, params, pins={"tiny_vit": {name: f"{second.sha256}@{second.revision}"}})
+        assert _changed(before, _manifests(root)) == loading
+        check_manifest(trained, root)
+    finally:
+        shutil.copy(ROOT / "params.yaml", root / "params.yaml")
+        write_manifests(root)

@@ -17,9 +17,9 @@ import pytest
 import torch
 import yaml
 
+from dmlbench.errors import WeightsError
 from dmlbench.models import BACKBONES, build_model, hub, tiny_vit
-from dmlbench.models.weights import WeightsError
-from dmlbench.models.weights_lock import LOCK_ENV, LockEntry, lock_path, read_lock, record
+from dmlbench.weights_lock import LOCK_ENV, LockEntry, lock_path, read_lock, record
 
 HUB_FILE = tiny_vit.HUB_FILE  # timm/test_vit.r160_in1k/model.safetensors
 NAME = HUB_FILE.name
@@ -235,3 +235,20 @@ def test_the_preflight_pins_and_reports_a_hub_file(fake_hub, monkeypatch):
     assert file.sha256 == sha256 and commit in str(file.path) and commit in str(file.url)
     assert hub_file_problem("tiny_vit", HUB_FILE, fetch=True) is None and file.path.is_file()
     assert BACKBONES["tiny_vit"].params().weights_files("tiny_vit")[0].path == file.path
+
+
+def test_the_validate_stage_records_each_backbones_pin_for_the_manifests(fake_hub):
+    """What :func:`dmlbench.pipeline.preflight.weights_pins` hands the manifests: the lock's
+    sha256 and commit of each pretrained Hub file per backbone; nothing when not pretrained."""
+    from types import SimpleNamespace
+
+    from dmlbench.models.hub import hub_file_problem
+    from dmlbench.pipeline.preflight import weights_pins
+
+    commit, sha256, _ = served(fake_hub)
+    grid = SimpleNamespace(protocol=SimpleNamespace(pretrained=True), backbones={"tiny_vit": tiny()})
+    assert weights_pins(grid) == {}  # not pinned yet: the pre-flight pins first
+    assert hub_file_problem("tiny_vit", HUB_FILE) is None
+    assert weights_pins(grid) == {"tiny_vit": {NAME: f"{sha256}@{commit}"}}
+    grid.protocol.pretrained = False
+    assert weights_pins(grid) == {}

@@ -11,6 +11,10 @@ class ConfigError(DmlbenchError):
     """``params.yaml`` (or a stage argument) is invalid: names the key and what is allowed."""
 
 
+class WeightsError(DmlbenchError):
+    """Pretrained weights are missing, unreachable or do not match their pinned checksum."""
+
+
 class DataError(DmlbenchError):
     """A dataset archive or image is missing, corrupt, or has the wrong checksum."""
 

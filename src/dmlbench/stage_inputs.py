@@ -41,6 +41,7 @@ import yaml
 
 from dmlbench.errors import ConfigError
 from dmlbench.io import md5_file
+from dmlbench.weights_lock import lock_path, read_lock
 
 MANIFEST_DIR = Path("artifacts/inputs")
 PARAMS_FILE = "params.yaml"
@@ -139,11 +140,14 @@ def _assigned(node: ast.stmt, name: str) -> ast.expr | None:
 
 def build_manifest(stage: str, code: Iterable[str], keys: Iterable[str], params: Mapping[str, Any],
                    root: Path, md5s: dict[str, str] | None = None,
-                   projections: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
+                   projections: Mapping[str, Mapping[str, Any]] | None = None,
+                   weights: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     """The manifest of ``stage``: ``{"stage", "code": {file: md5}, "params": {key: value}}``
     (``md5s``: a cache shared between stages), plus ``"projected": {file: {"registry", "keep"}}``
     for each registry ``__init__`` of ``projections`` hashed as its projection
-    (:func:`registry_projection`; a file that cannot be projected is hashed whole, unlisted)."""
+    (:func:`registry_projection`; a file that cannot be projected is hashed whole, unlisted), plus
+    ``"weights": {lock key: "<sha256>@<commit>"}``, the weights lock's entries of the pretrained
+    files its backbones load (a re-pinned file re-runs exactly the stages that load it)."""
     md5s = {} if md5s is None else md5s
     hashes = {}
     projected: dict[str, Any] = {}
@@ -164,8 +168,12 @@ def build_manifest(stage: str, code: Iterable[str], keys: Iterable[str], params:
         except KeyError:
             missing = f"stage {stage} reads params key {key!r}, which {PARAMS_FILE} lacks"
             raise ConfigError(missing) from None
-    manifest = {"stage": stage, "code": hashes, "params": values}
-    return {**manifest, "projected": projected} if projected else manifest
+    manifest: dict[str, Any] = {"stage": stage, "code": hashes, "params": values}
+    if projected:
+        manifest["projected"] = projected
+    if weights:
+        manifest["weights"] = dict(sorted(weights.items()))
+    return manifest
 
 
 def manifest_text(manifest: Mapping[str, Any]) -> str:
@@ -203,6 +211,12 @@ def check_manifest(stage: str, root: Path = Path("."), after_run: bool = False) 
                 now = None  # absent: differs from every stored value, null included
             if now != _canonical(value):
                 raise ConfigError(f"{path}: {PARAMS_FILE} key {key!r} changed {when}; {fix}")
+    if manifest.get("weights"):
+        lock = read_lock()
+        for name, pin in manifest["weights"].items():
+            entry = lock.get(name)
+            if entry is None or f"{entry.sha256}@{entry.revision}" != pin:
+                raise ConfigError(f"{path}: the entry {name} of {lock_path()} changed {when}; {fix}")
 
 
 @lru_cache(maxsize=1)

@@ -29,9 +29,10 @@ from typing import Any
 from pydantic import Field
 from torch import nn
 
+from dmlbench.errors import WeightsError
 from dmlbench.models.base import BackboneParams, BackboneSpec, InputNorm, Trunk, WeightsFile
 from dmlbench.models.timm_models import TimmFeatureMap
-from dmlbench.models.weights import WeightsError, load_into, load_state_dict, weights_file_problem
+from dmlbench.models.weights import load_into, load_state_dict, weights_file_problem
 
 NAME = "efficientnet_lite0"
 ARCHITECTURE = "tf_efficientnet_lite0"  # timm: TF "SAME" padding and BN eps 1e-3, as the weights were trained

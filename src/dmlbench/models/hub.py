@@ -1,4 +1,4 @@
-"""Hugging Face Hub weights files, pinned by the weights lock (:mod:`dmlbench.models.weights_lock`).
+"""Hugging Face Hub weights files, pinned by the weights lock (:mod:`dmlbench.weights_lock`).
 
 Files live in huggingface_hub's cache (``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or
 ``~/.cache/huggingface/hub``), where timm looks too; ``HF_ENDPOINT`` names a mirror.
@@ -15,9 +15,10 @@ import os
 import re
 from pathlib import Path
 
+from dmlbench.errors import WeightsError
 from dmlbench.models.base import HubFile
-from dmlbench.models.weights import OFFLINE_FIX, WeightsError, offline, sha256_file, url_check_skipped
-from dmlbench.models.weights_lock import LockEntry, lock_path, locked, record
+from dmlbench.models.weights import OFFLINE_FIX, offline, sha256_file, url_check_skipped
+from dmlbench.weights_lock import LockEntry, lock_path, locked, record
 
 HUB = "https://huggingface.co"
 ENDPOINT_ENV = "HF_ENDPOINT"

@@ -22,11 +22,11 @@ import torch
 from pydantic import Field, create_model
 from torch import nn
 
-from dmlbench.errors import ConfigError
+from dmlbench.errors import ConfigError, WeightsError
 from dmlbench.models.base import INTERPOLATIONS, BackboneParams, BackboneSpec, HubFile, InputNorm, Trunk, WeightsFile
 from dmlbench.models.hub import pinned_file, snapshot_path, url
-from dmlbench.models.weights import WeightsError, hub_checkpoint_path
-from dmlbench.models.weights_lock import locked
+from dmlbench.models.weights import hub_checkpoint_path
+from dmlbench.weights_lock import locked
 
 PREFIX = "timm_"
 TIMM_POOLS = {"gap": "avg", "gmp": "max", "gap+gmp": "avgmax", "cls": "token"}  # protocol -> timm global_pool

@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 
 from pydantic import Field
 
-from dmlbench.errors import DmlbenchError
+from dmlbench.errors import WeightsError
 from dmlbench.models.base import BackboneParams, WeightsFile
 
 HEAD_TIMEOUT = 10.0  # s, per URL of the pre-flight reachability check
@@ -34,10 +34,6 @@ OFFLINE_FIX = f"this job runs offline ({OFFLINE}=1): run `make fetch` where the 
 def offline() -> bool:
     """``DMLBENCH_OFFLINE`` set (not empty, not 0): this process must not touch the network."""
     return os.environ.get(OFFLINE, "").strip() not in ("", "0")
-
-
-class WeightsError(DmlbenchError):
-    """Pretrained weights are missing, unreachable or do not match their pinned checksum."""
 
 
 class WeightsParams(BackboneParams):

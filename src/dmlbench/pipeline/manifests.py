@@ -12,7 +12,7 @@ previous manifests whole.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +91,27 @@ def stage_items(name: str, stage: Mapping[str, Any], items: Mapping[str, str], p
     return StageItems(name, script.group(1), dict(items), per_item)
 
 
-def write_manifests(root: Path = Path("."), params: Mapping[str, Any] | None = None) -> int:
+def pins_read(keys: Iterable[str], pins: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """The weights lock entries of the backbones a stage reads (``backbones.<name>...`` keys, or the
+    whole ``backbones`` section): lock key -> pin."""
+    read: dict[str, str] = {}
+    for key in keys:
+        section, _, rest = key.partition(".")
+        if section == "backbones":
+            for backbone in [rest.split(".")[0]] if rest else list(pins):
+                read.update(pins.get(backbone, {}))
+    return read
+
+
+def write_manifests(
+    root: Path = Path("."),
+    params: Mapping[str, Any] | None = None,
+    pins: Mapping[str, Mapping[str, str]] | None = None,
+) -> int:
     """Write every stage's manifest under ``root/artifacts/inputs`` (the folder replaced whole);
     the number written. ``params``: the values (default: ``root/params.yaml``, the file DVC resolves
-    the stages from and the stages check their manifests against)."""
+    the stages from and the stages check their manifests against); ``pins``: backbone -> its Hub
+    files' weights lock entries (:func:`dmlbench.pipeline.preflight.weights_pins`)."""
     if params is None:
         params = read_params_file(root / PARAMS_FILE)
     derivation = Derivation(root)
@@ -105,7 +122,8 @@ def write_manifests(root: Path = Path("."), params: Mapping[str, Any] | None = N
         if found is not None:
             keys = derivation.params(found, params)
             code, projections = derivation.code(found), derivation.projections(found)
-            manifests[name] = build_manifest(name, code, keys, params, root, md5s, projections)
+            weights = pins_read(keys, pins or {})
+            manifests[name] = build_manifest(name, code, keys, params, root, md5s, projections, weights)
     with atomic_dir(root / MANIFEST_DIR) as folder:
         for name, manifest in manifests.items():
             (folder / manifest_path(name, Path(".")).name).write_text(manifest_text(manifest))

@@ -21,11 +21,12 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from dmlbench.errors import DmlbenchError
+from dmlbench.errors import DmlbenchError, WeightsError
 from dmlbench.models.hub import hub_file_problem
-from dmlbench.models.weights import HEAD_TIMEOUT, WeightsError, weights_file_problem
+from dmlbench.models.weights import HEAD_TIMEOUT, weights_file_problem
 from dmlbench.params.model import Params
 from dmlbench.pipeline.archives import require_archives
+from dmlbench.weights_lock import ensure_lock, read_lock
 
 
 def missing_weights(params: Params, timeout: float = HEAD_TIMEOUT) -> list[str]:
@@ -59,6 +60,22 @@ def require_weights(params: Params, timeout: float = HEAD_TIMEOUT) -> None:
         )
 
 
+def weights_pins(params: Params) -> dict[str, dict[str, str]]:
+    """What each backbone's pretrained Hub files are pinned at in the weights lock: backbone ->
+    {lock key: "<sha256>@<commit>"}; empty when the protocol is not pretrained. Called after
+    :func:`require_weights` (every file pinned); a file not pinned is left out."""
+    if not params.protocol.pretrained:
+        return {}
+    lock = read_lock()
+    pins: dict[str, dict[str, str]] = {}
+    for backbone, backbone_params in params.backbones.items():
+        for file in backbone_params.weights_files(backbone):
+            entry = lock.get(file.hub.name) if file.hub is not None else None
+            if file.hub is not None and entry is not None:
+                pins.setdefault(backbone, {})[file.hub.name] = f"{entry.sha256}@{entry.revision}"
+    return pins
+
+
 def require_backend(params: Params) -> None:
     """Raise :class:`DmlbenchError` when ``evaluate.backend`` names faiss and faiss is not installed."""
     if params.evaluate.backend == "faiss" and importlib.util.find_spec("faiss") is None:
@@ -71,6 +88,7 @@ def require_backend(params: Params) -> None:
 
 def preflight(params: Params, dropbox: Path) -> None:
     """Every pre-flight check, all problems reported at once (one line each), before any stage."""
+    ensure_lock()  # a dependency of the validate stage, so it exists even before a first pin
     problems = []
     for check, arguments in ((require_backend, ()), (require_weights, ()), (require_archives, (dropbox,))):
         try:

@@ -96,6 +96,17 @@ def _link_dropbox(main: Path, root: Path) -> None:
     link.symlink_to(target, target_is_directory=True)
 
 
+def _link_weights_lock(main: Path, root: Path) -> None:
+    """``<workspace>/weights.lock`` -> the main checkout's, the lock its stages load through
+    (:func:`environment`), so that a re-pin there re-runs the workspace's validate stage, which
+    depends on it."""
+    link, target = root / "weights.lock", main / "weights.lock"
+    if link.is_symlink() and Path(os.readlink(link)) == target:
+        return
+    link.unlink(missing_ok=True)
+    link.symlink_to(target)
+
+
 def prepare_workspace(main: Path, name: str, params_yaml: str) -> Workspace:
     """Create (or bring to HEAD) the preset's worktree, share the DVC cache and the drop-box, and
     write its ``params.yaml`` (via a temporary file). Cheap: no stage runs here."""
@@ -118,6 +129,7 @@ def prepare_workspace(main: Path, name: str, params_yaml: str) -> Workspace:
             lock.write_bytes(kept)
     _write(root / ".dvc" / "config.local", f"[cache]\n    dir = {dvc_cache_dir(main)}\n")
     _link_dropbox(main, root)
+    _link_weights_lock(main, root)
     _write(root / "params.yaml", params_yaml)
     return Workspace(name, root, commit)
 

@@ -1,6 +1,8 @@
 """The weights lock (``weights.lock`` at the repository root, committed like ``dvc.lock``): the Hub
 commit and sha256 of every pinned Hub weights file, ``files: {<repo>/<file>: {sha256, url,
-revision}}``; torchvision's files are pinned in code (:mod:`dmlbench.models.weights`).
+revision}}``; torchvision's files are pinned in code (:mod:`dmlbench.models.weights`). Below
+the models, so that the inputs manifests (:mod:`dmlbench.stage_inputs`) read the pins without
+importing a backbone.
 
 Outside the package so that a read-only install works and pinning a file never changes the code
 hash in every inputs manifest. ``make fetch``, the pre-flight and ``validate`` pin what the grid
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from dmlbench.models.weights import WeightsError
+from dmlbench.errors import WeightsError
 
 LOCK_ENV = "DMLBENCH_WEIGHTS_LOCK"
 LOCK_NAME = "weights.lock"
@@ -63,6 +65,23 @@ def locked(name: str, path: Path | None = None) -> LockEntry | None:
     return read_lock(path).get(name)
 
 
+def ensure_lock(path: Path | None = None) -> Path:
+    """The lock file, written empty (``files: {}``) when it does not exist: the validate stage
+    depends on it, so it must exist before ``dvc repro`` even when no file is pinned."""
+    path = path or lock_path()
+    if not path.exists():
+        _write(path, {})
+    return path
+
+
+def _write(path: Path, files: dict[str, LockEntry]) -> None:
+    """Replace the lock's text by ``files`` (a temporary file renamed over it)."""
+    text = yaml.safe_dump({"files": {k: vars(v) for k, v in sorted(files.items())}}, sort_keys=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(HEADER + text)
+    temporary.replace(path)
+
+
 def record(name: str, entry: LockEntry, path: Path | None = None) -> LockEntry:
     """Add ``name`` to the lock, under its file lock, unless another writer recorded it first;
     the entry the lock now holds. Written to a temporary file, then renamed over the lock."""
@@ -77,10 +96,7 @@ def record(name: str, entry: LockEntry, path: Path | None = None) -> LockEntry:
             if name in files:  # pinned by another process meanwhile: theirs stands
                 return files[name]
             files[name] = entry
-            text = yaml.safe_dump({"files": {k: vars(v) for k, v in sorted(files.items())}}, sort_keys=True)
-            temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            temporary.write_text(HEADER + text)
-            temporary.replace(path)
+            _write(path, files)
     except Timeout:
         raise WeightsError(
             f"{path}: another process has held its file lock {guard} for {WRITE_TIMEOUT:.0f} s; if none runs, "
