@@ -1,30 +1,16 @@
-"""Bayesian comparison of two losses with baycomp (https://github.com/janezd/baycomp).
+"""Bayesian comparison of two losses with baycomp (https://github.com/janezd/baycomp; Benavoli, Corani,
+Demšar & Zaffalon, JMLR 18(77), 2017): posterior probabilities that loss A is practically better than
+B (d = A - B > rope), practically equivalent (|d| <= rope, the ROPE) or worse (d < -rope).
 
-Benavoli, Corani, Demšar & Zaffalon, "Time for a change: a tutorial for comparing multiple
-classifiers through Bayesian analysis", JMLR 18(77), 2017. Instead of a p-value, the posterior
-probabilities that loss A is practically better than loss B (mean difference d = A - B > rope),
-practically equivalent (|d| <= rope, the region of practical equivalence, ROPE) or worse
-(d < -rope).
-
-* Per experiment, over its matched seeds (:func:`seed_comparison`): the Bayesian t-test of
-  the paired seed differences d_1..d_n. baycomp's ``CorrelatedTTest`` (Corani & Benavoli 2015,
-  Machine Learning 100) gives d the Student posterior t_{n-1}(mean d, (1/n + rho/(1 - rho)) s^2),
-  where rho is the correlation of the scores of cross-validation folds that share training data
-  (Nadeau & Bengio's rho = n_test / n_total; baycomp fixes rho = 1/folds). Seeds are not folds:
-  every seed of an experiment trains on the same training split and is tested on the same test
-  split, so given that split the seed differences are independent draws of the training
-  randomness (initial weights, batch order) and rho = 0: posterior t_{n-1}(mean d, s^2 / n)
-  (baycomp's ``single.Posterior``, the correlated t-test with rho = 0). It speaks for that
-  experiment's split only; variation across splits or data sets is not in the seeds, and no rho
-  would put it there.
-* Across datasets, over dataset means (:func:`dataset_comparison`): baycomp's Bayesian
-  signed-rank test (``SignedRankTest``; Benavoli et al., ICML 2014), a Dirichlet process on the
-  per-dataset differences with baycomp's prior (a pseudo-observation d = 0 of weight 0.5), sampled
-  with a fixed seed (:data:`SEED`). Its units must be independent, so they are datasets (the
-  experiments of one dataset share its images; :mod:`dmlbench.analysis.statistics`): a dataset's
-  score is the mean of its experiments' seed means. Run from :data:`MIN_DATASETS` datasets.
-* baycomp's hierarchical test (seeds nested in experiments; Corani et al., Machine Learning
-  106, 2017) is not run: see :data:`HIERARCHICAL_NOTE`.
+* Per experiment, over its matched seeds (:func:`seed_comparison`): the correlated Bayesian t-test
+  (Corani & Benavoli 2015) gives d the posterior t_{n-1}(mean d, (1/n + rho/(1 - rho)) s^2). Seeds
+  share one training and test split, so given it their differences are independent draws of the
+  training randomness: rho = 0 (baycomp's ``single.Posterior``), not baycomp's cross-validation
+  rho = 1/folds. It speaks for that experiment's split only.
+* Across datasets, over dataset means (:func:`dataset_comparison`): baycomp's Bayesian signed-rank
+  test (Benavoli et al., ICML 2014) with its prior (a pseudo-observation d = 0 of weight 0.5), seeded
+  (:data:`SEED`), from :data:`MIN_DATASETS` datasets: datasets are the independent units.
+* The hierarchical test (Corani et al. 2017) is not run: :data:`HIERARCHICAL_NOTE`.
 """
 
 from __future__ import annotations
@@ -143,12 +129,9 @@ def compare_neighbours(
 
     ``seeds``: experiment -> seeds x losses (:func:`dmlbench.analysis.statistics.seed_scores`);
     ``datasets``: datasets x losses (:func:`dmlbench.analysis.statistics.dataset_means`).
-    Rows: a, b, experiment (or :data:`ACROSS`), test, n, and the :class:`Comparison` fields;
-    an experiment with fewer than :data:`MIN_SEEDS` matched seeds gets NaN probabilities; the
-    across row only from :data:`MIN_DATASETS` datasets.
-
-    The pairs are neighbours in a ranking computed from the same test scores, so each pair is
-    chosen after seeing the data; the report says so where it shows them.
+    Rows: a, b, experiment (or :data:`ACROSS`), test, n, and the :class:`Comparison` fields (NaN
+    probabilities below :data:`MIN_SEEDS` matched seeds; the across row from :data:`MIN_DATASETS`).
+    The pairs are chosen from the same test scores; the report says so.
     """
     rows = []
     for a, b in zip(ranked, ranked[1:], strict=False):

@@ -1,21 +1,14 @@
 """What papers claimed over an old loss, counted once per claim and set against a baseline the
 comparison can stand on.
 
-A **claim** is one published nearest-neighbour accuracy (R@1 = P@1) of one loss by the paper that
-introduced it, for one (paper, loss, dataset, metric, backbone, embedding size): :data:`CLAIM_KEY`.
-Rows of ``literature.csv`` that share the key are one claim, however many places published it: the
-Proxy-Anchor paper's table and its official README's better numbers for the same BN-Inception
-512-d cell are one claim, valued by the paper's table (setting ``as_published``) when the file has
-it, else by the row listed first. Each claim's improvement over a baseline loss
-(``100 * (claimed / baseline_value - 1)``, percent) is set against, in this order:
-
-* ``own``: the baseline number the claiming paper itself reports on that dataset (as a baseline or
-  in its own re-run: the comparison the paper made), at the claim's backbone and size when it
-  reports one there, else the median of what it reports on that dataset;
-* ``borrowed``: when the paper reports none, the median of the baseline numbers other papers
-  published up to the claim's year for the **same backbone and embedding size** (both named): a
-  comparison the claiming paper never made, counted apart;
-* ``none``: neither exists: no improvement, and the claim counts in no median.
+A **claim** is one published R@1 (= P@1) of a loss by the paper that introduced it, per
+:data:`CLAIM_KEY` (paper, loss, dataset, metric, backbone, embedding size); rows sharing the key are
+one claim, valued by the paper's table (setting ``as_published``) when present, else the first row.
+Its improvement ``100 * (claimed / baseline_value - 1)`` (percent) is set against, in this order:
+``own`` (the baseline number the claiming paper reports on that dataset, at the claim's backbone and
+size when there, else the median of its numbers there), ``borrowed`` (the median of other papers'
+baseline numbers up to the claim's year for the same named backbone and size: counted apart), or
+``none`` (no improvement, in no median).
 """
 
 from __future__ import annotations

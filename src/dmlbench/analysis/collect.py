@@ -1,15 +1,9 @@
-"""Collect: every output of the current grid the report reads, as long DataFrames.
+"""Collect: every output of the current grid the report reads (exactly the grid in ``params.yaml``),
+as long DataFrames: test metrics, training histories, run records and dataset summaries.
 
-Reads exactly the grid in ``params.yaml`` (stale outputs of cells removed from the grid are ignored):
-per-run test metrics (``artifacts/evaluation``), training histories and run records
-(``artifacts/models``) and dataset summaries (``artifacts/prepared``).
-
-Wall-clock timings (``train/epoch_seconds``, ``train/images_per_second``,
-``train/elapsed_seconds``) are not in the DVC outputs but in each training's run log
-(``artifacts/runlog/``, :mod:`dmlbench.tracking.runlog`); they join the history only when every
-run of the grid has one (outputs restored from a DVC cache have none): a partial set would make
-sums and means over runs wrong, so then the history has no timing column at all and
-``Results.timings`` is False.
+Wall-clock timings live in each training's run log (``artifacts/runlog/``, not DVC outputs); they
+join the history only when every run has one, since a partial set would bias sums and means over
+runs (else no timing column and ``Results.timings`` is False).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""The report's cross-validation table: each grid cell trained with one model per fold, scored
-both ways the two studies report it.
-
-* the Reality Check's: the **concatenated** embedding of a run's fold models, one score per
-  seed, mean with its t-interval over seeds (the report's headline number for such cells);
-* the thesis's (Psomas 2020, Table 12): the fold models scored on their own, mean +/- sample
-  standard deviation over the fold models (of every seed; n = folds x seeds), beside the
-  thesis's own number for the same loss, dataset, backbone and size when it published one
-  (``setting = cv10`` rows of ``literature.csv``).
+"""The report's cross-validation table: a cell trained with one model per fold, scored both ways the
+two studies report it: the Reality Check's **concatenated** fold models (mean and t-interval over
+seeds, the report's headline number), and the thesis's (Psomas 2020, Table 12) fold models scored
+alone (mean +/- sample sd over folds x seeds), beside the thesis's ``cv10`` number where published.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Per-epoch curves for ``dvc plots show``: one CSV per experiment (dataset x backbone x
-embedding size) in ``reports/curves/``, long format ``epoch, loss, validation, train_loss``.
-
-``validation`` is the model-selection metric on the validation classes (percent), ``train_loss``
-the mean training loss; both are means over the seeds (and fold models) of each loss. The
-``by_loss`` template (``.dvc/plots/by_loss.json``) draws one line per loss.
+"""Per-epoch curves for ``dvc plots show``: one CSV per experiment in ``reports/curves/``, columns
+``epoch, loss, validation, train_loss`` (the selection metric on the validation classes in percent,
+the mean training loss; means over seeds and fold models), drawn by ``.dvc/plots/by_loss.json``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """Machine-readable outputs of the report stage, for other tools and for DVC.
 
-* ``reports/results.csv``: one row per training run and metric (``level = run``) and one per grid cell
-  and metric (``level = cell``: mean over seeds, its 95% interval, n), each with the dmlbench version,
-  the git commit of the report and what identifies the run for pairing and where it was trained
-  (:data:`~dmlbench.analysis.identity.IDENTITY`: code fingerprint, protocol and its digest, split,
-  dataset checksum, inputs-manifest md5, device, precision, ``trained here``/``pulled`` and origin).
-  Several labs' files merge into one (``python -m dmlbench.results merge``).
-* ``reports/metrics/<name>.json`` = ``{loss: value}``: the headline that ``dvc metrics show`` prints
-  as a short table (a row per file, a column per loss; ``dvc exp show`` shows the same columns per
-  experiment): ``map_at_r`` and ``precision_at_1`` (percent, the mean over the grid's cells of each
-  cell's seed mean) and ``mean_rank`` (the tournament's).
+* ``reports/results.csv``: one row per run and metric (``level = run``) and per cell and metric
+  (``level = cell``: seed mean, 95% interval, n), with the dmlbench version, the report's git commit
+  and the run's identity (:data:`~dmlbench.analysis.identity.IDENTITY`); labs' files merge with
+  ``python -m dmlbench.results merge``.
+* ``reports/metrics/<name>.json`` = ``{loss: value}`` for ``dvc metrics show``: ``map_at_r`` and
+  ``precision_at_1`` (percent, mean over cells of the seed means) and ``mean_rank`` (the tournament's).
 
-Code versions: each run records the fingerprint of the package that trained it (``run.json`` ->
-``code``). :func:`code_versions` lists them, so the report can say when one report holds runs of
-more than one code version instead of mixing them silently.
+:func:`code_versions` counts the code fingerprints of the runs (``run.json`` -> ``code``), so the
+report says when it mixes code versions.
 """
 
 from __future__ import annotations

@@ -1,35 +1,25 @@
 """The Friedman test over dataset blocks, with its exact (or permutation) p-value.
 
-Rows = blocks (datasets), columns = losses; within each block the losses are ranked (ties
-averaged). H0: in every block each of the k! arrangements of the block's ranks is equally likely
-(no loss is better than another). With r_ij the rank of loss j in block i, R_j = sum_i r_ij and
-the tie correction c = 1 - sum_i sum_t (t^3 - t) / (N k (k^2 - 1)) (t: sizes of tied groups),
+Rows = blocks (datasets), columns = losses, ranked within each block (ties averaged). With r_ij the
+rank of loss j in block i, R_j = sum_i r_ij and the tie correction
+c = 1 - sum_i sum_t (t^3 - t) / (N k (k^2 - 1)) (t: sizes of tied groups),
 
     chi2 = (12 / (N k (k + 1)) sum_j R_j^2 - 3 N (k + 1)) / c,
 
-as ``scipy.stats.friedmanchisquare`` computes it. Its p-value here is the permutation p under
-H0, not the chi2(k - 1) approximation, which Demšar (2006, JMLR 7, Sec. 3.2.2) trusts only from
-about N > 10 blocks and k > 5 losses (the benchmark has four datasets). Permuting the ranks within
-blocks keeps every block's ties, so c is constant and chi2 grows with S = sum_j R_j^2:
+as ``scipy.stats.friedmanchisquare``. Its p is the permutation p under H0 (every arrangement of a
+block's ranks equally likely), not the chi2(k - 1) approximation, which Demšar (2006, JMLR 7, Sec.
+3.2.2) trusts only from about N > 10 and k > 5: p = P(S* >= S) with S = sum_j R_j^2, over the
+(k!)^N arrangements.
 
-    p = P(S* >= S_observed) over the (k!)^N equally likely arrangements.
+* ``exact``: the distribution of (R_1, ..., R_k) convolved block by block, equal vectors merged, the
+  first block held fixed and each vector kept sorted (relabelling the losses leaves S unchanged);
+  run while the work stays below :data:`EXACT_WORK` (4 x 4: p down to 1/13,824 = 7.2e-5).
+* ``permutation``: otherwise ``scipy.stats.permutation_test`` within blocks, :data:`PERMUTATIONS`
+  draws, p = (1 + #{S* >= S}) / (1 + PERMUTATIONS) (Phipson & Smyth 2010), seeded.
 
-* ``exact``: the distribution of the rank-sum vector (R_1, ..., R_k) is built block by block, each
-  step adding the k! arrangements of the next block's ranks and merging equal vectors with their
-  counts (a convolution). Relabelling the losses leaves S unchanged and maps a block's set of
-  arrangements onto itself, so the first block is held fixed and each vector is kept sorted
-  (vectors equal up to the losses' order merge). Run while the work stays below :data:`EXACT_WORK`
-  (4 losses x 4 datasets: 24^3 = 13,824 arrangements, p as small as 1/13,824 = 7.2e-5 for one order
-  shared by every block).
-* ``permutation``: otherwise ``scipy.stats.permutation_test`` (``permutation_type='samples'``:
-  the losses' values permuted within each block) with :data:`PERMUTATIONS` random arrangements,
-  p = (1 + #{S* >= S}) / (1 + PERMUTATIONS) (Phipson & Smyth 2010), seeded.
-
-What scipy gets wrong here, and is handled: ``friedmanchisquare`` returns NaN when every loss ties
-in every block (c = 0): then every arrangement is the observed one, chi2 = 0 and p = 1 (``all
-tied``); its p is the chi2 approximation; ``permutation_test`` enumerates all (k!)^N arrangements
-when it goes exact (331,776 for 4 x 4), without the relabelling symmetry or the merging of equal
-rank sums.
+Handled where scipy falls short: ``friedmanchisquare`` returns NaN when every loss ties in every
+block (here chi2 = 0, p = 1: ``all tied``), and ``permutation_test`` enumerates all (k!)^N
+arrangements when it goes exact (331,776 for 4 x 4).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Retrieval gallery (Proxy-Anchor Fig. 3 style): test queries and their nearest neighbours.
-
-For each loss, the embeddings of one trained run (``embeddings.npz``, rows in manifest order of
-their split) retrieve the ``k`` nearest images of every chosen query by cosine similarity
-(exact faiss search, the query itself excluded); a wrong neighbour (another class) is framed
-red, a right one green. Images come from the prepared cache (``images.npy`` + ``manifest.csv``);
-when the cache records each image's valid size (``sizes``: height, width at the top-left of
-the canvas), the padding is cropped away.
+"""Retrieval gallery (Proxy-Anchor Fig. 3 style): per loss, one trained run's test embeddings retrieve
+the ``k`` nearest images of each chosen query (cosine, exact faiss, the query excluded); neighbours
+of the query's class framed green, others red. Images come from the prepared cache, its padding
+cropped where the cache records each image's size.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
-"""What identifies each training run of the grid for pairing, read from the outputs that travel
-with it, and where it was trained (:mod:`dmlbench.tracking.workspace`).
-
-Per run (its first fold model's records for a cross-validated run):
-
-* ``code``: the package fingerprint it was trained with (``run.json``);
-* ``protocol``, ``protocol_digest``: the protocol's name and the first 12 hex digits of the md5 of
-  its values as the run recorded them (``config.yaml`` -> ``protocol``, JSON with sorted keys;
-  from ``params.yaml`` where the run has no ``config.yaml``);
-* ``split``: the dataset's split settings, the same way (``config.yaml`` -> ``dataset.split``);
-* ``dataset_checksum``: the prepared dataset's digest, the md5 of ``artifacts/prepared/<dataset>/
-  manifest.csv`` (12 digits: the digest each training logs as its MLflow dataset input);
-* ``inputs_manifest``: the md5 of the inputs manifest of the stage that trained it
-  (``artifacts/inputs/train@<run>.json``: code and params it read);
-* ``device``, ``precision``: as the training recorded them (``run.json``);
-* ``provenance`` (``trained here`` / ``pulled``) and ``origin``: this workspace's run log of the
-  training names this workspace, or the outputs came from a DVC cache (``origin``: the default DVC
-  remote, or ``DVC cache`` when none is set).
-
-``"unknown"`` stands for a record the outputs lack. Runs pair (:mod:`.pairing`) only when
+"""What identifies each training run of the grid for pairing, read from the outputs that travel with
+it, and where it was trained (:mod:`dmlbench.tracking.workspace`); a cross-validated run by its first
+fold model. Columns: ``code`` (package fingerprint, ``run.json``); ``protocol`` and
+``protocol_digest`` (12 hex digits of the md5 of its values as JSON with sorted keys, from
+``config.yaml``, else ``params.yaml``); ``split`` (the same, of ``dataset.split``);
+``dataset_checksum`` (md5 of ``artifacts/prepared/<dataset>/manifest.csv``, 12 digits, as MLflow logs
+it); ``inputs_manifest`` (md5 of ``artifacts/inputs/train@<run>.json``); ``device``, ``precision``
+(``run.json``); ``provenance`` (``trained here`` / ``pulled``) and ``origin`` (the default DVC remote,
+or ``DVC cache``). ``"unknown"`` stands for a missing record; runs pair (:mod:`.pairing`) only when
 :data:`PAIRING` agree.
 """
 

@@ -1,31 +1,17 @@
-"""Published numbers: what papers claimed, the baselines they beat, and fair re-runs.
+"""Published numbers: what papers claimed, the baselines they beat, and fair re-runs, from two
+versioned files beside this module (columns: :data:`LITERATURE_COLUMNS`, :data:`METHOD_COLUMNS`).
 
-Two versioned data files sit next to this module. Every ``literature.csv`` row was read in a paper
-(its table, figure or section) or in an official repository's file at a named commit, and
-``source`` says which; a number read off a figure, or read not in the paper the row names (nor its
-official repository) but in another paper or repository that reports it, is ``uncertain``:
+* ``literature.csv``: one published number per row, read in a paper or an official repository
+  (``source`` says where; ``uncertain`` when read off a figure or in another paper's table).
+  ``value`` in percent; ``half_width`` the published 95% half-width in points over ``n_published``
+  runs (both empty without an interval; a note quoting one must agree). ``kind``: ``claimed`` (a
+  paper's own loss), ``baseline`` (an older loss it claims to beat) or ``reproduction`` (a re-run
+  under one protocol, or a frozen model scored by the OML zoo; claims: :mod:`.claims`). Numbers
+  compare only within one :data:`GROUP` (paper, setting, dataset, backbone, dim, metric).
+* ``methods.csv``: per loss its display name, paper, year, ``registered`` (dmlbench trains it) and
+  ``studies_2020`` (which :data:`STUDIES_2020` re-ran it).
 
-* ``literature.csv`` - one published number per row: ``loss, paper, venue, year, dataset,
-  backbone, dim, setting, metric, value, half_width, n_published, kind, source, uncertain, note``.
-  ``value`` is in percent; ``half_width`` is the published 95% interval's half-width in points
-  (value ± half_width, as the Reality Check's Tables 4-6 print it) and ``n_published`` the number
-  of runs it is over (10 for the Reality Check), both empty where the paper gives no interval
-  (the note then says why); a note quoting "95% CI half-width x" must agree with ``half_width``.
-  ``kind`` is ``claimed`` (a paper's number for its own loss), ``baseline`` (the
-  number a paper reported for an older loss it claims to beat) or ``reproduction`` (a re-run
-  under one protocol for every loss: the Reality Check, the thesis; or a frozen model scored by
-  the OML zoo). What a claim is and which baseline it is set against: :mod:`dmlbench.analysis.claims`.
-  ``setting`` names the protocol inside a paper (``rc_concatenated``, ``test_selection``, ...);
-  numbers are comparable only within one (paper, setting, dataset, backbone, dim, metric).
-* ``methods.csv`` - one row per loss: display name, the paper that introduced it, the
-  year the papers-vs-reality figures place it at, and ``registered``: whether dmlbench trains it
-  (a key of ``dmlbench.losses.LOSSES``); methods cited only for their published numbers (Hyp-ViT,
-  HIER, Unicom, ...) and the untrained trunk (``pretrained``) are ``false``; ``studies_2020``: which
-  of the two 2020 re-runs trained the loss (:data:`STUDIES_2020`, space-separated; empty for neither),
-  as their ``literature.csv`` rows show (tests/test_literature.py checks the two agree).
-
-Papers report Recall@1, the Reality Check Precision@1; for a query both are "the nearest
-neighbour has the query's class", so they are compared as one metric (:func:`canonical_metric`).
+Recall@1 and Precision@1 are one metric for a query (:func:`canonical_metric`).
 """
 
 from __future__ import annotations
@@ -52,25 +38,6 @@ from dmlbench.errors import DataError
 LITERATURE = Path(__file__).with_name("literature.csv")
 METHODS = Path(__file__).with_name("methods.csv")
 
-LITERATURE_COLUMNS = (
-    "loss",
-    "paper",
-    "venue",
-    "year",
-    "dataset",
-    "backbone",
-    "dim",
-    "setting",
-    "metric",
-    "value",
-    "half_width",
-    "n_published",
-    "kind",
-    "source",
-    "uncertain",
-    "note",
-)
-METHOD_COLUMNS = ("loss", "name", "paper", "venue", "year", "family", "uncertain", "registered", "studies_2020")
 KINDS = ("claimed", "baseline", "reproduction")
 DATASETS = ("cub200", "cars196", "sop", "inshop")
 DATASET_LABELS = {"cub200": "CUB200", "cars196": "Cars196", "sop": "SOP", "inshop": "In-Shop"}
@@ -217,6 +184,10 @@ class LiteratureRow(_Row):
         return value
 
 
+# the files' headers, in the order of the rows' fields
+LITERATURE_COLUMNS = tuple(LiteratureRow.model_fields)
+METHOD_COLUMNS = tuple(MethodRow.model_fields)
+
 _NOTE_HALF_WIDTH = re.compile(r"95% CI half-width (\d+(?:\.\d+)?)")
 
 
@@ -288,14 +259,6 @@ def load_literature(path: str | Path = LITERATURE, methods: pd.DataFrame | None 
     return literature
 
 
-def _group_key(frame: pd.DataFrame) -> pd.Series:
-    parts = [frame[c].astype(str) for c in GROUP]
-    key = parts[0]
-    for part in parts[1:]:
-        key = key + "|" + part
-    return key
-
-
 def top1(literature: pd.DataFrame) -> pd.DataFrame:
     """Rows reporting the nearest-neighbour accuracy (R@1 = P@1), ``metric`` canonicalised."""
     rows = literature.assign(metric=literature["metric"].map(canonical_metric))
@@ -311,7 +274,7 @@ def reference_improvements(literature: pd.DataFrame, baseline: str, methods: pd.
     rows = reference_rows(top1(literature))
     if rows.empty:
         return pd.DataFrame()
-    rows = rows.assign(group=_group_key(rows))
+    rows = rows.assign(group=rows[GROUP].astype(str).agg("|".join, axis=1))
     base = rows[rows["loss"] == baseline].set_index("group")["value"]
     rows = rows[(rows["loss"] != baseline) & rows["group"].isin(base.index)]
     rows = rows.assign(

@@ -29,22 +29,14 @@ from dmlbench.evaluate.metrics import metric_range
 from dmlbench.params.model import Params
 
 BASELINES = ("contrastive", "triplet")
-
-
 TOP1 = "precision_at_1"  # = Recall@1, what papers report
-
-
 RUN = ["dataset", "backbone", "loss", "dim", "seed"]
 
 
 def seed_means(frame: pd.DataFrame, columns: list[str], keys: list[str] = RUN) -> pd.DataFrame:
-    """One row per ``keys`` (by default a run: one seed of one cell) with the mean of ``columns`` over
-    the rows it holds: the fold models of a cross-validated run become one value per seed.
-
-    The fold models of one seed share its seed and training classes, so they are not independent;
-    every interval over runs is built on these means, and its n counts seeds (times the cells a
-    table pools, which it then states).
-    """
+    """One row per ``keys`` (by default a run) with the mean of ``columns``: the fold models of a
+    cross-validated run, which share its seed and classes, become one value per seed, so every
+    interval over runs counts seeds (times the cells a table pools, which it then states)."""
     return frame.groupby(keys, as_index=False, sort=False)[columns].mean()
 
 
@@ -89,13 +81,9 @@ def focus_dim(params: Params) -> int:
 
 @dataclass
 class Tests:
-    """Friedman + Nemenyi (or why they were not run), Holm-adjusted win rates and the Bayesian
-    comparison, every test over independent blocks: the datasets (:func:`~.statistics.dataset_blocks`).
-
-    ``nemenyi``/``cd`` exist only after a significant Friedman test; ``wins`` (sign tests, Holm)
-    only after it too, and from :data:`~.statistics.MIN_BLOCKS` datasets (``skipped`` says why the
-    Friedman test was not run).
-    """
+    """Friedman + Nemenyi (``skipped``: why not run), Holm-adjusted win rates and the Bayesian comparison
+    over the dataset blocks; ``nemenyi``/``cd``/``wins`` only after a significant Friedman test, ``wins``
+    from :data:`~.statistics.MIN_BLOCKS` datasets."""
 
     blocks: st.DatasetBlocks | None = None
     friedman: FriedmanResult | None = None

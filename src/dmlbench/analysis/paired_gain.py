@@ -1,41 +1,23 @@
 """The gain of trained models over a frozen trunk on one test set, with an interval over both its
-sources of chance: the training seed and the sample of test classes.
+sources of chance: the training seed and the sample of test classes (Bouthillier et al., MLSys 2021).
 
-Pure maths (numpy/scipy): the per-query scores and classes come in as arrays, the report's section
-reads them from the evaluate stages' ``per_query.npz`` (:func:`~dmlbench.analysis.collect.per_query_scores`).
-
-For ``S`` trained runs (seeds) and one frozen trunk, all evaluated on the same ``Q`` queries
-(same order) of ``C`` test classes, with per-query scores ``t[s, q]`` and ``f[q]`` in [0, 1] (P@1 is
-0 or 1, MAP@R a fraction), the gain of seed s and the estimate are
+``S`` seeds and the trunk answer the same ``Q`` queries of ``C`` test classes, per-query scores
+``t[s, q]`` and ``f[q]`` in [0, 1]:
 
     g_s = 1/Q * sum_q (t[s, q] - f[q]),        G = 1/S * sum_s g_s  =  mean trained - frozen score.
 
-What G estimates: the expected gain of a new training run on a new test set of classes like these.
-Its error has two parts (Bouthillier et al., "Accounting for Variance in Machine Learning
-Benchmarks", MLSys 2021, who separate the variance of data sampling from that of the seeds):
+* seeds (one shared test set, so no test-sampling noise in their spread):
+  h_seed = t_{(1+c)/2, S-1} * s_g / sqrt(S), s_g the sample sd of the g_s;
+* test classes: the class-cluster bootstrap (Field & Welsh 2007) of d[q] = 1/S sum_s t[s, q] - f[q],
+  one draw of classes shared by the trunk and every seed, gives [G - h_low, G + h_high].
 
-* the seeds: every seed is scored on the *same* test set, so the spread of the g_s holds the
-  training noise and none of the test set's sampling noise. Over seeds, a t-interval:
-  h_seed = t_{(1+c)/2, S-1} * s_g / sqrt(S), s_g the sample sd of the g_s (S - 1 degrees of freedom).
-* the test classes: the queries of one class share its difficulty, so the test set is a sample of
-  classes, not of independent queries. The class-cluster bootstrap (Field & Welsh 2007; the
-  :func:`~dmlbench.evaluate.intervals.bootstrap_interval` of the per-query seed-mean difference
-  d[q] = 1/S sum_s t[s, q] - f[q] with the query classes as clusters: one draw of classes shared
-  by the trunk and every seed, which answer the same queries - the pairing) gives the percentile
-  interval [G - h_low, G + h_high] of G over test sets.
+Combined as in Zou & Donner's MOVER (2008, Stat. Med. 27), clipped to [-1, 1]:
 
-The two are independent errors of one sum, so their limits are combined as in the MOVER of Zou &
-Donner (2008, Stat. Med. 27, "Construction of confidence limits about effect measures"):
+    low = G - sqrt(h_seed^2 + h_low^2),   high = G + sqrt(h_seed^2 + h_high^2).
 
-    low = G - sqrt(h_seed^2 + h_low^2),   high = G + sqrt(h_seed^2 + h_high^2),   clipped to [-1, 1].
-
-The interval is never narrower than either part alone: at least the seeds' t-interval (with its
-S - 1 degrees of freedom, wide for 3 seeds), and exactly it when every class-bootstrap replicate is
-equal; exactly the class bootstrap when the seeds agree. The seed x class interaction is in both
-parts (divided by C in the first, by S in the second), so the sum slightly overstates the variance:
-the interval errs on the wide side. With one seed only the class part exists: the interval then
-says nothing about another training run. Every replicate is a mean of differences in [-1, 1], and
-the interval is clipped to that range.
+Never narrower than either part; the seed x class interaction is in both, so it errs wide. With one
+seed only the class part exists. The report reads the arrays from ``per_query.npz``
+(:func:`~dmlbench.analysis.collect.per_query_scores`).
 
 >>> t = np.array([[1.0, 0.0, 1.0, 1.0]])
 >>> paired_gain(t, np.array([1.0, 0.0, 1.0, 1.0]), np.array([0, 0, 1, 1])).estimate

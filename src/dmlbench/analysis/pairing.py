@@ -1,10 +1,7 @@
-"""Which runs may be paired: the report's paired statistics compare losses run by run (seed k of
-one loss against seed k of another on the same test queries: the paired gains, the per-experiment
-ranks that the tests across losses combine), which is fair only when both runs were trained under
-the same protocol on the same prepared data with the same split. Runs of one experiment (dataset x
-backbone x embedding size) are paired, so each experiment's runs must agree on every field of
-:data:`~dmlbench.analysis.identity.PAIRING`; :func:`check_pairable` refuses, in one line naming
-two runs and the field, before any statistic is computed. Pure: the identities come in as a frame.
+"""Which runs may be paired: the paired statistics compare seed k of one loss with seed k of another,
+fair only when both were trained under the same protocol on the same prepared data and split. Runs
+of one experiment must agree on every field of :data:`~dmlbench.analysis.identity.PAIRING`, else
+:func:`check_pairable` refuses in one line naming two runs and the field. Pure (identities in).
 """
 
 from __future__ import annotations

@@ -1,41 +1,22 @@
-"""Published numbers reproduced? For a grid that follows a published setup (the Reality Check,
-the thesis, Proxy-Anchor: :data:`~dmlbench.analysis.literature.PROTOCOL_SOURCES`), each cell's
-published number is compared with our seed mean, interval against interval, like with like.
+"""Published numbers reproduced? For a grid that follows a published setup
+(:data:`~dmlbench.analysis.literature.PROTOCOL_SOURCES`), each cell's published number against our
+seed mean, interval against interval, in points of the metric.
 
-*Ours*: mean m_o of n_o seeds, each seed one independent training run (a cross-validation seed is
-one run whose fold models are concatenated and scored once), s its sample sd, standard error
-se_o = s/sqrt(n_o). *Published*: value m_p ± half-width h over n_p runs (``literature.csv``; the
-Reality Check's Tables 4-6 print mean ± 95% interval over 10 runs), read as a 95% t-interval (the t
-distribution is what github.com/KevinMusgrave/powerful-benchmarker, which produced them, uses), so
-se_p = h / t_{0.975, n_p - 1}.
+*Ours*: mean m_o of n_o seeds (a cross-validation seed is one run, its fold models concatenated),
+se_o = s/sqrt(n_o). *Published*: m_p ± h over n_p runs, read as a 95% t-interval (as
+powerful-benchmarker, which produced the Reality Check's, computes it): se_p = h / t_{0.975, n_p - 1}.
+A number without an interval is one training run: judged by the prediction interval of a single run
+(Hahn & Meeker 1991), se = s sqrt(1/n_o + 1) with n_o - 1 df.
 
-A published number without an interval is one training run (the thesis: one run per number; the
-Proxy-Anchor paper and README: one run each), and one run varies about as much as one of ours: it
-is a draw from the distribution our runs sample, not the exact mean. So it is judged by the
-prediction interval of a single run (e.g. Hahn & Meeker, *Statistical Intervals*, 1991):
-se = s sqrt(1/n_o + 1), with n_o - 1 degrees of freedom (only s is estimated).
+Welch (1947): d = m_o - m_p, se = sqrt(se_o^2 + se_p^2), nu = se^4 / (se_o^4 / (n_o - 1) + se_p^4 /
+(n_p - 1)). TOST (Schuirmann 1987; Lakens 2017) with margin M (``report.rope``), alpha = 1 - confidence:
+p_eq = max(P(T_nu > (d + M)/se), P(T_nu < (d - M)/se)). Verdict: p_eq < alpha -> ``reproduced
+(equivalent within ± M)``; else d ± t_{1-alpha/2, nu} se below / above 0 -> ``ours lower`` / ``ours
+higher``; else ``inconclusive``. One seed: no test.
 
-Welch (1947): d = m_o - m_p, se = sqrt(se_o^2 + se_p^2), Welch-Satterthwaite
-nu = se^4 / (se_o^4 / (n_o - 1) + se_p^4 / (n_p - 1)). Equivalence, TOST (Schuirmann 1987; Lakens
-2017): with margin M (``report.rope``) and alpha = 1 - confidence,
-p_eq = max(P(T_nu > (d + M)/se), P(T_nu < (d - M)/se)); equivalent when p_eq < alpha, i.e. when the
-(1 - 2 alpha) interval d ± t_{1-alpha, nu} se lies inside (-M, M).
-
-Verdict: equivalent -> ``reproduced (equivalent within ± M)``; else the (1 - alpha) interval
-d ± t_{1-alpha/2, nu} se below 0 -> ``ours lower``, above 0 -> ``ours higher``; else
-``inconclusive``. One seed: no test.
-
-Like with like: the thesis's default setup and Proxy-Anchor's code keep the epoch with the best
-*test* score (:data:`TEST_SELECTED`); ours keep the epoch picked on the validation classes. Their
-numbers are also compared with our best-test-epoch score (each run's best test score over its
-epochs, the test-set feedback record), and that comparison's verdict is the like-with-like one;
-both are shown.
-
-Scale: the test runs on the metric's own scale (points): the published interval is symmetric there
-(value ± h) and the margin is in metric units; se_o comes from the sample sd over seeds (or, where
-a summary lacks it, from the uncut side of our t-interval clipped to [0, 1]: :func:`standard_error`).
-Welch's t needs each mean roughly normal over its runs; that holds while the run-to-run spread is
-small against the distance to 0 and 1 (the published half-widths are 0.09-1.51 points at 16-86%).
+Like with like: setups that keep the epoch with the best *test* score (:data:`TEST_SELECTED`) are also
+compared with our best-test-epoch score, and that verdict is the like-with-like one. Where a summary
+lacks the sd, se_o comes from the uncut side of our clipped t-interval (:func:`standard_error`).
 """
 
 from __future__ import annotations

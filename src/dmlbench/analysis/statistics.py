@@ -1,28 +1,14 @@
 """Statistics beyond the thesis: are the losses' differences real?
 
-* Independent blocks. Demšar (2006, JMLR 7) compares classifiers over *data sets*: independent
-  samples of the problem. Here the experiments of one dataset (its backbones x embedding sizes)
-  share its training and test images, so they are repeated measures of one block, not separate
-  blocks. :func:`dataset_blocks` therefore aggregates them: within each experiment the losses are
-  ranked by their seed-mean score (1 = best, ties averaged), and a dataset's block holds each
-  loss's mean rank over that dataset's experiments. Every test below runs over these dataset
-  blocks; the per-experiment tournament stays a description.
-* Friedman test over the dataset blocks (rows = datasets, columns = losses), with its exact or
-  permutation p-value (:mod:`dmlbench.analysis.friedman`); H0: every loss has the same expected
-  rank. Run from :data:`~dmlbench.analysis.friedman.MIN_FRIEDMAN_BLOCKS` blocks
-  (:func:`friedman_shortfall`). A synthetic dataset (the offline ``glyphs``) is never a block beside
-  real datasets: its ranking says nothing about theirs (:func:`block_datasets`).
-* Nemenyi post-hoc test (scikit-posthocs ``posthoc_nemenyi_friedman``) and Demšar's (2006)
-  critical difference CD = q_alpha * sqrt(k (k + 1) / (6 N)), q_alpha = studentized range
-  quantile / sqrt(2): two losses whose mean ranks differ by more than CD differ at level alpha.
-  Run only after the Friedman test rejects (Demšar 2006, Sec. 3.2.2).
-* Win rates: how often loss A beats loss B over the dataset blocks, with a Wilson interval and a
-  two-sided sign test (scipy ``binomtest``); ties are counted but left out of the rate. The
-  sign tests of all unordered pairs form one family, adjusted by Holm's (1979) step-down method;
-  a post-hoc family too, so run only after the Friedman test rejects, and from :data:`MIN_BLOCKS`.
-* Relative improvement of one loss over another with a delta-method t-interval: paired over the
-  seeds where they pair (seed k gives both losses the same initial weights and batches), Welch
-  where they do not.
+The independent unit is the dataset (Demšar 2006, JMLR 7): the experiments of one dataset (its
+backbones x embedding sizes) share its images, so :func:`dataset_blocks` makes each dataset one block
+of the losses' mean ranks over its experiments, and every test runs over these blocks; a synthetic
+dataset is never a block beside real ones (:func:`block_datasets`). On them: the Friedman test
+(:mod:`dmlbench.analysis.friedman`); after it rejects, Nemenyi (scikit-posthocs) with Demšar's
+critical difference CD = q_alpha * sqrt(k (k + 1) / (6 N)), q_alpha = studentized range quantile /
+sqrt(2), and win rates with Wilson intervals and two-sided sign tests (scipy ``binomtest``), Holm
+(1979)-adjusted over all pairs, from :data:`MIN_BLOCKS`. Relative improvements of one loss over
+another carry a delta-method t-interval, paired over matched seeds, else Welch.
 """
 
 from __future__ import annotations
@@ -73,11 +59,8 @@ def _block_cells(runs: pd.DataFrame, metric: str, synthetic: Collection[str]) ->
 
 
 def experiment_scores(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Seed-mean scores of ``metric`` as experiments x losses: one row per complete
-    (dataset, backbone, dim), indexed ``dataset/backbone/dim``; (1/S) sum_s score_s.
-
-    ``runs``: long table with dataset, backbone, loss, dim, seed, metric, value.
-    """
+    """Seed-mean scores (1/S) sum_s score_s of ``metric`` in ``runs`` (the long table) as experiments x
+    losses, one row per complete experiment, indexed ``dataset/backbone/dim``."""
     matrix = _complete_cells(runs, metric, CELL)
     matrix.index = ["/".join(map(str, idx)) for idx in matrix.index]
     matrix.columns.name = None
@@ -86,12 +69,9 @@ def experiment_scores(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class DatasetBlocks:
-    """The independent blocks of the tests: one per dataset.
-
-    ``ranks``: datasets x losses, each loss's mean rank over the dataset's complete experiments
-    (rank 1 = best within an experiment; ties averaged); ``experiments``: how many experiments
-    each dataset's row averages.
-    """
+    """The independent blocks of the tests, one per dataset. ``ranks``: datasets x losses, each loss's
+    mean rank over the dataset's complete experiments (1 = best, ties averaged); ``experiments``: how
+    many experiments each row averages."""
 
     ranks: pd.DataFrame
     experiments: pd.Series
@@ -106,12 +86,9 @@ class DatasetBlocks:
 
 
 def dataset_blocks(runs: pd.DataFrame, metric: str, synthetic: Collection[str] = ()) -> DatasetBlocks:
-    """Aggregate the experiments of each dataset into one block (the module docstring says why).
-
-    R_{d,l} = (1/|E_d|) sum_{e in E_d} rank_e(l), rank_e = rank of the seed-mean ``metric`` of
-    loss l among the losses of experiment e (1 = best, ties averaged); E_d = the complete
-    experiments (every loss scored) of dataset d; d over :func:`block_datasets`.
-    """
+    """One block per dataset: R_{d,l} = (1/|E_d|) sum_{e in E_d} rank_e(l), rank_e the rank of loss l's
+    seed-mean ``metric`` in experiment e (1 = best, ties averaged), E_d the complete experiments of
+    dataset d, d over :func:`block_datasets`."""
     matrix = _block_cells(runs, metric, synthetic)
     ranks = matrix.rank(axis=1, ascending=False, method="average")
     per_dataset = ranks.groupby(level="dataset", sort=True)
@@ -130,11 +107,8 @@ def dataset_means(runs: pd.DataFrame, metric: str, synthetic: Collection[str] = 
 
 
 def seed_scores(runs: pd.DataFrame, metric: str) -> dict[str, pd.DataFrame]:
-    """Per experiment (``dataset/backbone/dim``): its seeds x losses scores of ``metric``.
-
-    Seed k gives every loss the same initial weights and batches, so the rows are matched
-    pairs; seeds where some loss has no score are dropped.
-    """
+    """Per experiment (``dataset/backbone/dim``): its seeds x losses scores of ``metric``, matched rows
+    (seed k gives every loss the same weights and batches); seeds missing a loss are dropped."""
     matrix = _complete_cells(runs, metric, CELL + ["seed"])
     experiments: dict[str, pd.DataFrame] = {}
     for cell, block in matrix.groupby(level=CELL, sort=True):
@@ -163,11 +137,8 @@ def grid_text(runs: pd.DataFrame, metric: str, synthetic: Collection[str] = ()) 
 
 
 def friedman_shortfall(blocks: pd.DataFrame, grid: str = "") -> str | None:
-    """Why the Friedman/Nemenyi tests are not run on ``blocks`` (datasets x losses), or None.
-
-    They need >= 3 losses and >= :data:`~dmlbench.analysis.friedman.MIN_FRIEDMAN_BLOCKS` independent
-    blocks; ``grid`` (:func:`grid_text`) names what the grid has.
-    """
+    """Why the Friedman/Nemenyi tests are not run on ``blocks`` (datasets x losses; they need >= 3 losses
+    and :data:`~dmlbench.analysis.friedman.MIN_FRIEDMAN_BLOCKS` blocks), or None; ``grid``: :func:`grid_text`."""
     n, k = blocks.shape
     if k < 3:
         return f"the Friedman test compares at least 3 losses; the grid has {k}"
@@ -199,12 +170,8 @@ def critical_difference(k: int, n: int, alpha: float = 0.05) -> float:
 
 
 def holm(pvalues: np.ndarray) -> np.ndarray:
-    """Holm's (1979) step-down adjusted p-values of one family of m tests.
-
-    With p_(1) <= ... <= p_(m): p~_(i) = min(1, max_{j <= i} (m - j + 1) p_(j)); rejecting
-    p~ < alpha controls the family-wise error rate at alpha. NaN entries (no test) are left
-    out of the family and stay NaN.
-    """
+    """Holm's (1979) step-down adjusted p-values of one family of m tests: with p_(1) <= ... <= p_(m),
+    p~_(i) = min(1, max_{j <= i} (m - j + 1) p_(j)). NaN entries (no test) stay NaN, outside the family."""
     pvalues = np.asarray(pvalues, dtype=float)
     adjusted = np.full(pvalues.shape, math.nan)
     tested = np.flatnonzero(~np.isnan(pvalues))

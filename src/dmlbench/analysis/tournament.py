@@ -1,11 +1,7 @@
-"""The "Tournament of Loss Functions" (thesis Table 11).
-
-Within every experiment (e.g. one backbone x embedding size), losses are ranked by score
-(rank 1 = best; ties share the average rank). A loss's total rank is the sum over
-experiments, its mean rank the total divided by the number of experiments, and its
-standard deviation the *sample* standard deviation of its per-experiment ranks
-(``ddof=1``): that is the definition that reproduces the thesis's Table 11 (with ``ddof=0``
-SoftTriple would get 1.14, the thesis prints 1.19).
+"""The "Tournament of Loss Functions" (thesis Table 11): losses ranked within every experiment (1 =
+best, ties averaged); total rank = sum over experiments, mean rank = total / experiments, and the
+*sample* sd of the ranks (``ddof=1``, which reproduces Table 11: ``ddof=0`` gives SoftTriple 1.14
+where the thesis prints 1.19).
 """
 
 from __future__ import annotations

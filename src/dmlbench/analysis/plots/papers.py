@@ -48,21 +48,14 @@ def papers_vs_reality_figure(
     ours: dict[str, pd.DataFrame],
     ours_label: str,
 ) -> plt.Figure:
-    """Relative improvement over each baseline by year: claimed by papers (a), re-measured (b).
+    """Relative improvement over each baseline ``b`` by year: claimed by papers (a), re-measured (b).
 
-    One encoding per channel in every panel: colour = who measured (the claiming paper, the Reality
-    Check, the thesis, our runs), marker = dataset, hollow = ``uncertain`` in literature.csv (read
-    off a figure, or in another paper's table than its own); in (a) a † beside a claim whose
-    baseline is borrowed (its paper reports none: ``borrowed`` in ``claimed[b]``). Our runs on a
-    dataset no paper reports on (the demo) get their own row (c) and its own y axis, so their wide
-    intervals do not flatten the published points; on a published dataset they join (b), whose y
-    axis the published points and our means set: a whisker beyond it is cut at the edge with an
-    arrow and its end printed.
-
-    ``claimed[b]``: loss, display, year, dataset, improvement, uncertain (borrowed optional); ``reference[b]``:
-    series, loss, year, dataset, improvement (uncertain optional); ``ours[b]``: loss, display,
-    year, dataset, estimate, low, high (all percent) - for baseline ``b``. Losses of one year are
-    spread apart horizontally.
+    Colour = who measured, marker = dataset, hollow = ``uncertain``, † = a borrowed baseline. Our runs
+    on a dataset no paper reports on (the demo) get their own row (c), so their wide intervals do not
+    flatten the published points; in (b) a whisker beyond the published points' axis is cut with an
+    arrow and its end printed. ``claimed[b]``: loss, display, year, dataset, improvement, uncertain
+    (borrowed optional); ``reference[b]``: series, loss, year, dataset, improvement (uncertain
+    optional); ``ours[b]``: loss, display, year, dataset, estimate, low, high (all percent).
     """
     theme()
     baselines = list(claimed)
@@ -82,17 +75,7 @@ def papers_vs_reality_figure(
             frame = frame.assign(x=_x(frame, positions))
             _scatter_by_dataset(top, frame, "improvement", colours["claimed"], size=36)
             _mark_borrowed(top, frame)
-            for _, part in frame.groupby("loss", sort=False):
-                top.annotate(
-                    part["display"].iloc[0],
-                    (part["x"].iloc[0], part["improvement"].max()),
-                    textcoords="offset points",
-                    xytext=(0, 6),
-                    fontsize=6.5,
-                    color="#444",
-                    ha="left",
-                    rotation=35,
-                )
+            _name_losses(top, frame, "improvement", 6)
         top.axhline(0, color="black", linewidth=0.8)
         top.set_title(f"(a) according to papers: over {baseline}")
         top.set_ylabel("claimed R@1 improvement (%)")
@@ -129,33 +112,14 @@ def papers_vs_reality_figure(
         _set_year_ticks(axes[-1, col], positions)
     datasets = sorted({d for f in [*claimed.values(), *reference.values(), *frames] if len(f) for d in f["dataset"]})
     marker_handles = [
-        plt.Line2D([], [], marker=dataset_marker(d), linestyle="none", color="#555", label=DATASET_LABELS.get(d, d))
+        _legend_entry(dataset_marker(d), "#555", DATASET_LABELS.get(d, d))
         for d in [*[d for d in DATASET_MARKERS if d in datasets], *[d for d in datasets if d not in DATASET_MARKERS]]
-    ] + [
-        plt.Line2D(
-            [],
-            [],
-            marker="o",
-            linestyle="none",
-            markerfacecolor="none",
-            color="#555",
-            label="hollow: not read in its own paper",
-        )
-    ]
+    ] + [_legend_entry("o", "#555", "hollow: not read in its own paper", hollow=True)]
     if any("borrowed" in f.columns and f["borrowed"].any() for f in claimed.values() if len(f)):
-        marker_handles.append(
-            plt.Line2D(
-                [],
-                [],
-                marker=r"$\dagger$",
-                linestyle="none",
-                color="#555",
-                label="baseline from other papers",
-            )
-        )
+        marker_handles.append(_legend_entry(r"$\dagger$", "#555", "baseline from other papers"))
     names = {"claimed": "claimed by the loss's paper", "ours": f"{ours_label} (95% interval)"}
     colour_handles = [
-        plt.Line2D([], [], marker="s", linestyle="none", color=colour, label=names.get(series, series))
+        _legend_entry("s", colour, names.get(series, series))
         for series, colour in colours.items()
         if series != "ours" or frames
     ]
@@ -183,6 +147,27 @@ def papers_vs_reality_figure(
         bbox_to_anchor=(0.5, 0.0),
     )
     return fig
+
+
+def _legend_entry(marker: str, colour: str, label: str, hollow: bool = False) -> plt.Line2D:
+    """A legend handle: one marker (``hollow``: its outline only), no line."""
+    face = "none" if hollow else None
+    return plt.Line2D([], [], marker=marker, linestyle="none", markerfacecolor=face, color=colour, label=label)
+
+
+def _name_losses(ax, frame: pd.DataFrame, column: str, lift: float) -> None:
+    """Each loss's display name above its highest point of ``column``, slanted."""
+    for _, part in frame.groupby("loss", sort=False):
+        ax.annotate(
+            part["display"].iloc[0],
+            (part["x"].iloc[0], part[column].max()),
+            textcoords="offset points",
+            xytext=(0, lift),
+            fontsize=6.5,
+            color="#444",
+            ha="left",
+            rotation=35,
+        )
 
 
 def _scatter_by_dataset(ax, frame: pd.DataFrame, column: str, colour: str, size: float, alpha: float = 1.0) -> None:
@@ -302,16 +287,7 @@ def papers_absolute(
                         edgecolors=colour,
                         facecolors="none" if uncertain else colour,
                     )
-                for _, part in claims.groupby("loss", sort=False):
-                    ax.annotate(
-                        part["display"].iloc[0],
-                        (part["x"].iloc[0], part["value"].max()),
-                        textcoords="offset points",
-                        xytext=(0, 5),
-                        fontsize=6.5,
-                        color="#444",
-                        rotation=35,
-                    )
+                _name_losses(ax, claims, "value", 5)
             for loss, marker in (("contrastive", "x"), ("triplet", "+")):
                 part = published[(published["kind"] == "baseline") & (published["loss"] == loss)]
                 ax.scatter(
@@ -348,50 +324,18 @@ def papers_absolute(
         ax.set_ylabel("R@1 = P@1 (%)")
         _set_year_ticks(ax, positions)
         ax.margins(y=0.15)
-    handles = (
-        [
-            plt.Line2D(
-                [],
-                [],
-                marker="o",
-                linestyle="none",
-                color=SERIES_STYLE["claimed"][0],
-                label="claimed by the loss's paper (hollow: not read in its own paper)",
-            ),
-            plt.Line2D(
-                [],
-                [],
-                marker="x",
-                linestyle="none",
-                color=SERIES_STYLE["baseline"][0],
-                label="contrastive, as reported by papers",
-            ),
-            plt.Line2D(
-                [],
-                [],
-                marker="+",
-                linestyle="none",
-                color=SERIES_STYLE["baseline"][0],
-                label="triplet, as reported by papers",
-            ),
-        ]
-        + [
-            plt.Line2D(
-                [],
-                [],
-                marker=SERIES_STYLE["reference" if i == 0 else "thesis"][1],
-                linestyle="none",
-                color=SERIES_STYLE["reference" if i == 0 else "thesis"][0],
-                label=series,
-            )
+    handles = [
+        _legend_entry(
+            "o", SERIES_STYLE["claimed"][0], "claimed by the loss's paper (hollow: not read in its own paper)"
+        ),
+        _legend_entry("x", SERIES_STYLE["baseline"][0], "contrastive, as reported by papers"),
+        _legend_entry("+", SERIES_STYLE["baseline"][0], "triplet, as reported by papers"),
+        *[
+            _legend_entry(*SERIES_STYLE["reference" if i == 0 else "thesis"][::-1], series)  # (marker, colour)
             for i, series in enumerate(dict.fromkeys(reference["series"]))
-        ]
-        + [
-            plt.Line2D(
-                [], [], marker="o", linestyle="none", color=SERIES_STYLE["ours"][0], label="our runs (95% t-interval)"
-            )
-        ]
-    )
+        ],
+        _legend_entry("o", SERIES_STYLE["ours"][0], "our runs (95% t-interval)"),
+    ]
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=7.5, frameon=False, bbox_to_anchor=(0.5, -0.06))
     fig.suptitle("What papers claimed, what they compared against, and what re-runs under one protocol measured", y=1.0)
     fig.tight_layout()

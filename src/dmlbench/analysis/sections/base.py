@@ -7,11 +7,15 @@ that draws it. Figures are numbered in the order the document places them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dmlbench.analysis.numbers import Analysis
+import pandas as pd
+
+from dmlbench.analysis.numbers import Analysis, t_bounds
+from dmlbench.analysis.text import format_interval
 from dmlbench.params.model import Params
 
 DEMO_PROTOCOL, DEMO_DATASET = "demo", "glyphs"
@@ -44,6 +48,12 @@ class Document:
         """A quoted line: a figure or table the data cannot support, and why."""
         self.add(f"> {text}", "")
 
+    def demo_note(self, params: Params) -> None:
+        """:func:`demo_note` as a quoted line, where the grid is the demo's."""
+        note = demo_note(params)
+        if note:
+            self.note(note)
+
     def text(self) -> str:
         return "\n".join(self.lines)
 
@@ -68,3 +78,18 @@ def demo_note(params: Params) -> str | None:
         f"Demo data ({datasets}; {backbones} from {start}, {protocol.epochs} epochs): these numbers rank the "
         "losses on this data and protocol only; they say nothing about CUB200, Cars196, SOP or In-Shop."
     )
+
+
+def seed_cell(
+    values: pd.Series,
+    confidence: float,
+    n: int | None,
+    lower: float = 0.0,
+    upper: float = math.inf,
+    scale: float = 100,
+    digits: int = 1,
+) -> str:
+    """A table cell of per-seed ``values``: their mean and t-interval inside ``[lower, upper]``, as
+    :func:`~dmlbench.analysis.text.format_interval` writes it, stating n where it is not ``n``."""
+    low, high = t_bounds(values, confidence, lower, upper)
+    return format_interval(values.mean(), low, high, len(values), scale, digits, show_n=len(values) != n)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dmlbench.analysis.numbers import Analysis, fold_models_per_seed, t_bounds
+from dmlbench.analysis.numbers import Analysis, fold_models_per_seed
 from dmlbench.analysis.plots import cost as plots
-from dmlbench.analysis.sections.base import NO_TIMINGS, Document, Section
-from dmlbench.analysis.text import common_n, format_interval, markdown_table
+from dmlbench.analysis.sections.base import NO_TIMINGS, Document, Section, seed_cell
+from dmlbench.analysis.text import common_n, markdown_table
 
 
 def write(analysis: Analysis, doc: Document) -> None:
@@ -28,25 +28,11 @@ def write(analysis: Analysis, doc: Document) -> None:
     n = common_n(per_seed.groupby("loss").size())
     for name in analysis.order:
         group = per_seed[per_seed["loss"] == name]
-        own_n = len(group) != n
         rows.append(
             [
                 name,
-                format_interval(
-                    group["train_seconds"].mean(),
-                    *t_bounds(group["train_seconds"], confidence),
-                    len(group),
-                    scale=1,
-                    show_n=own_n,
-                ),
-                format_interval(
-                    group["images_per_second"].mean(),
-                    *t_bounds(group["images_per_second"], confidence),
-                    len(group),
-                    scale=1,
-                    digits=0,
-                    show_n=own_n,
-                ),
+                seed_cell(group["train_seconds"], confidence, n, scale=1),
+                seed_cell(group["images_per_second"], confidence, n, scale=1, digits=0),
             ]
         )
     dims = costs["dim"].nunique()

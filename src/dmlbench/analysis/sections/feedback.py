@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dmlbench.analysis.labels import metric_header
-from dmlbench.analysis.numbers import RUN, Analysis, fold_models_per_seed, seed_means, t_bounds
+from dmlbench.analysis.numbers import RUN, Analysis, fold_models_per_seed, seed_means
 from dmlbench.analysis.plots import feedback as plots
-from dmlbench.analysis.sections.base import Document, Section
-from dmlbench.analysis.text import common_n, format_interval, markdown_table
+from dmlbench.analysis.sections.base import Document, Section, seed_cell
+from dmlbench.analysis.text import common_n, markdown_table
 
 
 def write(analysis: Analysis, doc: Document) -> None:
@@ -44,15 +44,7 @@ def write(analysis: Analysis, doc: Document) -> None:
         group = display[display["loss"] == name]
         if group.empty:
             continue
-        rows.append(
-            [name]
-            + [
-                format_interval(
-                    group[column].mean(), *t_bounds(group[column], confidence, 0, 1), len(group), show_n=len(group) != n
-                )
-                for column in columns
-            ]
-        )
+        rows.append([name] + [seed_cell(group[column], confidence, n, 0, 1) for column in columns])
     metric = metric_header(str(bias["metric"].iloc[0]))
     dims = int(bias["dim"].nunique())
     pooled = " x ".join(

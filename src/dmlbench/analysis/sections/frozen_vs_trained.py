@@ -1,10 +1,6 @@
-"""Frozen trunk versus trained: per dataset and backbone, the trunk's features before any training,
-the best of the losses the 2020 studies compared (the Reality Check and the thesis: methods.csv
-``studies_2020``) and the best of the newer losses (those neither study ran), each with its
-interval, and what training gained over the frozen trunk on the same test queries (a paired
-interval over seeds and test classes, :mod:`dmlbench.analysis.paired_gain`); then the published 2021-2025 numbers
-of frozen foundation models and trained ViT-era methods, and why a frozen model's number on these
-benchmarks may not be a zero-shot number at all."""
+"""Frozen trunk versus trained: per dataset and backbone, the frozen trunk, the best 2020 loss and the
+best newer loss with what training gained over the trunk (:mod:`dmlbench.analysis.paired_gain`); then
+published 2021-2025 numbers of frozen and ViT-era models, and the pre-training leakage caveat."""
 
 from __future__ import annotations
 
@@ -20,7 +16,7 @@ from dmlbench.analysis.collect import per_query_labels, per_query_scores
 from dmlbench.analysis.labels import metric_header
 from dmlbench.analysis.numbers import TOP1, Analysis
 from dmlbench.analysis.paired_gain import PairedGain, paired_gain
-from dmlbench.analysis.sections.base import Document, Section, demo_note
+from dmlbench.analysis.sections.base import Document, Section
 from dmlbench.analysis.text import bootstrap_unit, format_bounds, format_interval, markdown_table
 from dmlbench.grid import Combo
 
@@ -82,9 +78,7 @@ def write(analysis: Analysis, doc: Document) -> None:
         for (dataset, backbone), baseline in results.baselines.groupby(["dataset", "backbone"], sort=False):
             doc.add(f"### `{dataset}` / `{backbone}`", "")
             doc.add(*_block(analysis, dataset, backbone, baseline, metrics))
-        note = demo_note(params)
-        if note:
-            doc.note(note)
+        doc.demo_note(params)
     doc.add(*literature_lines(analysis.papers.literature, analysis.papers.methods), LEAKAGE, "")
 
 

@@ -14,7 +14,7 @@ from dmlbench.analysis.cross_validation import cross_validation_table
 from dmlbench.analysis.labels import metric_header
 from dmlbench.analysis.numbers import TOP1, Analysis
 from dmlbench.analysis.plots import results as plots
-from dmlbench.analysis.sections.base import Document, Section, demo_note
+from dmlbench.analysis.sections.base import Document, Section
 from dmlbench.analysis.text import (
     bootstrap_unit,
     common_n,
@@ -89,9 +89,7 @@ def write(analysis: Analysis, doc: Document) -> None:
     sentence = provenance_sentence(results.identities, results.identities.get("provenance", pd.Series()).nunique() > 1)
     if sentence:
         doc.add(sentence, "")
-    note = demo_note(params)
-    if note:
-        doc.note(note)
+    doc.demo_note(params)
     doc.add(*_cross_validation_block(analysis))
     doc.add(*reproduction_lines(analysis))
     runs = analysis.display(results.runs)

@@ -6,7 +6,7 @@ import math
 
 from dmlbench.analysis.labels import metric_header
 from dmlbench.analysis.numbers import Analysis
-from dmlbench.analysis.sections.base import Document, Section, demo_note
+from dmlbench.analysis.sections.base import Document, Section
 from dmlbench.analysis.text import format_interval, markdown_table
 
 
@@ -63,9 +63,7 @@ def write(analysis: Analysis, doc: Document) -> None:
         ),
         "",
     )
-    note = demo_note(params)
-    if note:
-        doc.note(note)
+    doc.demo_note(params)
 
 
 SECTION = Section("Tournament of losses", "Tournament", write)
