@@ -29,7 +29,7 @@ from dmlbench.evaluate.ranking import Ranking
 from dmlbench.evaluate.screen import SCREEN_MARGIN, ScreenError, accumulation_error, dots
 
 SAMPLE_STRIDE = 16  # every 16th reference sets the thresholds: ~16 k candidates per row, 1/16 more product
-ROW_BLOCK = 256  # rows per block product (its [a, n) wide output is a reused buffer)
+ROW_BLOCK = 512  # rows per block product (its [a, n) wide output is a reused buffer: 2 KiB per reference, fp32)
 SAMPLE_BLOCK = 4096  # rows per sample product
 MIN_REFERENCES = 2048  # below this the row-by-row search is cheap and kept
 CANDIDATE_BUDGET = 1 << 25  # candidate pairs held at once (12-20 bytes each) before giving up
