@@ -26,7 +26,7 @@ import numpy as np
 
 from dmlbench.devices import default_device
 from dmlbench.evaluate.knn import faiss_available, faiss_gpus
-from dmlbench.evaluate.ranking import full_fp32_matmul, normalize_rows
+from dmlbench.evaluate.ranking import as_numpy, full_fp32_matmul, normalize_rows
 from dmlbench.evaluate.screen import NearestCentroids, fast_bf16_matmul
 
 SPLIT_EPS = 1 / 1024  # faiss's perturbation when an empty cluster takes half of another
@@ -230,12 +230,8 @@ def clustering_metrics(
     in [0, 1], AMI <= 1 and ~0 for chance, F1 in [0, 1]: :func:`pairwise_f1`)."""
     from sklearn.metrics import normalized_mutual_info_score
 
-    if hasattr(embeddings, "detach"):
-        embeddings = embeddings.detach().cpu().numpy()
-    if hasattr(labels, "detach"):
-        labels = labels.detach().cpu().numpy()
-    labels = np.asarray(labels).reshape(-1)
-    x = normalize_rows(np.asarray(embeddings))
+    labels = as_numpy(labels).reshape(-1)
+    x = normalize_rows(as_numpy(embeddings))
     if len(x) != len(labels):
         raise ValueError(f"embeddings have {len(x)} rows but there are {len(labels)} labels")
     k = len(np.unique(labels))
