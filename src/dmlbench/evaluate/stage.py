@@ -180,8 +180,8 @@ def _seed_interval(values: list[float], metric: str, confidence: float) -> dict[
 
 
 def summarize_runs(runs: dict[str, dict], settings: EvaluateConfig) -> dict[str, Any]:
-    """Contract-5 summary: t-interval over runs (clipped to the metric's range), or the class-cluster bootstrap
-    interval of a single run.
+    """The cell's summary (``artifacts/metrics/<combo>.json``, module docstring): the t-interval over runs
+    (clipped to the metric's range), or the class-cluster bootstrap interval of a single run.
     Cross-validation runs add ``test_separated`` (t-interval of the fold-averaged metrics)."""
     first = next(iter(runs.values()))
     test = {}
