@@ -111,7 +111,7 @@ def main() -> None:
     from dmlbench.evaluate.clustering import clustering_metrics
     from dmlbench.evaluate.intervals import bootstrap_intervals
     from dmlbench.evaluate.knn import faiss_available, faiss_gpus, ranking_schedule
-    from dmlbench.evaluate.metrics import QUERY_FIELDS, means, per_query_metrics
+    from dmlbench.evaluate.metrics import per_query_metrics
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -150,20 +150,19 @@ def main() -> None:
         warm_values = per_query_metrics(warm, warm_labels, recall_ks=[1, 10], backend=args.backend, device=device)
         clustering_metrics(warm, warm_labels, device=device, backend="auto")
         bootstrap_intervals(
-            {"p": warm_values["precision_at_1"]}, n_resamples=10, seed=0, clusters=warm_values["query_label"]
+            {"p": warm_values.metrics["precision_at_1"]}, n_resamples=10, seed=0, clusters=warm_values.query_label
         )
 
     rows: list = []
     total_wall, total_cpu = time.perf_counter(), time.process_time()
     with Phase("ranking metrics", rows):
         values = per_query_metrics(embeddings, labels, recall_ks=args.recall_at, backend=args.backend, device=device)
-    metrics = means(values)
+    metrics = values.means()
     if not args.no_clustering:
         with Phase("nmi/ami/f1 (k-means)", rows):
             metrics.update(clustering_metrics(embeddings, labels, device=device, backend="auto"))
     with Phase("bootstrap intervals (test classes resampled)", rows):
-        per_query = {name: v for name, v in values.items() if name not in QUERY_FIELDS}
-        intervals = bootstrap_intervals(per_query, n_resamples=args.resamples, seed=0, clusters=values["query_label"])
+        intervals = bootstrap_intervals(values.metrics, n_resamples=args.resamples, seed=0, clusters=values.query_label)
     total = {
         "phase": "total",
         "wall_s": round(time.perf_counter() - total_wall, 2),
@@ -194,10 +193,10 @@ def compare_with_pml(embeddings, labels, backend: str, device: str, rounds: int)
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
     from dmlbench.evaluate.knn import ranking_schedule
-    from dmlbench.evaluate.metrics import means, per_query_metrics
+    from dmlbench.evaluate.metrics import per_query_metrics
 
     def ours() -> dict[str, float]:
-        values = means(per_query_metrics(embeddings, labels, recall_ks=[1], backend=backend, device=device))
+        values = per_query_metrics(embeddings, labels, recall_ks=[1], backend=backend, device=device).means()
         return {name: values[name] for name in PML_METRICS}
 
     def pml() -> dict[str, float]:

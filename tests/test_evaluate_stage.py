@@ -176,8 +176,8 @@ def test_query_gallery_arrays_are_evaluated_query_against_gallery(small_params):
         "gallery_labels": gallery_labels,
     }
     metrics, values, mode = evaluate_arrays(arrays, "glyphs", small_params.evaluate)
-    assert mode == "query->gallery" and len(values["r"]) == 36
-    assert set(values["r"]) == {10}  # all 10 gallery images of the class, nothing excluded
+    assert mode == "query->gallery" and len(values.r) == 36
+    assert set(values.r) == {10}  # all 10 gallery images of the class, nothing excluded
     expected = retrieval_metrics(queries, query_labels, gallery, gallery_labels)
     assert {k: metrics[k] for k in expected} == pytest.approx(expected)
     with pytest.raises(DataError, match="no query and gallery splits"):
@@ -336,5 +336,6 @@ def test_both_cpu_evaluation_paths_give_identical_metrics(small_raw_params, cpu_
         for other, found in results.items():
             other_metrics, other_values, other_mode = found[name]
             assert other_mode == mode and other_metrics == metrics, (name, other)  # exactly equal
-            assert other_values.keys() == values.keys()
-            assert all(np.array_equal(other_values[key], values[key]) for key in values), (name, other)
+            other_arrays, arrays = other_values.arrays(), values.arrays()
+            assert other_arrays.keys() == arrays.keys()
+            assert all(np.array_equal(other_arrays[key], arrays[key]) for key in arrays), (name, other)

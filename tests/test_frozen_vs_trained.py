@@ -123,8 +123,8 @@ def _write_per_query(params) -> dict:
         for seed in params.seeds:
             with np.load(paths.embedding_dir(combo.with_seed(seed)) / "embeddings.npz") as stored:
                 values = per_query_metrics(stored["test_embeddings"], stored["test_labels"], backend="torch")
-            arrays.update({f"seed{seed}/{name}": v for name, v in values.items()})
-            trained_p1[(combo.loss, combo.dim, seed)] = values["precision_at_1"]
+            arrays.update({f"seed{seed}/{name}": v for name, v in values.arrays().items()})
+            trained_p1[(combo.loss, combo.dim, seed)] = values.metrics["precision_at_1"]
         np.savez(paths.evaluation_dir(combo) / "per_query.npz", **arrays)
     return trained_p1
 

@@ -12,6 +12,7 @@ import torch
 
 from dmlbench.evaluate.clustering import kmeans_assign
 from dmlbench.evaluate.knn import faiss_gpus, normalize_rows, rank_neighbours
+from dmlbench.evaluate.ranking import RankingTask
 from dmlbench.losses import LOSSES
 
 pytestmark = pytest.mark.gpu
@@ -45,14 +46,14 @@ def _clustered(seed: int, n: int, dim: int, classes: int, support: int = 16) -> 
 
 def test_knn_on_cuda_equals_the_cpu_results():
     x, labels = _clustered(6, n=6000, dim=64, classes=600)
-    index = np.arange(len(x))
-    gpu = rank_neighbours(x, labels, x, labels, 40, 1000, index, backend="torch", device="cuda")
+    task = dict(queries=x, query_labels=labels, references=x, reference_labels=labels, k=40, first_limit=1000)
+    gpu = rank_neighbours(RankingTask(**task, self_index=np.arange(len(x)), backend="torch", device="cuda"))
     for backend in ("torch", "faiss"):
-        cpu = rank_neighbours(x, labels, x, labels, 40, 1000, index, backend=backend, device="cpu")
+        cpu = rank_neighbours(RankingTask(**task, self_index=np.arange(len(x)), backend=backend, device="cpu"))
         assert np.array_equal(cpu.hits, gpu.hits) and np.array_equal(cpu.first_positive, gpu.first_positive)
-    queries, gallery = x[:2000], x[2000:]
-    gpu = rank_neighbours(queries, labels[:2000], gallery, labels[2000:], 20, 500, backend="torch", device="cuda")
-    cpu = rank_neighbours(queries, labels[:2000], gallery, labels[2000:], 20, 500, backend="faiss", device="cpu")
+    task = dict(queries=x[:2000], query_labels=labels[:2000], references=x[2000:], reference_labels=labels[2000:])
+    gpu = rank_neighbours(RankingTask(**task, k=20, first_limit=500, backend="torch", device="cuda"))
+    cpu = rank_neighbours(RankingTask(**task, k=20, first_limit=500, backend="faiss", device="cpu"))
     assert np.array_equal(cpu.hits, gpu.hits) and np.array_equal(cpu.first_positive, gpu.first_positive)
 
 
@@ -69,10 +70,19 @@ def test_faiss_gpu_equals_faiss_cpu(monkeypatch):
     from dmlbench.evaluate import knn
 
     x, labels = _clustered(7, n=5000, dim=64, classes=500)
-    index = np.arange(len(x))
-    gpu = rank_neighbours(x, labels, x, labels, 40, 1000, index, backend="faiss")
+    task = RankingTask(
+        queries=x,
+        query_labels=labels,
+        references=x,
+        reference_labels=labels,
+        k=40,
+        first_limit=1000,
+        self_index=np.arange(len(x)),
+        backend="faiss",
+    )
+    gpu = rank_neighbours(task)
     monkeypatch.setattr(knn, "faiss_gpus", lambda: 0)
-    cpu = rank_neighbours(x, labels, x, labels, 40, 1000, index, backend="faiss")
+    cpu = rank_neighbours(task)
     assert np.array_equal(cpu.hits, gpu.hits) and np.array_equal(cpu.first_positive, gpu.first_positive)
 
 

@@ -8,7 +8,7 @@ import torch
 
 from dmlbench.evaluate import knn as knn_module
 from dmlbench.evaluate.knn import knn, normalize_rows, rank_neighbours, resolve_backend
-from dmlbench.evaluate.ranking import positive_index_matrix
+from dmlbench.evaluate.ranking import RankingTask, positive_index_matrix
 
 
 def _case(seed: int, n: int = 300, dim: int = 8, classes: int = 20, duplicates: bool = True):
@@ -24,16 +24,18 @@ def _case(seed: int, n: int = 300, dim: int = 8, classes: int = 20, duplicates: 
 def _rank(x, labels, k, first_limit, backend, chunk=None, refs=None, ref_labels=None):
     same = refs is None
     return rank_neighbours(
-        x,
-        labels,
-        x if same else refs,
-        labels if same else ref_labels,
-        k=k,
-        first_limit=first_limit,
-        self_index=np.arange(len(x)) if same else None,
-        backend=backend,
-        device="cpu",
-        chunk_size=chunk,
+        RankingTask(
+            queries=x,
+            query_labels=labels,
+            references=x if same else refs,
+            reference_labels=labels if same else ref_labels,
+            k=k,
+            first_limit=first_limit,
+            self_index=np.arange(len(x)) if same else None,
+            backend=backend,
+            device="cpu",
+            chunk_size=chunk,
+        )
     )
 
 
@@ -65,12 +67,32 @@ def test_first_positive_rank_counts_other_class_items_ahead():
     refs = np.stack([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
     ref_labels = np.array([1, 1, 1, 0, 0])
     query = np.array([[1.0, 0.0]], dtype=np.float32)
+    task = dict(queries=query, query_labels=np.array([0]), references=refs, reference_labels=ref_labels, k=2)
     for backend in ("faiss", "torch", "screened"):
-        ranking = rank_neighbours(query, np.array([0]), refs, ref_labels, k=2, first_limit=5, backend=backend)
+        ranking = rank_neighbours(RankingTask(**task, first_limit=5, backend=backend))
         assert ranking.first_positive.tolist() == [3]
         assert ranking.hits.tolist() == [[False, False]]
-        capped = rank_neighbours(query, np.array([0]), refs, ref_labels, k=2, first_limit=2, backend=backend)
+        capped = rank_neighbours(RankingTask(**task, first_limit=2, backend=backend))
         assert capped.first_positive.tolist() == [2]  # "not within the limit"
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"k": 0}, r"k must be in \[1, 10\], got 0"),
+        ({"k": 10, "self_index": np.arange(10)}, r"k must be in \[1, 9\], got 10"),  # self excluded
+        ({"first_limit": 0}, "first_limit must be >= 1"),
+        ({"chunk_size": -1}, "chunk_size must be >= 1 or None, got -1"),  # else the chunk loop would skip every query
+        ({"backend": "annoy"}, "backend must be one of auto, faiss, torch, screened; got 'annoy'"),
+        ({"device": "gpu"}, "device must be a torch device such as cpu, cuda or cuda:1; got 'gpu'"),
+    ],
+)
+def test_ranking_task_refuses_a_bad_option_in_one_line(option, message):
+    x, labels = _case(0, n=10)
+    task = {"queries": x, "query_labels": labels, "references": x, "reference_labels": labels, "k": 3, "first_limit": 5}
+    with pytest.raises(ValueError, match=message) as refused:
+        RankingTask(**(task | option))
+    assert "\n" not in str(refused.value)
 
 
 def test_positive_index_matrix_excludes_self_and_pads():

@@ -9,7 +9,7 @@ import torch
 from dmlbench.evaluate import symmetric
 from dmlbench.evaluate.clustering import clustering_metrics
 from dmlbench.evaluate.knn import normalize_rows
-from dmlbench.evaluate.metrics import means, per_query_metrics, query_gallery_metrics, retrieval_metrics
+from dmlbench.evaluate.metrics import per_query_metrics, query_gallery_metrics, retrieval_metrics
 
 BACKENDS = ["faiss", "torch", "screened"]
 
@@ -114,7 +114,7 @@ def test_query_gallery_matches_brute_force(backend):
     query_labels[:5] = 999  # no gallery image of this class: left out
     ours = query_gallery_metrics(queries, query_labels, gallery, gallery_labels, recall_ks=(1, 10, 20), backend=backend)
     _assert_same(ours, _brute_force(queries, query_labels, gallery, gallery_labels, ks=(1, 10, 20)))
-    assert len(per_query_metrics(queries, query_labels, gallery, gallery_labels)["r"]) == 145
+    assert len(per_query_metrics(queries, query_labels, gallery, gallery_labels).r) == 145
 
 
 class _RecallCalculator:
@@ -211,9 +211,9 @@ def test_classes_of_size_one_are_left_out_and_k_is_never_capped():
         [[1.0, 0.0, 0.0] + 0.05 * rng.normal(size=(40, 3)), [[-1.0, 0.1, 0.0], [-1.0, 0.0, 0.1], [-1.0, -0.1, 0.0]]]
     )
     values = per_query_metrics(embeddings, labels)  # needs all 39 neighbours, far beyond max(recall_ks) = 8
-    assert len(values["r"]) == 40 and set(values["r"]) == {39}
-    assert list(values["query_index"]) == list(range(40))
-    assert np.allclose(values["r_precision"], 1.0) and np.allclose(values["map_at_r"], 1.0)
+    assert len(values.r) == 40 and set(values.r) == {39}
+    assert list(values.query_index) == list(range(40))
+    assert np.allclose(values.metrics["r_precision"], 1.0) and np.allclose(values.metrics["map_at_r"], 1.0)
     with pytest.raises(ValueError, match="no query has a same-class reference"):
         retrieval_metrics(embeddings[40:], labels[40:])
 
@@ -306,13 +306,13 @@ def test_with_ties_pml_keeps_faiss_order_and_ours_the_documented_rule(monkeypatc
     embeddings[tied] = embeddings[tied[0]]
     labels[np.isin(labels, [0, 1]) & ~np.isin(np.arange(len(labels)), tied)] = 2  # classes 0 and 1: the tied ones only
     ours_values = per_query_metrics(embeddings, labels, recall_ks=(1,), backend="torch")
-    ours = means(ours_values)
+    ours = ours_values.means()
     pml = _pml_as_benchmarked(embeddings, labels)
 
     # each tied query: 4 same-class references at similarity 1 behind 5 of the other class
-    in_tie = np.isin(ours_values["query_index"], tied)
+    in_tie = np.isin(ours_values.query_index, tied)
     for name in PML_NAMES:
-        assert (ours_values[name][in_tie] == 0).all(), name
+        assert (ours_values.metrics[name][in_tie] == 0).all(), name
     # PML's numbers are our formulas applied to faiss's order
     k = int(np.bincount(labels).max()) - 1
     normalized = torch.nn.functional.normalize(torch.from_numpy(embeddings), dim=1)

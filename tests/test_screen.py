@@ -10,6 +10,7 @@ import torch
 from dmlbench.evaluate import screen
 from dmlbench.evaluate.clustering import adjusted_mutual_info, expected_mutual_information, kmeans_assign
 from dmlbench.evaluate.knn import normalize_rows, rank_neighbours
+from dmlbench.evaluate.ranking import RankingTask
 from dmlbench.evaluate.screen import NearestCentroids, ScreenError, bf16_screen_error, nearest_centroids
 
 
@@ -46,9 +47,9 @@ def test_bf16_error_stays_within_the_bound(dim):
 
 
 def _assert_same_ranking(x, labels, k, first_limit, chunk=None):
-    args = (x, labels, x, labels, k, first_limit, np.arange(len(x)))
-    exact = rank_neighbours(*args, backend="torch", chunk_size=chunk)
-    screened = rank_neighbours(*args, backend="screened", chunk_size=chunk)
+    task = dict(queries=x, query_labels=labels, references=x, reference_labels=labels, k=k, first_limit=first_limit)
+    exact = rank_neighbours(RankingTask(**task, self_index=np.arange(len(x)), backend="torch", chunk_size=chunk))
+    screened = rank_neighbours(RankingTask(**task, self_index=np.arange(len(x)), backend="screened", chunk_size=chunk))
     assert np.array_equal(exact.hits, screened.hits)
     assert np.array_equal(exact.first_positive, screened.first_positive)
     return exact
@@ -69,8 +70,9 @@ def test_screened_ranking_on_adversarial_rows_and_a_query_gallery_split():
     _assert_same_ranking(x, labels, 20, 899)
     queries, gallery = x[:200], x[200:]
     q_labels, g_labels = labels[:200], labels[200:]
-    a = rank_neighbours(queries, q_labels, gallery, g_labels, 30, 700, backend="torch")
-    b = rank_neighbours(queries, q_labels, gallery, g_labels, 30, 700, backend="screened")
+    task = dict(queries=queries, query_labels=q_labels, references=gallery, reference_labels=g_labels, k=30)
+    a = rank_neighbours(RankingTask(**task, first_limit=700, backend="torch"))
+    b = rank_neighbours(RankingTask(**task, first_limit=700, backend="screened"))
     assert np.array_equal(a.hits, b.hits) and np.array_equal(a.first_positive, b.first_positive)
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from dmlbench.evaluate import symmetric
 from dmlbench.evaluate.knn import normalize_rows, rank_neighbours, ranking_schedule
+from dmlbench.evaluate.ranking import RankingTask
 
 
 def _clustered(seed: int, n: int, dim: int, classes: int, noise: float):
@@ -22,7 +23,20 @@ def _rank(x, labels, rows, k, first_limit, backend, schedule, monkeypatch, block
     monkeypatch.setattr(symmetric, "MIN_REFERENCES", 0 if schedule == "symmetric" else 10**9)
     expected = "rows" if schedule == "rows" else ("symmetric bf16" if backend == "screened" else "symmetric fp32")
     assert ranking_schedule(backend, "cpu", True, len(x))[2] == expected
-    return rank_neighbours(x[rows], labels[rows], x, labels, k, first_limit, rows, backend=backend, chunk_size=block)
+    return rank_neighbours(_task(x, labels, rows, k, first_limit, backend=backend, chunk_size=block))
+
+
+def _task(x, labels, rows, k, first_limit, **options):
+    return RankingTask(
+        queries=x[rows],
+        query_labels=labels[rows],
+        references=x,
+        reference_labels=labels,
+        k=k,
+        first_limit=first_limit,
+        self_index=rows,
+        **options,
+    )
 
 
 def _assert_same(a, b):
@@ -63,10 +77,8 @@ def test_bf16_rows_without_certificate_are_ranked_again(monkeypatch):
     calls = []
     original = symmetric.rank_symmetric
 
-    def counting(*args, **kwargs):
-        rank_rows = args[6]
-        args = (*args[:6], lambda subset: calls.append(len(subset)) or rank_rows(subset), *args[7:])
-        return original(*args, **kwargs)
+    def counting(task, bf16, rank_rows):
+        return original(task, bf16, lambda subset: calls.append(len(subset.queries)) or rank_rows(subset))
 
     monkeypatch.setattr(symmetric, "rank_symmetric", counting)
     x, labels = _clustered(2, 900, 32, 120, noise=1.5)
@@ -83,7 +95,7 @@ def test_collapsed_embedding_gives_up_and_keeps_the_tie_rule(monkeypatch, backen
     labels = np.repeat(np.arange(10), 10)
     collapsed = normalize_rows(np.ones((100, 8), dtype=np.float32))
     rows = np.arange(100)
-    assert symmetric.rank_symmetric(collapsed, labels, rows, 9, 9, backend == "screened", lambda s: None) is None
+    assert symmetric.rank_symmetric(_task(collapsed, labels, rows, 9, 9), backend == "screened", lambda s: None) is None
     ranking = _rank(collapsed, labels, rows, 9, 95, backend, "symmetric", monkeypatch)
     assert not ranking.hits.any()  # different-class references first among equals
     assert (ranking.first_positive == 90).all()

@@ -26,7 +26,7 @@ import numpy as np
 
 from dmlbench.devices import default_device
 from dmlbench.evaluate.knn import faiss_available, faiss_gpus
-from dmlbench.evaluate.ranking import full_fp32_matmul, normalize_rows
+from dmlbench.evaluate.ranking import as_numpy, full_fp32_matmul, normalize_rows
 from dmlbench.evaluate.screen import NearestCentroids, fast_bf16_matmul
 
 SPLIT_EPS = 1 / 1024  # faiss's perturbation when an empty cluster takes half of another
@@ -129,16 +129,18 @@ def _kmeans_faiss_steps(x: np.ndarray, k: int, niter: int, seed: int, assign_on:
     if n > 256 * k:
         return kmeans_assign(x, k, niter, seed, backend="faiss")  # faiss sub-samples: use it as is
     points = torch.from_numpy(x)
+    nearest_centroids: NearestCentroids | ExactNearestCentroids
     if assign_on == "screened":
         nearest_centroids = NearestCentroids(points, points.to(torch.bfloat16))
     else:
         nearest_centroids = ExactNearestCentroids(x, assign_on)
     if n == k:  # faiss: the points are the centroids
         return nearest_centroids(x)
-    perm = np.empty(n, dtype=np.int32)
-    faiss.rand_perm(faiss.swig_ptr(perm), n, seed + 1)
+    perm: np.ndarray = np.empty(n, dtype=np.int32)
+    faiss.rand_perm(faiss.swig_ptr(perm), n, seed + 1)  # type: ignore[attr-defined]
     centroids = x[perm[:k]].copy()
-    previous, previous_centroids, split = None, None, True
+    previous: np.ndarray | None = None
+    previous_centroids, split = centroids, True
     for iteration in range(niter + 1):  # niter updates, each after an assignment, then the final one
         if previous is None:
             assignment = nearest_centroids(centroids)
@@ -154,7 +156,7 @@ def _kmeans_faiss_steps(x: np.ndarray, k: int, niter: int, seed: int, assign_on:
     return assignment
 
 
-def _centroids(points, assignment: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _centroids(points: Any, assignment: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Mean of each cluster's points (``sum * (1 / count)`` in float32, as faiss); empty: 0."""
     import torch
 
@@ -174,7 +176,7 @@ def _split_empty_clusters(centroids: np.ndarray, counts: np.ndarray, n: int) -> 
     empty = np.flatnonzero(counts == 0)
     if len(empty) == 0:
         return 0
-    rng = faiss.RandomGenerator(1234)
+    rng = faiss.RandomGenerator(1234)  # type: ignore[attr-defined]
     sign = np.where(np.arange(centroids.shape[1]) % 2 == 0, SPLIT_EPS, -SPLIT_EPS)
     for ci in empty:
         cj = 0
@@ -230,12 +232,8 @@ def clustering_metrics(
     in [0, 1], AMI <= 1 and ~0 for chance, F1 in [0, 1]: :func:`pairwise_f1`)."""
     from sklearn.metrics import normalized_mutual_info_score
 
-    if hasattr(embeddings, "detach"):
-        embeddings = embeddings.detach().cpu().numpy()
-    if hasattr(labels, "detach"):
-        labels = labels.detach().cpu().numpy()
-    labels = np.asarray(labels).reshape(-1)
-    x = normalize_rows(np.asarray(embeddings))
+    labels = as_numpy(labels).reshape(-1)
+    x = normalize_rows(as_numpy(embeddings))
     if len(x) != len(labels):
         raise ValueError(f"embeddings have {len(x)} rows but there are {len(labels)} labels")
     k = len(np.unique(labels))
@@ -312,7 +310,7 @@ def adjusted_mutual_info(labels_true: np.ndarray, labels_pred: np.ndarray) -> fl
     emi = expected_mutual_information(class_sizes, cluster_sizes)
     normalizer = (_entropy(class_sizes) + _entropy(cluster_sizes)) / 2
     denominator = normalizer - emi
-    eps = np.finfo("float64").eps
+    eps = float(np.finfo("float64").eps)
     denominator = min(denominator, -eps) if denominator < 0 else max(denominator, eps)
     return float((mi - emi) / denominator)
 

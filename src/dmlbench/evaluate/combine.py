@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from dmlbench.evaluate.knn import normalize_rows
-from dmlbench.evaluate.metrics import as_numpy, retrieval_metrics
+from dmlbench.evaluate.metrics import retrieval_metrics
+from dmlbench.evaluate.ranking import as_numpy, normalize_rows
 
 
 def concatenate_embeddings(fold_embeddings: Sequence[Any]) -> np.ndarray:

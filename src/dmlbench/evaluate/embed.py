@@ -23,6 +23,7 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -63,7 +64,7 @@ def heap_kept() -> Iterator[str]:
     ``AFTER_TRIM_THRESHOLD`` (mallopt(3)) and ``malloc_trim`` returns free memory. Not for nesting
     or threads. Yields what was done; a no-op outside Linux glibc.
     """
-    libc = None
+    libc: Any = None  # ctypes.CDLL of the C library where it is glibc
     if sys.platform.startswith("linux") and "glibc" in _confstr("CS_GNU_LIBC_VERSION"):
         import ctypes
 
@@ -188,6 +189,7 @@ def compute_embeddings(
             torch.from_numpy(result[start:stop]).copy_(out)  # to float32 on the host, in place
     finally:
         model.train(was_training)
+    assert result is not None  # count > 0: the loop ran
     return result
 
 
@@ -277,17 +279,17 @@ def embed_splits(
     return arrays, counts
 
 
-def _write(directory, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
-    from dmlbench.io import atomic_dir, write_json
+def _write(target: Path, arrays: dict[str, Any], meta: dict[str, Any]) -> None:
+    """``embeddings.npz`` and ``meta.json`` into the folder ``target``."""
+    from dmlbench.io import write_json
 
-    with atomic_dir(directory) as tmp:
-        np.savez(tmp / EMBEDDINGS, **arrays)
-        write_json(tmp / META, meta)
+    np.savez(target / EMBEDDINGS, **arrays)
+    write_json(target / META, meta)
 
 
 def embed_stage(params: Params, run: RunSpec, device: torch.device | str | None = None) -> dict[str, Any]:
     """Embed with the run's selected model, or with each of its fold models into ``fold<f>/``."""
-    from dmlbench.io import atomic_dir, md5_file, read_json, write_json
+    from dmlbench.io import atomic_dir, md5_file, read_json
 
     config = run_config(params, run)
     protocol = config.protocol  # the run's: its augment may be overridden for the dataset (eval_batch_size is not)
@@ -312,8 +314,7 @@ def embed_stage(params: Params, run: RunSpec, device: torch.device | str | None 
             }
             target = tmp if fold is None else tmp / f"fold{fold}"
             target.mkdir(parents=True, exist_ok=True)
-            np.savez(target / EMBEDDINGS, **arrays)
-            write_json(target / META, meta)
+            _write(target, arrays, meta)
             metas.append(meta)
     return metas[0] if len(metas) == 1 else {"run": run.key, "folds": metas}
 
@@ -328,6 +329,7 @@ def embed_pretrained_stage(
     params: Params, dataset: str, backbone: str, device: torch.device | str | None = None
 ) -> dict[str, Any]:
     """Pooled trunk features of the untrained trunk (the "Pretrained" row of the tables)."""
+    from dmlbench.io import atomic_dir
     from dmlbench.models import build_model
 
     params.check_listed(dataset, backbone)
@@ -356,5 +358,6 @@ def embed_pretrained_stage(
         "splits": counts,
         "dim": int(next(iter(arrays.values())).shape[1]),
     }
-    _write(paths.pretrained_embedding_dir(dataset, backbone), arrays, meta)
+    with atomic_dir(paths.pretrained_embedding_dir(dataset, backbone)) as tmp:
+        _write(tmp, arrays, meta)
     return meta

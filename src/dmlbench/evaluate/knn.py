@@ -14,23 +14,26 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
-from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from dmlbench.devices import default_device
-from dmlbench.evaluate import symmetric
+from dmlbench.evaluate import screen, symmetric
 from dmlbench.evaluate.ranking import (
     Ranking,
+    RankingTask,
     canonical_hits,
+    check_backend,
     exact_row,
+    first_in_lists,
     normalize_rows,
     rank_torch,
     rows_per_chunk,
 )
 from dmlbench.evaluate.screen import fast_bf16_matmul
 
-BACKENDS = ("auto", "faiss", "torch", "screened")
 FAISS_GPU_MAX_K = 2048
 
 
@@ -86,9 +89,7 @@ def resolve_backend(backend: str = "auto", device: str | None = None) -> tuple[s
     (:func:`faiss_gpus`); else torch on CUDA if available; on the CPU ``screened`` where it has
     native bf16, else faiss (measured faster than fp32 torch at SOP scale), else torch.
     ``screened`` asked for on CUDA runs ``torch``."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
-
+    check_backend(backend)
     device = str(default_device(device))
     if backend == "auto":
         on_cuda = str(device).startswith("cuda")
@@ -117,144 +118,86 @@ def ranking_schedule(backend: str, device: str | None, self_retrieval: bool, n_r
     return backend, device, "rows"
 
 
-def rank_neighbours(
-    queries: np.ndarray,
-    query_labels: np.ndarray,
-    references: np.ndarray,
-    reference_labels: np.ndarray,
-    k: int,
-    first_limit: int,
-    self_index: np.ndarray | None = None,
-    backend: str = "auto",
-    device: str | None = None,
-    chunk_size: int | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> Ranking:
-    """Exact neighbour relevance for ``queries`` (unit-norm float32) against ``references``.
-
-    ``k``: length of the ranked list (the largest R); ``first_limit``: ranks of the first
-    same-class reference are exact below it (the largest Recall@K). ``self_index``: for
-    self-retrieval, the reference row of each query, which is excluded. Every query must have
-    at least one same-class reference.
-    """
-    backend, device, schedule = ranking_schedule(backend, device, self_index is not None, len(references))
-    available = len(references) - (1 if self_index is not None else 0)
-    if not 1 <= k <= available:
-        raise ValueError(f"k must be in [1, {available}], got {k}")
-    first_limit = min(first_limit, available)
+def rank_neighbours(task: RankingTask) -> Ranking:
+    """Exact neighbour relevance of ``task``'s queries against its references
+    (:class:`~dmlbench.evaluate.ranking.RankingTask`) on the backend and schedule
+    :func:`ranking_schedule` picks; first ranks are exact below ``min(first_limit, references)``."""
+    backend, device, schedule = ranking_schedule(
+        task.backend, task.device, task.self_index is not None, len(task.references)
+    )
+    task = replace(task, backend=backend, device=device, first_limit=min(task.first_limit, task.available))
     if schedule != "rows":
-        ranking = _rank_symmetric(
-            queries, query_labels, references, reference_labels, k, first_limit, self_index, backend, chunk_size,
-            progress,
-        )  # fmt: skip
+        # self-retrieval on the CPU from half the products; the rows it leaves go row by row
+        ranking = symmetric.rank_symmetric(task, schedule == "symmetric bf16", _rank_rows)
         if ranking is not None:
             return ranking
-    if backend == "screened":
-        from dmlbench.evaluate.screen import rank_screened  # looked up at call time (tests spy on it)
-
-        return rank_screened(
-            queries, query_labels, references, reference_labels, k, first_limit, self_index, chunk_size, progress
-        )
-    if backend == "torch":
-        return rank_torch(
-            queries,
-            query_labels,
-            references,
-            reference_labels,
-            k,
-            first_limit,
-            self_index,
-            device,
-            chunk_size,
-            progress,
-        )
-    return _rank_faiss(
-        queries, query_labels, references, reference_labels, k, first_limit, self_index, chunk_size, progress
-    )
+    return _rank_rows(task)
 
 
-def _rank_symmetric(
-    queries, query_labels, references, reference_labels, k, first_limit, self_index, backend, chunk, progress
-):
-    """Self-retrieval on the CPU from half the products (:mod:`dmlbench.evaluate.symmetric`); the
-    rows it leaves to the row-by-row path go to ``backend``'s."""
-
-    def rank_rows(subset: np.ndarray) -> Ranking:
-        args = (queries[subset], query_labels[subset], references, reference_labels, k, first_limit, self_index[subset])
-        if backend == "screened":
-            from dmlbench.evaluate.screen import rank_screened
-
-            return rank_screened(*args, chunk, None)
-        if backend == "faiss":
-            return _rank_faiss(*args, chunk, None)
-        return rank_torch(*args, "cpu", chunk, None)
-
-    return symmetric.rank_symmetric(
-        references, reference_labels, self_index, k, first_limit, backend == "screened", rank_rows, chunk, progress
-    )
+def _rank_rows(task: RankingTask) -> Ranking:
+    """Each query's row of similarities, on the resolved ``task.backend``."""
+    if task.backend == "screened":
+        return screen.rank_screened(task)  # looked up at call time (tests spy on it)
+    if task.backend == "torch":
+        return rank_torch(task)
+    return _rank_faiss(task)
 
 
-def _faiss_index(references: np.ndarray, k: int):
+def _faiss_index(references: np.ndarray, k: int) -> Any:
     import faiss
 
-    index = faiss.IndexFlatIP(references.shape[1])
+    index: Any = faiss.IndexFlatIP(references.shape[1])
     if faiss_gpus() > 0 and k <= FAISS_GPU_MAX_K:
         index = faiss.index_cpu_to_all_gpus(index)
     index.add(references)
     return index
 
 
-def _rank_faiss(queries, query_labels, references, reference_labels, k, first_limit, self_index, chunk, progress):
+def _rank_faiss(task: RankingTask) -> Ranking:
     """Two searches: the R-long list of every query, then, only for queries without a
     same-class reference in it, the list up to the largest Recall@K (k-selection over a long
     list is what costs most in a flat search)."""
-    index = _faiss_index(references, min(max(k, first_limit) + 2, len(references)))
-    hits = _faiss_lists(index, queries, query_labels, references, reference_labels, self_index, k, chunk, progress)
-    found = hits.any(axis=1)
-    first = np.where(found, hits.argmax(axis=1), k).astype(np.int64)
+    k, first_limit = task.k, task.first_limit
+    index = _faiss_index(task.references, min(max(k, first_limit) + 2, len(task.references)))
+    hits = _faiss_lists(index, task, k)
+    found, first = first_in_lists(hits)
     need = np.flatnonzero(~found)
     if first_limit > k and len(need):
-        longer = _faiss_lists(
-            index,
-            queries[need],
-            query_labels[need],
-            references,
-            reference_labels,
-            None if self_index is None else self_index[need],
-            first_limit,
-            chunk,
-            None,
-        )
-        first[need] = np.where(longer.any(axis=1), longer.argmax(axis=1), first_limit)
+        first[need] = first_in_lists(_faiss_lists(index, task.subset(need), first_limit))[1]
     return Ranking(hits, np.minimum(first, first_limit), first_limit)
 
 
-def _faiss_lists(index, queries, query_labels, references, reference_labels, self_index, length, chunk, progress):
+def _faiss_lists(index: Any, task: RankingTask, length: int) -> np.ndarray:
     """Relevance of the ``length`` nearest references of each query, pessimistic ties."""
-    m, n = len(queries), len(references)
-    extra = 1 if self_index is not None else 0
-    search_k = min(length + 1 + extra, n)  # +1: detect ties at the end of the list; +1: self
-    chunk = chunk or max(1, min(8192, (1 << 27) // (12 * search_k)))
-    out = np.empty((m, length), dtype=bool)
+    queries, references, self_index = task.queries, task.references, task.self_index
+    m = len(queries)
+    search_k = min(length + 1 + (self_index is not None), len(references))  # +1: ties at the list's end; +1: self
+    chunk = task.chunk_size or max(1, min(8192, (1 << 27) // (12 * search_k)))
+    out: np.ndarray = np.empty((m, length), dtype=bool)
     for start in range(0, m, chunk):
         stop = min(start + chunk, m)
         values, indices = index.search(queries[start:stop], search_k)
         if self_index is not None:
-            is_self = indices == self_index[start:stop, None]
-            is_self[~is_self.any(axis=1), -1] = True  # self not found: drop the last instead
-            values = values[~is_self].reshape(stop - start, search_k - 1)
-            indices = indices[~is_self].reshape(stop - start, search_k - 1)
-        hits = reference_labels[indices] == query_labels[start:stop, None]
+            indices, values = _without_self(self_index[start:stop], indices, values)
+        hits = task.reference_labels[indices] == task.query_labels[start:stop, None]
         ordered, ties = canonical_hits(values, hits, length)
         for row in np.flatnonzero(ties):
             sims = references @ queries[start + row]
             if self_index is not None:
                 sims[self_index[start + row]] = -np.inf
-            ordered[row] = exact_row(sims, reference_labels == query_labels[start + row], length)
+            ordered[row] = exact_row(sims, task.reference_labels == task.query_labels[start + row], length)
         out[start:stop] = ordered
-        if progress:
-            progress(stop - start)
+        if task.progress:
+            task.progress(stop - start)
     return out
+
+
+def _without_self(self_index: np.ndarray, indices: np.ndarray, *aligned: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Search results (``indices`` and arrays ``aligned`` with them) without each query's own
+    column, or without the last where its own is not among them: one column fewer."""
+    is_self = indices == self_index[:, None]
+    is_self[~is_self.any(axis=1), -1] = True
+    return tuple(a[~is_self].reshape(len(a), a.shape[1] - 1) for a in (indices, *aligned))
 
 
 def knn(
@@ -287,8 +230,4 @@ def knn(
             sims = torch.from_numpy(query[start : start + chunk]) @ ref.T
             indices[start : start + chunk] = torch.topk(sims, search_k, dim=1).indices.numpy()
     indices = indices.astype(np.int64)
-    if not exclude_self:
-        return indices
-    is_self = indices == np.arange(len(query))[:, None]
-    is_self[~is_self.any(axis=1), -1] = True
-    return indices[~is_self].reshape(len(query), k)
+    return _without_self(np.arange(len(query)), indices)[0] if exclude_self else indices

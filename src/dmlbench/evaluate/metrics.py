@@ -21,25 +21,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from dmlbench.evaluate.knn import normalize_rows, rank_neighbours
-
-QUERY_FIELDS = ("r", "query_index", "query_label")  # what per_query_metrics returns beside the metrics
+from dmlbench.evaluate.knn import rank_neighbours
+from dmlbench.evaluate.ranking import RankingTask, as_numpy, normalize_rows
 
 
 def metric_range(metric: str) -> tuple[float, float]:
     """Where a metric's values lie, for intervals that respect it: [0, 1] for every retrieval
     score, NMI and F1; AMI is chance-adjusted and can fall below 0, so it has no lower bound."""
     return (-math.inf, 1.0) if metric == "ami" else (0.0, 1.0)
-
-
-def as_numpy(x: Any) -> np.ndarray:
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().numpy()
-    return np.asarray(x)
 
 
 def recall_names(recall_ks: Sequence[int]) -> list[str]:
@@ -55,6 +49,29 @@ def _check_embeddings(name: str, x: np.ndarray, labels: np.ndarray) -> None:
         raise ValueError(f"{name} contains NaN or infinite values")
 
 
+@dataclass(frozen=True)
+class PerQuery:
+    """Per-query values of the queries with R >= 1: ``metrics`` (name -> float64 array, one value
+    per query) and, apart, each query's R, its row in the query embeddings and its class label
+    (the unit that interval bootstraps resample)."""
+
+    metrics: dict[str, np.ndarray]
+    r: np.ndarray
+    query_index: np.ndarray
+    query_label: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.r)
+
+    def means(self) -> dict[str, float]:
+        """Mean of each metric over the queries."""
+        return {name: float(np.mean(v)) for name, v in self.metrics.items()}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every array by name: the metrics, then ``r``, ``query_index`` and ``query_label``."""
+        return self.metrics | {"r": self.r, "query_index": self.query_index, "query_label": self.query_label}
+
+
 def per_query_metrics(
     query_embeddings: Any,
     query_labels: Any,
@@ -65,10 +82,8 @@ def per_query_metrics(
     device: str | None = None,
     chunk_size: int | None = None,
     progress: bool = False,
-) -> dict[str, np.ndarray]:
-    """Per-query metric values for the queries with R >= 1 (float64 arrays, one per metric),
-    plus ``r`` (their R), ``query_index`` (their row in ``query_embeddings``) and ``query_label``
-    (their class: the unit that interval bootstraps resample).
+) -> PerQuery:
+    """Per-query metric values of the queries with R >= 1 (:class:`PerQuery`).
 
     No reference set: the queries are their own references and each query's own row is
     excluded. With a reference set: nothing is excluded (query/gallery protocol).
@@ -101,37 +116,29 @@ def per_query_metrics(
 
     queries = normalize_rows(queries)
     refs = queries if same_set else normalize_rows(refs)
-    k = int(r.max())  # never capped: the list covers every query's R
-    bar = None
+    task = RankingTask(
+        queries=queries[valid],
+        query_labels=q_codes[valid],
+        references=refs,
+        reference_labels=r_codes,
+        k=int(r.max()),  # never capped: the list covers every query's R
+        first_limit=max(recall_ks),
+        self_index=valid if same_set else None,
+        backend=backend,
+        device=device,
+        chunk_size=chunk_size,
+    )
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(valid), desc="ranking neighbours", unit="query", leave=False)
-    try:
-        ranking = rank_neighbours(
-            queries[valid],
-            q_codes[valid],
-            refs,
-            r_codes,
-            k=k,
-            first_limit=max(recall_ks),
-            self_index=valid if same_set else None,
-            backend=backend,
-            device=device,
-            chunk_size=chunk_size,
-            progress=bar.update if bar else None,
-        )
-    finally:
-        if bar:
-            bar.close()
-
+        with tqdm(total=len(valid), desc="ranking neighbours", unit="query", leave=False) as bar:
+            ranking = rank_neighbours(replace(task, progress=bar.update))
+    else:
+        ranking = rank_neighbours(task)
     values = list_metrics(ranking.hits, r)
     for kk, name in zip(recall_ks, recall_names(recall_ks), strict=True):
         values[name] = (ranking.first_positive < kk).astype(np.float64)
-    values["r"] = r
-    values["query_index"] = valid
-    values["query_label"] = q_labels[valid]
-    return values
+    return PerQuery(values, r, valid, q_labels[valid])
 
 
 def list_metrics(hits: np.ndarray, r: np.ndarray) -> dict[str, np.ndarray]:
@@ -149,11 +156,6 @@ def list_metrics(hits: np.ndarray, r: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-def means(values: dict[str, np.ndarray]) -> dict[str, float]:
-    """Mean of each per-query metric (:data:`QUERY_FIELDS` are not metrics)."""
-    return {name: float(np.mean(v)) for name, v in values.items() if name not in QUERY_FIELDS}
-
-
 def retrieval_metrics(
     query_embeddings: Any,
     query_labels: Any,
@@ -164,17 +166,9 @@ def retrieval_metrics(
     device: str | None = None,
 ) -> dict[str, float]:
     """Mean metrics over queries with R >= 1, as plain floats in [0, 1] (see module docstring)."""
-    return means(
-        per_query_metrics(
-            query_embeddings,
-            query_labels,
-            reference_embeddings,
-            reference_labels,
-            recall_ks,
-            backend=backend,
-            device=device,
-        )
-    )
+    return per_query_metrics(
+        query_embeddings, query_labels, reference_embeddings, reference_labels, recall_ks, backend, device
+    ).means()
 
 
 def query_gallery_metrics(

@@ -1,6 +1,7 @@
-"""The exact-ranking core that every neighbour search shares: the ``Ranking`` contract, the
-pessimistic tie rule, each query's same-class references, chunking, and the chunked torch
-search (CPU or CUDA, fp32 with TF32 off) that the other backends fall back on.
+"""The exact-ranking core that every neighbour search shares: the ``RankingTask`` that says what to
+rank, the ``Ranking`` contract, the pessimistic tie rule, each query's same-class references,
+chunking, and the chunked torch search (CPU or CUDA, fp32 with TF32 off) that the other backends
+fall back on.
 
 Tie rule: among references with exactly equal similarity, those of a different class than the
 query rank first (:func:`canonical_hits`), so a metric never profits from ties and the result
@@ -10,12 +11,21 @@ depends on the similarity values only (module docstring of :mod:`dmlbench.evalua
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
+BACKENDS = ("auto", "faiss", "torch", "screened")
 CHUNK_BYTES = 1 << 28  # similarity block budget: 256 MB of float32 per chunk
+
+
+def as_numpy(x: Any) -> np.ndarray:
+    """An array, a list or a torch tensor (on any device) as a numpy array."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
 
 
 def normalize_rows(x: np.ndarray) -> np.ndarray:
@@ -42,6 +52,72 @@ def full_fp32_matmul() -> Iterator[None]:
         torch.set_float32_matmul_precision(previous)
 
 
+def check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankingTask:
+    """One exact ranking: the ``k`` nearest ``references`` of each of the ``queries`` (both unit-norm
+    float32, rows x dim), and the rank of each query's nearest same-class reference below
+    ``first_limit`` (the largest Recall@K). Every query needs at least one same-class reference.
+
+    ``self_index``: self-retrieval, the reference row of each query, which is excluded.
+    ``backend``: one of :data:`BACKENDS`; ``device``: a torch device (None: :func:`dmlbench.devices.
+    default_device`); ``chunk_size``: queries per block (None: within ``CHUNK_BYTES``); ``progress``:
+    called with the number of queries each block ranked. Refuses a bad option in one line.
+    """
+
+    queries: np.ndarray
+    query_labels: np.ndarray
+    references: np.ndarray
+    reference_labels: np.ndarray
+    k: int
+    first_limit: int
+    self_index: np.ndarray | None = None
+    backend: str = "auto"
+    device: str | None = None
+    chunk_size: int | None = None
+    progress: Callable[[int], None] | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.k <= self.available:
+            raise ValueError(f"k must be in [1, {self.available}], got {self.k}")
+        if self.first_limit < 1:
+            raise ValueError(f"first_limit must be >= 1 (the largest Recall@K), got {self.first_limit}")
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1 or None, got {self.chunk_size}")
+        check_backend(self.backend)
+        if self.device is not None:
+            import torch
+
+            try:
+                torch.device(self.device)
+            except RuntimeError:
+                raise ValueError(
+                    f"device must be a torch device such as cpu, cuda or cuda:1; got {self.device!r}"
+                ) from None
+
+    @property
+    def available(self) -> int:
+        """How many references each query's list can hold (its own row excluded)."""
+        return len(self.references) - (0 if self.self_index is None else 1)
+
+    def subset(self, rows: np.ndarray, **changes: Any) -> RankingTask:
+        """The same task for the queries ``rows`` only, without progress reports unless ``changes`` give one."""
+        self_index = None if self.self_index is None else self.self_index[rows]
+        changes = {"progress": None, **changes}
+        return replace(
+            self, queries=self.queries[rows], query_labels=self.query_labels[rows], self_index=self_index, **changes
+        )
+
+    def positives(self) -> np.ndarray:
+        """:func:`positive_index_matrix` as wide as the largest class."""
+        r_max = int(np.bincount(np.unique(self.reference_labels, return_inverse=True)[1]).max())
+        return positive_index_matrix(self.query_labels, self.reference_labels, self.self_index, r_max)
+
+
 @dataclass(frozen=True)
 class Ranking:
     """Relevance of the ``k`` nearest references of each query, best first (pessimistic ties),
@@ -51,6 +127,13 @@ class Ranking:
     hits: np.ndarray  # bool (m, k)
     first_positive: np.ndarray  # int64 (m,)
     first_limit: int
+
+
+def first_in_lists(hits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Whether each ranked list holds a same-class reference, and the rank of the first (the list's
+    length where none)."""
+    found = np.asarray(hits.any(axis=1))
+    return found, np.where(found, hits.argmax(axis=1), hits.shape[1]).astype(np.int64)
 
 
 def canonical_hits(values: np.ndarray, hits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -68,7 +151,7 @@ def canonical_hits(values: np.ndarray, hits: np.ndarray, k: int) -> tuple[np.nda
     return ordered, boundary_tie
 
 
-def canonical_hits_sorted(values, hits, k: int) -> tuple[np.ndarray, np.ndarray]:
+def canonical_hits_sorted(values: Any, hits: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`canonical_hits` of ``torch.topk`` output (values already descending), as numpy:
     only rows holding equal values (or NaN) need reordering, so only those leave the device whole."""
     import torch
@@ -99,8 +182,8 @@ def positive_index_matrix(
     """``m x width`` indices of each query's same-class references (self excluded), -1 padded."""
     order = np.argsort(reference_labels, kind="stable")
     sorted_labels = reference_labels[order]
-    start = np.searchsorted(sorted_labels, query_labels, side="left")
-    stop = np.searchsorted(sorted_labels, query_labels, side="right")
+    start = np.asarray(np.searchsorted(sorted_labels, query_labels, side="left"))
+    stop = np.asarray(np.searchsorted(sorted_labels, query_labels, side="right"))
     extra = 1 if self_index is not None else 0
     cols = np.arange(width + extra)
     pos = start[:, None] + cols[None, :]
@@ -114,21 +197,20 @@ def positive_index_matrix(
     return np.ascontiguousarray(candidates[:, :width])
 
 
-def rank_torch(
-    queries, query_labels, references, reference_labels, k, first_limit, self_index, device, chunk, progress
-):
+def rank_torch(task: RankingTask) -> Ranking:
+    """:class:`Ranking` of ``task`` by chunked fp32 products and ``topk`` on ``task.device`` (TF32 off)."""
     import torch
 
-    m, n = len(queries), len(references)
-    chunk = chunk or rows_per_chunk(n, CHUNK_BYTES * (4 if str(device).startswith("cuda") else 1))
-    r_max = int(np.bincount(np.unique(reference_labels, return_inverse=True)[1]).max())
-    positives = positive_index_matrix(query_labels, reference_labels, self_index, r_max)
-    hits_out = np.empty((m, k), dtype=bool)
-    first_out = np.empty(m, dtype=np.int64)
+    queries, query_labels, self_index, device = task.queries, task.query_labels, task.self_index, task.device
+    m, n, k, first_limit = len(queries), len(task.references), task.k, task.first_limit
+    chunk = task.chunk_size or rows_per_chunk(n, CHUNK_BYTES * (4 if str(device).startswith("cuda") else 1))
+    positives = task.positives()
+    hits_out: np.ndarray = np.empty((m, k), dtype=bool)
+    first_out: np.ndarray = np.empty(m, dtype=np.int64)
     search_k = min(k + 1, n)
     with torch.no_grad(), full_fp32_matmul():
-        ref = torch.from_numpy(references).to(device)
-        ref_labels = torch.from_numpy(reference_labels).to(device)
+        ref = torch.from_numpy(task.references).to(device)
+        ref_labels = torch.from_numpy(task.reference_labels).to(device)
         for start in range(0, m, chunk):
             stop = min(start + chunk, m)
             rows = torch.arange(stop - start, device=device)
@@ -145,8 +227,7 @@ def rank_torch(
             hits_out[start:stop] = ordered
             # Rank of the nearest same-class reference: its place in the list if it is there,
             # else the number of different-class references with similarity >= its similarity.
-            found = ordered.any(axis=1)
-            first = np.where(found, ordered.argmax(axis=1), k)
+            found, first = first_in_lists(ordered)
             need = np.flatnonzero(~found) if first_limit > k else np.empty(0, dtype=np.int64)
             if len(need):
                 take = torch.from_numpy(need).to(device)
@@ -158,7 +239,6 @@ def rank_torch(
                 at_least = (rest >= best[:, None]).sum(dim=1, dtype=torch.int32)
                 first[need] = (at_least - tied_positives).cpu().numpy()
             first_out[start:stop] = np.minimum(first, first_limit)
-            hits_out[start:stop] = ordered
-            if progress:
-                progress(stop - start)
+            if task.progress:
+                task.progress(stop - start)
     return Ranking(hits_out, first_out, first_limit)

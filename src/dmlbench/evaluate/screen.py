@@ -27,9 +27,11 @@ assignment share one certified screen (error bound, bf16 norms, blocks, fp32 rec
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+
+from dmlbench.evaluate.ranking import CHUNK_BYTES, Ranking, RankingTask, first_in_lists, rank_torch
 
 SCREEN_MARGIN = 24  # candidates kept beyond the list length k
 SCREEN_BLOCK = 256  # queries per bf16 product: its n-wide output stays in cache (measured fastest)
@@ -63,13 +65,13 @@ class ScreenError:
     E, N~: the largest |y~ - y| and |y~| over the references. Norms in float64.
     """
 
-    def __init__(self, references, references16):
+    def __init__(self, references: Any, references16: Any) -> None:
         self.dim = references.shape[1]
         self.reference_norms = _norms(references, references16)
         err, norm16, _ = self.reference_norms
         self.ref_error, self.ref_norm16 = float(err.max()), float(norm16.max())
 
-    def base(self, queries, queries16) -> np.ndarray:
+    def base(self, queries: Any, queries16: Any) -> np.ndarray:
         return self.base_from_norms(*_norms(queries, queries16))
 
     def base_from_norms(self, err: np.ndarray, norm16: np.ndarray, norm: np.ndarray) -> np.ndarray:
@@ -96,7 +98,7 @@ class ScreenError:
         return np.where(v >= 0, v / (1 + RESULT_ROUNDING), v / (1 - RESULT_ROUNDING))
 
 
-def _norms(x, x16, block: int = 4096):
+def _norms(x: Any, x16: Any, block: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """|x~ - x|, |x~| and |x| of each row, summed in float64 (x~ - x is exact in float32)."""
     import torch
 
@@ -131,30 +133,18 @@ def fast_bf16_matmul() -> bool:
     )
 
 
-def rank_screened(
-    queries: np.ndarray,
-    query_labels: np.ndarray,
-    references: np.ndarray,
-    reference_labels: np.ndarray,
-    k: int,
-    first_limit: int,
-    self_index: np.ndarray | None,
-    chunk: int | None = None,
-    progress: Callable[[int], None] | None = None,
-):
-    """Same contract and result as :func:`dmlbench.evaluate.knn.rank_neighbours` (CPU)."""
+def rank_screened(task: RankingTask) -> Ranking:
+    """:class:`Ranking` of ``task`` on the CPU, by the certified bf16 screen (module docstring):
+    the same result as :func:`~dmlbench.evaluate.ranking.rank_torch`."""
     import torch
 
-    from dmlbench.evaluate.ranking import Ranking, positive_index_matrix, rank_torch
-
-    m, n = len(queries), len(references)
-    available = n - (1 if self_index is not None else 0)
-    length = min(k + SCREEN_MARGIN, available)
-    block = min(chunk or _rows_within_budget(SCREEN_BLOCK, n), m)
-    r_max = int(np.bincount(np.unique(reference_labels, return_inverse=True)[1]).max())
-    positives = positive_index_matrix(query_labels, reference_labels, self_index, r_max)
-    hits_out = np.empty((m, k), dtype=bool)
-    first_out = np.empty(m, dtype=np.int64)
+    queries, query_labels, references, self_index = task.queries, task.query_labels, task.references, task.self_index
+    m, n, k, first_limit = len(queries), len(references), task.k, task.first_limit
+    length = min(k + SCREEN_MARGIN, task.available)
+    block = min(task.chunk_size or _rows_within_budget(SCREEN_BLOCK, n), m)
+    positives = task.positives()
+    hits_out: np.ndarray = np.empty((m, k), dtype=bool)
+    first_out: np.ndarray = np.empty(m, dtype=np.int64)
     uncertain: list[np.ndarray] = []
     with torch.no_grad():
         ref = torch.from_numpy(references)
@@ -181,17 +171,16 @@ def rank_screened(
             approx, candidates = torch.topk(screen, length, dim=1, out=(approx_buffer[:rows], candidate_buffer[:rows]))
             exact = dots(q, ref, candidates).numpy()
             candidates = candidates.numpy()
-            hits = reference_labels[candidates] == query_labels[start:stop, None]
+            hits = task.reference_labels[candidates] == query_labels[start:stop, None]
             order = np.lexsort((hits, -exact), axis=1)
             hits = np.take_along_axis(hits, order, axis=1)[:, :k]
             kth = np.take_along_axis(exact, order[:, k - 1 : k], axis=1)[:, 0]
-            if length < available:
+            if length < task.available:
                 certain = kth > bound.upper(approx[:, -1].float().numpy().astype(np.float64), base)
             else:
                 certain = np.ones(len(kth), dtype=bool)
             uncertain.append(start + np.flatnonzero(~certain))
-            found = hits.any(axis=1)
-            first = np.where(found, hits.argmax(axis=1), k)
+            found, first = first_in_lists(hits)
             need = np.flatnonzero(certain & ~found) if first_limit > k else np.empty(0, dtype=np.int64)
             if len(need):
                 first[need] = _first_positive_ranks(
@@ -199,14 +188,11 @@ def rank_screened(
                 )
             hits_out[start:stop] = hits
             first_out[start:stop] = np.minimum(first, first_limit)
-            if progress:
-                progress(rows)
+            if task.progress:
+                task.progress(rows)
     redo = np.concatenate(uncertain)
     if len(redo):  # no certificate: the exact fp32 ranking for these queries
-        exact_ranking = rank_torch(
-            queries[redo], query_labels[redo], references, reference_labels, k, first_limit,
-            None if self_index is None else self_index[redo], "cpu", None, None,
-        )  # fmt: skip
+        exact_ranking = rank_torch(task.subset(redo, device="cpu", chunk_size=None))
         hits_out[redo] = exact_ranking.hits
         first_out[redo] = exact_ranking.first_positive
     return Ranking(hits_out, first_out, first_limit)
@@ -214,13 +200,11 @@ def rank_screened(
 
 def _rows_within_budget(rows: int, width: int) -> int:
     """``rows``, fewer when a bf16 block of ``rows`` x ``width`` would pass ``CHUNK_BYTES``."""
-    from dmlbench.evaluate.ranking import CHUNK_BYTES
-
     return max(1, min(rows, CHUNK_BYTES // (2 * width)))
 
 
 def _first_positive_ranks(
-    screen, screen_rows: np.ndarray, q, ref, positives: np.ndarray, base: np.ndarray, limit: int
+    screen: Any, screen_rows: np.ndarray, q: Any, ref: Any, positives: np.ndarray, base: np.ndarray, limit: int
 ) -> np.ndarray:
     """Number of other-class references with fp32 similarity >= the best positive's (the 0-based
     rank of the first positive, pessimistic ties), capped at ``limit``, for the queries ``q``;
@@ -236,7 +220,7 @@ def _first_positive_ranks(
     best64 = best.numpy().astype(np.float64)
     high = ScreenError.approx_at_least(best64, base)  # at or above: surely ahead
     low = ScreenError.approx_below(best64, base)  # below: surely not ahead
-    ahead = np.empty(len(best64), dtype=np.int64)
+    ahead: np.ndarray = np.empty(len(best64), dtype=np.int64)
     band_rows, band_cols = [], []
     fast = low > 0  # positive thresholds: compare the raw bf16 bits (monotone for values >= 0)
     if fast.any():
@@ -273,14 +257,14 @@ def _first_positive_ranks(
 
 def _bf16_bits_at_least(values: np.ndarray) -> np.ndarray:
     """int16 bits of the smallest bf16 number >= each (positive) value."""
-    f32 = values.astype(np.float32)
+    f32: np.ndarray = values.astype(np.float32)
     f32 = np.where(f32.astype(np.float64) < values, np.nextafter(f32, np.float32(np.inf)), f32)
     bits = (f32.view(np.int32) >> 16).astype(np.int16)  # truncation: <= the value for positives
     truncated = (bits.astype(np.int32) << 16).view(np.float32)
     return np.where(truncated < f32, bits + np.int16(1), bits).astype(np.int16)
 
 
-def dots(q, ref, index):
+def dots(q: Any, ref: Any, index: Any) -> Any:
     """fp32 similarity of each query row with the references ``index[row]``, in blocks of
     ``DOT_BLOCK`` queries (one summation order for every pair, so identical references get
     identical similarities); the gathered rows go to one reused buffer."""
@@ -299,7 +283,7 @@ def dots(q, ref, index):
     return out
 
 
-def nearest_centroids(points, points16, centroids: np.ndarray, chunk: int | None = None) -> np.ndarray:
+def nearest_centroids(points: Any, points16: Any, centroids: np.ndarray, chunk: int | None = None) -> np.ndarray:
     """Index of the nearest centroid (L2) of each point: :class:`NearestCentroids` for one call."""
     return NearestCentroids(points, points16, chunk)(centroids)
 
@@ -318,7 +302,7 @@ class NearestCentroids:
     [x, 1] rows and rounding norms are made once, at construction.
     """
 
-    def __init__(self, points, points16, block: int | None = None):
+    def __init__(self, points: Any, points16: Any, block: int | None = None) -> None:
         import torch
 
         self.points = points
@@ -343,11 +327,11 @@ class NearestCentroids:
         extra = UNIT_ROUNDOFF * h_max + accumulation_error(points.shape[1] + 1) * h_max * (1 + UNIT_ROUNDOFF)
         bases = ScreenError(cents, cents16).base_from_norms(*point_norms) + extra
         k = len(cents)
-        out = np.empty(n, dtype=np.int64)
+        out: np.ndarray = np.empty(n, dtype=np.int64)
         if k == 1 or n == 0:
             return np.zeros(n, dtype=np.int64)
         block = min(self.block or _rows_within_budget(CENTROID_BLOCK, k), n)
-        uncertain = [np.empty(0, dtype=np.int64)]
+        uncertain: list[np.ndarray] = [np.empty(0, dtype=np.int64)]
         screen_buffer = torch.empty(block, k, dtype=torch.bfloat16)  # reused: no page faults per block
         with torch.no_grad():
             for start in range(0, n, block):
@@ -407,7 +391,7 @@ class NearestCentroids:
         return out
 
 
-def _centroid_rows(centroids: np.ndarray):
+def _centroid_rows(centroids: np.ndarray) -> tuple[Any, Any]:
     """Centroids as a float32 tensor and their |c_j|^2 / 2."""
     import torch
 
@@ -415,7 +399,7 @@ def _centroid_rows(centroids: np.ndarray):
     return cents, 0.5 * (cents * cents).sum(dim=1)
 
 
-def _centroid_scores(x, cents, half_norms, index):
+def _centroid_scores(x: Any, cents: Any, half_norms: Any, index: Any) -> Any:
     """fp32 scores x.c_j - |c_j|^2 / 2 of each point with the centroids ``index[row]``: the one
     formula every certified comparison uses (full and incremental assignments alike)."""
     return dots(x, cents, index) - half_norms[index]

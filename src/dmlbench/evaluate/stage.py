@@ -33,7 +33,7 @@ from dmlbench.evaluate.clustering import clustering_metrics
 from dmlbench.evaluate.combine import concatenate_embeddings, fold_spread
 from dmlbench.evaluate.embed import DIVERGED, EMBEDDINGS, META, UNTRAINED, require_finite
 from dmlbench.evaluate.intervals import Interval, bounded_t_interval, interval_method
-from dmlbench.evaluate.metrics import QUERY_FIELDS, means, metric_range, per_query_metrics
+from dmlbench.evaluate.metrics import PerQuery, metric_range, per_query_metrics
 from dmlbench.grid import Combo
 from dmlbench.io import atomic_dir, md5_file, read_json, write_json
 from dmlbench.params.model import Params
@@ -45,7 +45,7 @@ from dmlbench.tracking.summary import log_summary_run
 
 def evaluate_arrays(
     arrays: Any, dataset: str, settings: EvaluateConfig, query_gallery: bool | None = None
-) -> tuple[dict[str, float], dict[str, np.ndarray], str]:
+) -> tuple[dict[str, float], PerQuery, str]:
     """Metrics, per-query values and the mode ("test" or "query->gallery") of one embeddings file."""
     has_query_gallery = "query_embeddings" in arrays and "gallery_embeddings" in arrays
     if query_gallery is None:
@@ -66,7 +66,7 @@ def evaluate_arrays(
         queries, labels = arrays["test_embeddings"], arrays["test_labels"]
         values = per_query_metrics(queries, labels, recall_ks=recall_ks, backend=settings.backend, progress=True)
         mode = "test"
-    metrics = means(values)
+    metrics = values.means()
     if settings.clustering_for(dataset):
         # every k-means backend re-does faiss's iterations (same clusters); a torch ranking keeps
         # the automatic k-means choice (torch on CUDA, the fastest certified path on a CPU)
@@ -75,18 +75,16 @@ def evaluate_arrays(
     return metrics, values, mode
 
 
-def bootstrap_intervals(values: dict[str, np.ndarray], settings: EvaluateConfig) -> dict[str, dict[str, Any]]:
+def bootstrap_intervals(values: PerQuery, settings: EvaluateConfig) -> dict[str, dict[str, Any]]:
     """Class-cluster bootstrap interval of every per-query metric of one run (the test classes
     resampled, one set of resamples for all metrics: a paired bootstrap); ``n`` = test classes,
     ``queries`` = the queries they hold."""
     boot = settings.bootstrap
-    metrics = {name: v for name, v in values.items() if name not in QUERY_FIELDS}
     found = interval_stats.bootstrap_intervals(
-        metrics, settings.confidence, boot.resamples, boot.method, boot.seed, clusters=values["query_label"]
+        values.metrics, settings.confidence, boot.resamples, boot.method, boot.seed, clusters=values.query_label
     )
-    queries = int(len(values["query_label"]))
     return {
-        name: _interval_dict(interval, f"class-bootstrap-{boot.method}") | {"queries": queries}
+        name: _interval_dict(interval, f"class-bootstrap-{boot.method}") | {"queries": len(values)}
         for name, interval in found.items()
     }
 
@@ -124,7 +122,7 @@ def evaluate_run(
     metrics, values, mode = evaluate_arrays(arrays, dataset, settings, query_gallery)
     return {
         "metrics": metrics,
-        "num_queries": int(len(values["r"])),
+        "num_queries": len(values),
         "grid_key": meta.get("grid_key"),
         "config_hash": meta.get("config_hash"),
         "embeddings": file.as_posix(),
@@ -160,7 +158,7 @@ def evaluate_cv_run(directory: Path, dataset: str, settings: EvaluateConfig, que
         "metrics_separated": separated,
         "folds": {key: info["metrics"] for key, info in fold_runs.items()},
         "num_folds": len(folds),
-        "num_queries": int(len(values["r"])),
+        "num_queries": len(values),
         "grid_key": _seed_key(next(iter(fold_runs.values()))["grid_key"]),
         "config_hash": next(iter(fold_runs.values()))["config_hash"],
         "embeddings": directory.as_posix(),
@@ -182,8 +180,8 @@ def _seed_interval(values: list[float], metric: str, confidence: float) -> dict[
 
 
 def summarize_runs(runs: dict[str, dict], settings: EvaluateConfig) -> dict[str, Any]:
-    """Contract-5 summary: t-interval over runs (clipped to the metric's range), or the class-cluster bootstrap
-    interval of a single run.
+    """The cell's summary (``artifacts/metrics/<combo>.json``, module docstring): the t-interval over runs
+    (clipped to the metric's range), or the class-cluster bootstrap interval of a single run.
     Cross-validation runs add ``test_separated`` (t-interval of the fold-averaged metrics)."""
     first = next(iter(runs.values()))
     test = {}
@@ -220,7 +218,7 @@ def summarize_runs(runs: dict[str, dict], settings: EvaluateConfig) -> dict[str,
 
 
 def _write_outputs(evaluation_dir: Path, metrics_file: Path, key: str, runs: dict, summary: dict) -> None:
-    per_query = {f"{run}/{name}": v for run, info in runs.items() for name, v in info.pop("_values").items()}
+    per_query = {f"{run}/{name}": v for run, info in runs.items() for name, v in info.pop("_values").arrays().items()}
     for info in runs.values():
         info.pop("_fold_runs", None)
     with atomic_dir(evaluation_dir) as tmp:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from dmlbench.evaluate.ranking import Ranking
+from dmlbench.evaluate.ranking import Ranking, RankingTask, first_in_lists
 from dmlbench.evaluate.screen import SCREEN_MARGIN, ScreenError, accumulation_error, dots
 
 SAMPLE_STRIDE = 16  # every 16th reference sets the thresholds: ~16 k candidates per row, 1/16 more product
@@ -102,30 +102,21 @@ class _Products:
         return picked
 
 
-def rank_symmetric(
-    embeddings: np.ndarray,
-    labels: np.ndarray,
-    rows: np.ndarray,
-    k: int,
-    first_limit: int,
-    bf16: bool,
-    rank_rows: Callable[[np.ndarray], Ranking],
-    block: int | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> Ranking | None:
-    """The :class:`Ranking` of the query rows ``rows`` of ``embeddings`` (unit-norm float32, n x d)
-    against all the others, as :func:`dmlbench.evaluate.knn.rank_neighbours` gives it.
+def rank_symmetric(task: RankingTask, bf16: bool, rank_rows: Callable[[RankingTask], Ranking]) -> Ranking | None:
+    """The :class:`Ranking` of a self-retrieval ``task`` (its queries are the references
+    ``task.self_index``), as :func:`dmlbench.evaluate.knn.rank_neighbours` gives it, from products
+    in fp32 or (``bf16``) certified bf16; ``task.chunk_size``: rows per block product.
 
-    ``rank_rows(subset)``: the row-by-row ranking of the queries ``rows[subset]`` (same arithmetic),
-    used for the rows named in the module docstring. Returns None when the candidate pairs would
-    pass ``CANDIDATE_BUDGET`` (massive ties).
+    ``rank_rows(subtask)``: the row-by-row ranking in the same arithmetic, used for the rows named
+    in the module docstring. Returns None when the candidate pairs would pass ``CANDIDATE_BUDGET``
+    (massive ties).
     """
     import torch
 
+    embeddings, labels, rows, k = task.references, task.reference_labels, task.self_index, task.k
+    assert rows is not None, "symmetric ranking is self-retrieval"
     n, dim = embeddings.shape
-    if not 1 <= k < n:
-        raise ValueError(f"k must be in [1, {n - 1}], got {k}")
-    block = block or ROW_BLOCK
+    block = task.chunk_size or ROW_BLOCK
     arithmetic = _Products(embeddings, bf16)
     gamma = accumulation_error(dim) * (1 + 1e-6) ** 2  # fp32 dot of rows with norm <= 1 + 1e-6
     if bf16:
@@ -183,17 +174,16 @@ def rank_symmetric(
             else:
                 ok = _rank_block_fp32(labels, query, reference, value, a, b, k, hits_all)
             certain[a:b] = ok
-            if progress:
-                progress(int(wanted[a:b].sum()))
+            if task.progress:
+                task.progress(int(wanted[a:b].sum()))
     hits = hits_all[rows]
-    found = hits.any(axis=1)
-    first = np.where(found, hits.argmax(axis=1), k).astype(np.int64)
-    redo = np.flatnonzero(~certain[rows] | (~found & (first_limit > k)))
+    found, first = first_in_lists(hits)
+    redo = np.flatnonzero(~certain[rows] | (~found & (task.first_limit > k)))
     if len(redo):
-        again = rank_rows(redo)
+        again = rank_rows(task.subset(redo))
         hits[redo] = again.hits
         first[redo] = again.first_positive
-    return Ranking(hits, np.minimum(first, first_limit), first_limit)
+    return Ranking(hits, np.minimum(first, task.first_limit), task.first_limit)
 
 
 def _row_thresholds(arithmetic: _Products, k: int, base: np.ndarray, gamma: float) -> np.ndarray:
