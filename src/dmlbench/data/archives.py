@@ -1,14 +1,10 @@
 """Dataset archives: their declaration, params overrides, mirrors, first-use checksums, the shared
 ``fetch`` and the pre-flight lines.
 
-A dataset module declares its files as :class:`Archive` entries (name, URL and mirrors, md5,
-size) and gets its ``fetch`` from :func:`archive_fetcher`: the drop-box ``data/`` first (md5
-verified), else a download there (:mod:`dmlbench.data.download`), so ``dvc add data`` shares it;
-then unpacked (:mod:`dmlbench.data.extract`) or copied into ``artifacts/raw/<dataset>/``
-atomically, kept only once the content check passed (:func:`dmlbench.data.content.content_check`).
-An archive with no md5 is trusted on first use: its sha256 is written to ``data/<file>.sha256``
-(``sha256sum -c`` format) and a later copy that differs fails in one line (delete that file to
-accept it)."""
+:func:`archive_fetcher` takes each archive from the drop-box ``data/`` (md5 verified) or downloads it
+there, then unpacks or copies it into ``artifacts/raw/<dataset>/`` atomically, kept only once
+:func:`dmlbench.data.content.content_check` passes. An archive with no md5 is trusted on first use:
+its sha256 goes to ``data/<file>.sha256`` and a differing copy later fails in one line."""
 
 from __future__ import annotations
 
@@ -46,9 +42,8 @@ class ArchiveSource(StrictModel):
 
 
 class ArchiveSourceParams(SourceParams):
-    """Source of an archive dataset: one optional :class:`ArchiveSource` per archive key, and
-    ``allow_subset``: accept files with fewer images or classes than the published release (a
-    deliberate subset, said in info.json and the report); else such a copy is refused."""
+    """Source of an archive dataset: an :class:`ArchiveSource` per archive key; ``allow_subset``: accept
+    fewer images or classes than published (said in info.json and the report), else refused."""
 
     allow_subset: bool = False
 

@@ -1,13 +1,9 @@
 """One MLflow run per grid cell (dataset, backbone, loss, dim): the parent of its seeds' runs.
 
-The cell's run is created (or found) by the first of its seeds' trainings, under the store's
-file lock so that parallel ``train`` stages of one cell make one run, and holds the cell's
-params (the resolved config without the seed). The evaluate stage fills the same run with the
-seed-mean test metrics, the cell's metrics file and a learning-curve figure
-(:mod:`dmlbench.tracking.summary`); it is tagged ``kind=summary`` (training runs have
-``kind=train``). Identity: tag ``combo_key`` (``glyphs-tiny_cnn-contrastive-32``) +
-``cell_hash`` (hash of the cell's params: new hyperparameters are a new cell run, and the
-earlier one is tagged ``superseded_by`` and moved to MLflow's trash, as training runs are).
+Created by the first of its seeds' trainings under the store's lock (parallel stages make one
+run), holding the params without the seed; evaluate adds the seed-mean metrics
+(:mod:`dmlbench.tracking.summary`). Tag ``kind=summary``; identity: ``combo_key`` + ``cell_hash``
+(new hyperparameters: a new run, the old one superseded as training runs are).
 """
 
 from __future__ import annotations
@@ -18,7 +14,6 @@ from typing import Any
 from dmlbench.grid import Combo
 from dmlbench.params.model import config_hash, flatten
 from dmlbench.tracking.runs import find_runs
-from dmlbench.tracking.store import client as make_client
 from dmlbench.tracking.store import ensure_experiment, store_lock
 
 KIND = "summary"
@@ -74,15 +69,3 @@ def ensure_cell_run(
             mlflow_client.delete_run(old.info.run_id)
     return run_id
 
-
-def open_cell_run(
-    experiment: str, combo: Combo, resolved: Mapping[str, Any], several: tuple[bool, bool] = (False, False)
-) -> str:
-    """The grid cell's run (created by its first training), named ``[dataset] [backbone] <loss> d<dim>
-    (cell)`` with dataset and backbone where ``several`` says the grid has more than one of each;
-    its params are the cell's part of ``resolved``."""
-    prefix = "".join(f"{part} " for part, shown in zip((combo.dataset, combo.backbone), several, strict=True) if shown)
-    return ensure_cell_run(
-        make_client(), experiment, combo.key, cell_tags(combo), cell_run_name(combo.loss_level, combo.dim, prefix),
-        params=cell_config(resolved),
-    )  # fmt: skip
