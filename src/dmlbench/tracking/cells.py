@@ -68,4 +68,3 @@ def ensure_cell_run(
             mlflow_client.set_tag(old.info.run_id, "superseded_by", run_id)
             mlflow_client.delete_run(old.info.run_id)
     return run_id
-
