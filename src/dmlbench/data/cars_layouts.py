@@ -1,16 +1,9 @@
 """CARS196's image tables from the layouts besides the Stanford release's ``cars_annos.mat``, read
 from the unpacked files at any depth (Kaggle nests its folders); docs/datasets.md names the files.
 
-* devkit (torchvision's ``StanfordCars``): images in ``cars_train/`` and ``cars_test/``, classes
-  in ``devkit/cars_train_annos.mat`` and the labelled ``cars_test_annos_withlabels*.mat`` (every
-  copy read, copies must agree; the devkit's ``cars_test_annos.mat`` has no class), names in
-  ``devkit/cars_meta.mat``.
-* folders (what pytorch-metric-learning 2.9 downloads): ``names.csv`` (class ``i`` on line ``i``),
-  ``anno_{train,test}.csv`` (``fname,x1,y1,x2,y2,class``, no header), images in
-  ``car_data/car_data/{train,test}/<class name, '/' as '-'>/<fname>``.
-
-Both give ``path,label,class_name`` for every image; the download stage checks the counts and
-that every listed image is there (:mod:`dmlbench.data.content`)."""
+devkit (torchvision's ``StanfordCars``; every labelled test-annotation copy must agree) and folders
+(pytorch-metric-learning 2.9's Kaggle copy, ``car_data/car_data/{train,test}/<class>/``); both give
+``path,label,class_name`` (checked by :mod:`dmlbench.data.content`)."""
 
 from __future__ import annotations
 

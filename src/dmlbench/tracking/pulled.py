@@ -1,18 +1,10 @@
 """``python -m dmlbench.tracking.pulled``: pulled runs made visible in this workspace's MLflow store.
 
-A grid pulled from another lab (``dvc pull``) brings each training's outputs (``run.json``,
-``config.yaml``, ``history.json``) and each cell's test metrics (``runs.json``), but no MLflow run:
-that lab's store stays with it. Each pulled run of the grid (:func:`dmlbench.tracking.workspace.provenance`)
-that this store lacks is imported as one FINISHED run in the grid's experiment, named like a
-training run with `` (pulled)``, tagged ``source = pulled`` and ``original_run =
-<grid_key>@<config_hash>``: the run's identity in the store of the lab that trained it (no MLflow
-run id travels in a DVC output, :mod:`dmlbench.tracking.runs`), the same tags as a training run
-(dataset, backbone, loss, dim, seed, protocol, ``config_hash``) but ``kind = pulled_train`` (the
-embed and evaluate stages never take it for their own training run), with the run's device,
-precision and the remote it came from. Params: the resolved config; metrics: the per-epoch history
-(a cross-validated run: its first fold model's) and the test metrics (``test/<metric>``).
-Idempotent: a run whose ``original_run`` is already in the store is left alone, so a second pull
-(or report) adds nothing. The report stage calls :func:`import_pulled`.
+A ``dvc pull`` brings a grid's outputs but no MLflow run. Each pulled run
+(:func:`dmlbench.tracking.workspace.provenance`) this store lacks becomes one FINISHED run named
+``... (pulled)``, tagged ``source = pulled``, ``original_run = <grid_key>@<config_hash>`` and
+``kind = pulled_train`` (never taken for a training's own run), with its params, per-epoch history
+and test metrics. Idempotent (keyed on ``original_run``); the report stage calls :func:`import_pulled`.
 """
 
 from __future__ import annotations
