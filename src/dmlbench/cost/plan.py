@@ -1,12 +1,9 @@
 """``make plan`` (``python -m dmlbench.pipeline --plan``) and the runner's ETA: the grid's stages
 (:mod:`dmlbench.cost.stages`) priced (:mod:`dmlbench.cost.price`) for the way it will run.
 
-How it runs: locally, ``--jobs`` slots (default one per GPU slot, else one per CPU core), each
-CPU stage with ``cpu_count // jobs`` threads; on Slurm, ``cluster.max_jobs`` jobs at once (else 50, the run's
-default where ``sacctmgr`` says nothing: :data:`dmlbench.params.cluster.DEFAULT_MAX_JOBS`),
-each with its kind's ``cpus`` and ``gpus``. The trainings run on GPUs when the protocol's device (or
-``--device``) is ``cuda``, or ``auto`` with GPUs given; a ``cuda`` grid planned locally without GPUs
-is refused in one line, as the runner would refuse to start it.
+Locally ``--jobs`` slots (one per GPU slot, else per core), CPU stages with ``cpu_count // jobs``
+threads; on Slurm ``cluster.max_jobs`` at once (else :data:`dmlbench.params.cluster.DEFAULT_MAX_JOBS`)
+with each kind's ``cpus`` and ``gpus``. A ``cuda`` grid planned locally without GPUs is refused.
 """
 
 from __future__ import annotations

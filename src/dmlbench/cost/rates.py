@@ -78,10 +78,8 @@ def _number(value: Any) -> float | None:
 
 
 def measured_rate(rows: list[MeasuredRow], protocol: str, backbone: str, batch: int, amp: str = "auto") -> Rate | None:
-    """The measured rate of ``protocol`` x ``backbone`` (the row of the protocol's batch if several), else None.
-    ``amp``: the protocol's; a protocol in strict float32 (``fp32``) measured with autocast, or by a
-    table that did not record its precision (``make gpu-check`` measures with ``amp: auto``), gets a
-    note that its rate is optimistic (tensor cores run bf16 many times faster than float32)."""
+    """The measured rate of ``protocol`` x ``backbone`` (its batch's row if several), else None; an
+    ``fp32`` protocol measured with autocast (or unknown precision) is noted as optimistic."""
     matches = [r for r in rows if r.protocol == protocol and r.backbone == backbone]
     if not matches:
         return None

@@ -1,11 +1,8 @@
 """The ``cluster:`` section of ``params.yaml``: what each stage kind asks Slurm for.
 
-Read only by the Slurm executor, the tune worker array and ``validate``, through
-:func:`cluster_settings`. Values are ``sbatch`` options (https://slurm.schedmd.com/sbatch.html):
-``cpus``, ``gpus`` (``--gres=<gres>:<n>``), ``mem``, ``time``, ``partition``, ``account``, ``qos``,
-``extra_args``; ``stages.<kind>`` overrides ``default`` key by key, and GPU grids give
-:data:`GPU_KINDS` ``gpus: 1`` unless set. ``signal_seconds`` (checkpoint-and-requeue before the
-time limit), ``max_jobs``, ``max_retries`` and ``poll_seconds``: docs/cluster.md."""
+Read through :func:`cluster_settings` by the Slurm executor, the tune workers and ``validate``.
+Values are ``sbatch`` options (https://slurm.schedmd.com/sbatch.html); ``stages.<kind>`` overrides
+``default`` key by key; GPU grids give :data:`GPU_KINDS` ``gpus: 1`` unless set. The rest: docs/cluster.md."""
 
 from __future__ import annotations
 

@@ -28,12 +28,8 @@ PARAMS_FILE = "params.yaml"
 
 @dataclass(frozen=True, eq=False)
 class Params:
-    """Validated ``params.yaml``. Section values are the registry's typed parameter models.
-
-    ``losses`` holds each listed loss's parameters as ``losses.<name>`` sets them over the
-    module defaults; what a run trains with is :meth:`loss_params` (the protocol's values for
-    the run's dataset and backbone added). ``loss_values`` are the keys ``losses.<name>`` sets.
-    """
+    """Validated ``params.yaml``: the registries' typed parameter models. A run's loss values:
+    :meth:`loss_params`; ``loss_values``: the keys ``losses.<name>`` sets."""
 
     datasets: dict[str, DatasetParams]
     backbones: dict[str, BackboneParams]
@@ -55,10 +51,8 @@ class Params:
         return self.protocols[self.protocol_name]
 
     def loss_values_for(self, run: RunSpec | Combo, published_only: bool = False) -> dict[str, Any]:
-        """The values a run's loss is built with before tuning: the protocol's ``losses.<name>`` for
-        the run's dataset and backbone, then ``losses.<name>`` of ``params.yaml``
-        (``published_only``: the protocol's alone); a key set in both is rejected at load. The one
-        loss-value merge: :meth:`loss_params` and :func:`dmlbench.params.run.run_config` use it."""
+        """The values a run's loss is built with before tuning: the protocol's for the dataset and
+        backbone, then ``losses.<name>`` (``published_only``: the protocol's alone). The one merge."""
         values = dict(self.protocol_for(run).losses.get(run.loss, {}))
         if not published_only:
             values.update(self.loss_values.get(run.loss, {}))
@@ -70,9 +64,7 @@ class Params:
         return self.loss_models[run.loss].model_validate(self.loss_values_for(run))
 
     def loss_source(self, run: RunSpec | Combo) -> str:
-        """Where a run's loss hyperparameters come from: ``protocol`` when the active protocol
-        sets any of them for this dataset/backbone, ``params`` when only ``losses.<name>`` does,
-        else ``defaults`` (the loss module's published defaults)."""
+        """Where a run's loss values come from: ``protocol``, ``params`` (``losses.<name>``) or ``defaults``."""
         if self.protocol_for(run).losses.get(run.loss):
             return "protocol"
         return "params" if self.loss_values.get(run.loss) else "defaults"

@@ -1,11 +1,8 @@
 """The report in MLflow: one "report" run per report content, found again instead of duplicated.
 
-Identity, as for training runs (:mod:`dmlbench.tracking.runs`): tag ``report_key`` = hash of
-the grid and report settings, tag ``content_hash`` = hash of ``report.md`` and every figure.
-A re-run of the report stage that produces the same content finds the finished run and logs
-nothing; new content for the same grid creates a new run and moves the earlier runs of that
-grid to MLflow's trash, tagged ``superseded_by``. Artifacts keep the report's layout
-(``report/report.md``, ``report/figures/*.png``), so its relative image links still work.
+Identity: tags ``report_key`` (grid and report settings) and ``content_hash`` (report and figures):
+the same content logs nothing, new content supersedes the earlier runs. Artifacts keep the report's
+layout, so its relative image links work.
 """
 
 from __future__ import annotations
