@@ -14,7 +14,7 @@ from typing import Any
 from dmlbench.grid import Combo
 from dmlbench.params.model import config_hash, flatten
 from dmlbench.tracking.runs import find_runs
-from dmlbench.tracking.store import ensure_experiment, store_lock
+from dmlbench.tracking.store import ensure_experiment, store_lock, supersede
 
 KIND = "summary"
 
@@ -64,7 +64,5 @@ def ensure_cell_run(
         run_id = mlflow_client.create_run(experiment_id, run_name=name, tags=run_tags).info.run_id
         if params is not None:
             mlflow_client.log_batch(run_id, params=[Param(k, str(v)) for k, v in flatten(params).items()])
-        for old in existing:
-            mlflow_client.set_tag(old.info.run_id, "superseded_by", run_id)
-            mlflow_client.delete_run(old.info.run_id)
+        supersede(mlflow_client, existing, run_id)
     return run_id

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dmlbench.params.model import Params
 from dmlbench.tracking.store import client as make_client
-from dmlbench.tracking.store import ensure_experiment, git_state
+from dmlbench.tracking.store import ensure_experiment, git_state, supersede
 
 ARTIFACT_DIR = "report"
 
@@ -99,8 +99,6 @@ def log_report(params: Params, report: Path, figure_dir: Path, metrics: Mapping[
         client.set_terminated(run_id, status="FAILED")
         raise
     client.set_terminated(run_id, status="FINISHED")
-    for old in previous:
-        client.set_tag(old.info.run_id, "superseded_by", run_id)
-        client.delete_run(old.info.run_id)
+    supersede(client, previous, run_id)
     print(f"report logged to MLflow: run {run_id}")
     return run_id

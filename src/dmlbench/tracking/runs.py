@@ -21,7 +21,7 @@ from dmlbench.errors import TrainingDiverged
 from dmlbench.grid import RunSpec
 from dmlbench.params.model import flatten
 from dmlbench.tracking.store import client as make_client
-from dmlbench.tracking.store import ensure_experiment, git_state, store_lock
+from dmlbench.tracking.store import ensure_experiment, git_state, store_lock, supersede
 
 FAILURE_TAG_CHARS = 5000  # MLflow keeps tag values up to 8000 characters
 
@@ -229,10 +229,7 @@ def open_training_run(
         run_id = str(mlflow_client.create_run(experiment_id, run_name=request["name"], tags=tags).info.run_id)
     if not (done and done[0].data.params):
         mlflow_client.log_batch(run_id, params=[Param(name, value) for name, value in request["params"].items()])
-    for old in previous:
-        if old.info.run_id != run_id:
-            mlflow_client.set_tag(old.info.run_id, "superseded_by", run_id)
-            mlflow_client.delete_run(old.info.run_id)
+    supersede(mlflow_client, previous, run_id)
     return run_id
 
 

@@ -169,6 +169,14 @@ def ensure_experiment(name: str, mlflow_client: Any | None = None) -> str:
         return experiment.experiment_id
 
 
+def supersede(mlflow_client: Any, runs: list[Any], run_id: str) -> None:
+    """Tag each of ``runs`` but ``run_id`` ``superseded_by`` it and move it to MLflow's trash."""
+    for old in runs:
+        if old.info.run_id != run_id:
+            mlflow_client.set_tag(old.info.run_id, "superseded_by", run_id)
+            mlflow_client.delete_run(old.info.run_id)
+
+
 @lru_cache(maxsize=1)
 def git_state() -> tuple[str, bool]:
     """(commit sha or "unknown", whether code or params differ from it)."""
