@@ -1,5 +1,4 @@
-"""Dataset archives: their declaration, params overrides, mirrors, first-use checksums, the shared
-``fetch`` and the pre-flight lines.
+"""Dataset archives: params overrides, mirrors, first-use checksums, the shared ``fetch``, pre-flight.
 
 :func:`archive_fetcher` takes each archive from the drop-box ``data/`` (md5 verified) or downloads it
 there, then unpacks or copies it into ``artifacts/raw/<dataset>/`` atomically, kept only once

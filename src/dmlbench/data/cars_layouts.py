@@ -1,6 +1,4 @@
-"""CARS196's image tables from the layouts besides the Stanford release's ``cars_annos.mat``, read
-from the unpacked files at any depth (Kaggle nests its folders); docs/datasets.md names the files.
-
+"""CARS196's image tables from the non-Stanford layouts, at any depth (docs/datasets.md names the files):
 devkit (torchvision's ``StanfordCars``; every labelled test-annotation copy must agree) and folders
 (pytorch-metric-learning 2.9's Kaggle copy, ``car_data/car_data/{train,test}/<class>/``); both give
 ``path,label,class_name`` (checked by :mod:`dmlbench.data.content`)."""

@@ -1,5 +1,4 @@
-"""What a dataset's files hold, checked before anything is trusted: its annotations read, its
-images and classes counted against the published release, every listed image looked for.
+"""What a dataset's files hold, checked before anything is trusted.
 
 Download runs :func:`content_check` before keeping files (or recording a sha256); prepare counts
 again (:func:`check_counts`, :func:`prepared_counts`). Fewer images or classes than the release
@@ -34,9 +33,7 @@ def _line(message: str) -> str:
 
 def check_counts(dataset: str, found: Counts, published: Counts | None, subset_allowed: bool, where: str) -> dict:
     """``found`` against the release: equal, or (with ``subset_allowed``) within it; else one line.
-
-    Returns what info.json records: ``{"published", "listed", "allow_subset", "subset"}``.
-    """
+    Returns what info.json records: ``{"published", "listed", "allow_subset", "subset"}``."""
     record: dict[str, Any] = {
         "published": published.as_dict() if published else None,
         "listed": found.as_dict(),

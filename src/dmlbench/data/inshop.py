@@ -2,8 +2,6 @@
 
 Split from ``Eval/list_eval_partition.txt``: 3,997 training items (25,882 images); the 3,985 test
 items are queried (14,218 images) against a gallery (12,612), as in Proxy-Anchor's ``Inshop.py``.
-A partition file of another DeepFashion benchmark is recognised and named.
-
 Images: ``Img/img.zip`` (what most DML code uses), or ``img_highres.zip`` (OML) when placed in
 ``data/`` (password-protected: the stage says how to get it). Files come from Google Drive; no
 checksum is published, so they are recorded on first use."""

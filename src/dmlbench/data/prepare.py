@@ -5,10 +5,8 @@ torchvision's ``Resize(S)`` (antialiased bilinear; JPEGs DCT-downscaled first wh
 and its long side centre-cropped to ``L = ceil(S * max_aspect)`` px. Outputs: ``images.npy`` (uint8
 ``N x L x L x 3``, image ``i`` at ``[:h_i, :w_i]``, the rest 0), ``sizes.npy`` (int32 ``N x 2``),
 ``manifest.csv`` (``path,label,class_name,split,fold`` in cache order) and ``info.json`` (splits,
-folds, archive md5s, published / listed / prepared counts, images left out).
-
-A listed image missing from the archive fails before decoding, an unreadable one after, unless
-``skip_corrupt``. Each row is written at its own index, so ``workers`` do not change the result.
+folds, archive md5s, counts, images left out). A listed image missing fails before decoding, an
+unreadable one after, unless ``skip_corrupt``. Rows are written at their own index: ``workers`` change nothing.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""The download stage's record of a dataset's extracted files, and their re-creation where they are
-missing (a fresh clone, another machine).
+"""The download stage's record of a dataset's extracted files, and their re-creation where missing.
 
 ``artifacts/raw/<dataset>/`` is scratch (terms seldom allow pushing images); DVC tracks the record
 ``artifacts/downloaded/<dataset>.json`` (archive md5s, a digest of the extracted tree). ``prepare``

@@ -39,14 +39,9 @@ def last_val_classes(train_classes: np.ndarray, config: SplitConfig) -> list[np.
 
 
 def rc_cv_classes(train_classes: np.ndarray, config: SplitConfig) -> list[np.ndarray]:
-    """MLRCSplitManager arithmetic on the sorted training half (``test_size`` 0.5).
-
-    powerful-benchmarker (branch metric-learning, ``split_managers/mlrc_split_manager.py``)
-    sees ``N = 2T`` classes: ``val = int(N * (1/k) * (1 - 0.5))``, ``train = T - val``;
-    partition ``p`` starts at ``int(p/k * T)``, takes ``train`` classes then ``val`` classes,
-    wrapping around. CUB (T=100): val blocks 75-99, 0-24, 25-49, 50-74 (0-based). Cars (T=98):
-    74-97, 0-23, 25-48, 49-72, so classes 24 and 73 never validate.
-    """
+    """powerful-benchmarker's ``MLRCSplitManager`` (branch metric-learning) on ``N = 2T`` classes:
+    ``val = int(N * (1/k) * 0.5)``; partition ``p`` starts at ``int(p/k * T)``, ``T - val`` train then
+    ``val`` validation classes, wrapping. Cars (T=98): classes 24 and 73 never validate."""
     folds, count = config.folds, len(train_classes)
     if count < folds:
         raise DataError(f"rc_cv with {folds} folds needs >= {folds} training classes, got {count}")
