@@ -1,10 +1,7 @@
-"""The cost model's arithmetic, free of I/O: a stage's images -> seconds, a list of stages ->
-device-hours and wall time on ``workers`` parallel slots, and the ETA of a running grid.
+"""The cost model's arithmetic, free of I/O: images -> seconds, stages -> device-hours and wall time.
 
-Wall time: phases by kind (validate, download, prepare, tune, train + baseline + embed_pretrained,
-evaluate + evaluate_pretrained, report), one after another, each spread over the workers longest
-first (Graham's LPT schedule, within 4/3 of the optimal makespan: Graham 1969, SIAM J. Appl. Math.
-17(2)): an upper bound on the scheduling (phases do not overlap), exact on the work.
+Wall time: the phases (:data:`PHASES`) one after another, each spread longest first (Graham's LPT
+schedule, within 4/3 of optimal: Graham 1969, SIAM J. Appl. Math. 17(2)): an upper bound.
 """
 
 from __future__ import annotations

@@ -36,23 +36,15 @@ CANDIDATES = LATIN + DIGITS + GREEK + CYRILLIC + HEBREW + ARMENIAN + GEORGIAN + 
 
 # Fonts from matplotlib's mpl-data/fonts/ttf. Computer Modern fonts remap punctuation, so
 # they are only used for ASCII letters and digits.
-UNICODE_FONTS = (
-    "DejaVuSans.ttf",
-    "DejaVuSans-Bold.ttf",
-    "DejaVuSans-Oblique.ttf",
-    "DejaVuSans-BoldOblique.ttf",
-    "DejaVuSansMono.ttf",
-    "DejaVuSansMono-Bold.ttf",
-    "DejaVuSansMono-Oblique.ttf",
-    "DejaVuSansMono-BoldOblique.ttf",
-    "DejaVuSerif.ttf",
-    "DejaVuSerif-Bold.ttf",
-    "DejaVuSerif-Italic.ttf",
-    "DejaVuSerif-BoldItalic.ttf",
-    "STIXGeneral.ttf",
-    "STIXGeneralBol.ttf",
-    "STIXGeneralItalic.ttf",
-    "STIXGeneralBolIta.ttf",
+UNICODE_FONTS = tuple(
+    f"{family}{style}.ttf"
+    for family, styles in (
+        ("DejaVuSans", ("", "-Bold", "-Oblique", "-BoldOblique")),
+        ("DejaVuSansMono", ("", "-Bold", "-Oblique", "-BoldOblique")),
+        ("DejaVuSerif", ("", "-Bold", "-Italic", "-BoldItalic")),
+        ("STIXGeneral", ("", "Bol", "Italic", "BolIta")),
+    )
+    for style in styles
 )
 ASCII_FONTS = ("cmr10.ttf", "cmb10.ttf", "cmss10.ttf", "cmti10.ttf", "cmtt10.ttf")
 MIN_FONTS_PER_CLASS = 4

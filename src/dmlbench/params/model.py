@@ -1,8 +1,5 @@
-"""The validated ``params.yaml``: :class:`Params`, what every stage and runner hands around.
-
-Built by :func:`dmlbench.params.load.parse_params`. ``tuning:`` and ``cluster:`` stay raw
-mappings here, validated only where read (:mod:`dmlbench.params.load` says why).
-"""
+"""The validated ``params.yaml`` (:func:`dmlbench.params.load.parse_params`); ``tuning:`` and
+``cluster:`` stay raw mappings, validated only where read."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """Published benchmark setups as presets: ``presets/<name>.yaml`` beside ``params.yaml``.
 
-A preset replaces the grid (``datasets``, ``backbones``, ``losses``, ``dims``, ``seeds``, ``protocol``),
-may merge ``evaluate``, ``report``, ``tracking``, ``tuning`` and ``cluster`` keys over params.yaml's,
-and names one of params.yaml's ``protocols`` (never defines one). Validated as params.yaml; its
-experiment defaults to its name. ``make repro PRESET=<name>`` runs it in a workspace of its own.
-docs/presets.md lists them.
+A preset replaces the grid and ``protocol`` (one of params.yaml's), may merge other sections over
+params.yaml's, and runs in a workspace of its own (``make repro PRESET=<name>``). docs/presets.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""The training protocol section of ``params.yaml`` (``protocols.<name>``): optimiser,
-schedule, augmentation, early stopping and per-dataset/backbone overrides.
-
-A leaf of the params schema: it builds only on :mod:`dmlbench.schema`.
-"""
+"""``protocols.<name>`` of ``params.yaml``: optimiser, schedule, augmentation, early stopping, overrides."""
 
 from __future__ import annotations
 

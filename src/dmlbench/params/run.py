@@ -1,9 +1,5 @@
-"""One run's configuration, resolved from ``params.yaml`` once: what a per-run stage hands down.
-
-:func:`run_config` checks the run against the grid, applies the protocol's overrides for its
-dataset and backbone, validates its loss hyperparameters and hashes the resolved config;
-training and embedding read the run's settings from the :class:`RunConfig`, not from ``Params``.
-"""
+"""One run's configuration, resolved once (overrides applied, loss values validated, hashed): what
+training and embedding read instead of ``Params``."""
 
 from __future__ import annotations
 

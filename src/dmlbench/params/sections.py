@@ -1,7 +1,4 @@
-"""The ``evaluate``, ``report`` and ``tracking`` sections of ``params.yaml``.
-
-A leaf of the params schema: it builds only on :mod:`dmlbench.schema`.
-"""
+"""The ``evaluate``, ``report`` and ``tracking`` sections of ``params.yaml``."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """The ``tuning:`` section of ``params.yaml``: how ``tune@<dataset>-<backbone>-<loss>`` searches.
 
 The Reality Check (Musgrave, Belongie & Lim, ECCV 2020, §4): 50 Bayesian-optimisation iterations
-per loss and dataset, scored by mean validation MAP@R over the split's folds, at dim 128.
-:func:`tuning_settings` validates it where it is read, so download, prepare, train and evaluate
-do not depend on it.
+per loss and dataset, scored by mean validation MAP@R over the folds, at dim 128.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """One MLflow run per grid cell (dataset, backbone, loss, dim): the parent of its seeds' runs.
 
-Created by the first of its seeds' trainings under the store's lock (parallel stages make one
-run), holding the params without the seed; evaluate adds the seed-mean metrics
-(:mod:`dmlbench.tracking.summary`). Tag ``kind=summary``; identity: ``combo_key`` + ``cell_hash``
-(new hyperparameters: a new run, the old one superseded as training runs are).
+Created by its first training under the store's lock; evaluate adds the seed-mean metrics
+(:mod:`dmlbench.tracking.summary`). Identity: ``combo_key`` + ``cell_hash`` (new params supersede).
 """
 
 from __future__ import annotations
@@ -43,12 +41,8 @@ def ensure_cell_run(
     name: str,
     params: Mapping[str, Any] | None = None,
 ) -> str:
-    """The active cell run of ``key`` (``combo_key``), created if missing; return its id.
-
-    With ``params`` (a training starting): the run whose ``cell_hash`` matches them; a new one
-    (with these params) replaces runs of other params. Without (the evaluate stage, which reads
-    no hyperparameters): the newest active run of the cell, or a new run without params.
-    """
+    """The active cell run of ``key`` (``combo_key``), created if missing; its id. With ``params``: the
+    run whose ``cell_hash`` matches (a new one supersedes others); without: the newest active run."""
     from mlflow.entities import Param
 
     experiment_id = ensure_experiment(experiment, mlflow_client)

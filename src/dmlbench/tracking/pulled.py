@@ -1,10 +1,8 @@
 """``python -m dmlbench.tracking.pulled``: pulled runs made visible in this workspace's MLflow store.
 
-A ``dvc pull`` brings a grid's outputs but no MLflow run. Each pulled run
-(:func:`dmlbench.tracking.workspace.provenance`) this store lacks becomes one FINISHED run named
-``... (pulled)``, tagged ``source = pulled``, ``original_run = <grid_key>@<config_hash>`` and
-``kind = pulled_train`` (never taken for a training's own run), with its params, per-epoch history
-and test metrics. Idempotent (keyed on ``original_run``); the report stage calls :func:`import_pulled`.
+A ``dvc pull`` brings outputs but no MLflow run: each pulled run the store lacks becomes one FINISHED
+run tagged ``source = pulled``, ``original_run = <grid_key>@<config_hash>``, ``kind = pulled_train``
+(idempotent on ``original_run``). The report stage calls :func:`import_pulled`.
 """
 
 from __future__ import annotations

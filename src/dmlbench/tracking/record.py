@@ -1,9 +1,4 @@
-"""A run's lifecycle, written once: how a tracked run starts or resumes, logs, and ends.
-
-:func:`ending` wraps every run's body (KILLED on a kill, FAILED with the failure tags otherwise);
-:class:`TrainingRecord` is one training's run and run log, open -> log_epoch -> complete, through
-the stage's spool (:mod:`dmlbench.tracking.spooled`).
-"""
+"""A run's lifecycle, written once: how a tracked run starts or resumes, logs, and ends."""
 
 from __future__ import annotations
 

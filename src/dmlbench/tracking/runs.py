@@ -1,11 +1,8 @@
 """One MLflow run per training run, found again by its identity instead of duplicated.
 
-Identity = tags ``grid_key`` (``glyphs/tiny_cnn/contrastive/64/seed0``) + ``config_hash``; no run id
-is stored in a DVC output, so stages find runs by tags (:func:`find_training_run`). A resumed training
-continues the newest unfinished run of its identity and code; a fresh one supersedes (trashes) the
-earlier ones, so the active view holds one run per training. Runs nest (``mlflow.parentRunId``): cell
--> seeds -> fold models. A failed run carries ``failure`` and ``failure_cause`` (``diverged`` or the
-error's type: :func:`failure_tags`). Details: docs/tracking.md.
+Identity = tags ``grid_key`` + ``config_hash`` (no run id in a DVC output: :func:`find_training_run`).
+A resumed training continues its unfinished run, a fresh one supersedes earlier ones; runs nest cell
+-> seeds -> folds; a failed run carries :func:`failure_tags`. Details: docs/tracking.md.
 """
 
 from __future__ import annotations

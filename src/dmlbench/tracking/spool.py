@@ -1,13 +1,10 @@
 """A training's tracking records, written to a local spool first and sent from a thread of their own.
 
-Why: a training lasts days, the server may be down for hours, and MLflow's client rides out about
-4 minutes (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``) before raising into the training. Every record is
-appended to ``records.jsonl`` and ``fsync``-ed (:func:`dmlbench.paths.spool_dir`); a sender thread
-sends them in order, retrying with backoff (:data:`RETRY_SECONDS`): delayed, never dropped or
-reordered; a resend makes no duplicate (:mod:`dmlbench.tracking.spool_ops`). At the end a bounded
-flush (:data:`FLUSH_SECONDS`); what is left is replayed by the next process that opens the spool
-(:mod:`dmlbench.tracking.replay`). One sender per spool (a file lock); a refused record goes to
-``refused.jsonl``. Details: docs/tracking.md.
+Why: a training lasts days and MLflow's client rides out about 4 minutes of a server outage before
+raising into it. Records are appended and ``fsync``-ed to ``records.jsonl``; a sender thread sends
+them in order with backoff (:data:`RETRY_SECONDS`), never dropped or duplicated
+(:mod:`dmlbench.tracking.spool_ops`); what a bounded end flush leaves is replayed later
+(:mod:`dmlbench.tracking.replay`). Refused records go to ``refused.jsonl``. Details: docs/tracking.md.
 """
 
 from __future__ import annotations

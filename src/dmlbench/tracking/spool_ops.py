@@ -1,9 +1,8 @@
 """What each spool record does to the tracking store, replayed as often as needed without a duplicate.
 
-A record is a JSON object with an ``op`` and a ``run`` handle that the ``open_*`` records map to a
-run id. Every op is idempotent, so a record whose answer was lost is sent again without a duplicate:
-``open_run`` tags the run with the record's key; ``metrics`` (append-only in MLflow) skips the
-(key, step) pairs the server holds when the record is ``uncertain``; the other ops write the same state twice.
+Every op is idempotent, so a record whose answer was lost is sent again without a duplicate:
+``open_run`` tags its run with the record's key; an ``uncertain`` ``metrics`` record skips the
+(key, step) pairs the server holds.
 """
 
 from __future__ import annotations

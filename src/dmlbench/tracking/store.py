@@ -1,9 +1,7 @@
 """The MLflow tracking store: ``$MLFLOW_TRACKING_URI`` or ``sqlite:///<repo>/mlflow.db``.
 
-Several processes creating a fresh sqlite store at once corrupt it, and
-``mlflow.set_experiment`` races silently route runs to "Default" (mlflow#4123, #12259).
-So the store and the experiment are created once, under a file lock, and every run is
-created with an explicit ``experiment_id``.
+Concurrent creation corrupts a fresh sqlite store and ``set_experiment`` races route runs to
+"Default" (mlflow#4123, #12259): both are created once under a file lock, runs with an explicit id.
 """
 
 from __future__ import annotations

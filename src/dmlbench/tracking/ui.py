@@ -1,9 +1,7 @@
 """``python -m dmlbench.tracking.ui --port 5000``: the MLflow UI, opened on the grid's runs.
 
-The table's view is a *shared view state*: an experiment tag ``mlflow.sharedViewState.<key>``
-selected by ``?viewStateShareKey=<key>``, as the UI's "Share" button writes it (mlflow/server/js,
-``useSharedExperimentViewState``): every run but the report's, newest first (so children nest),
-test metrics as columns. Prints the URL, opens a browser where possible, runs ``mlflow ui``.
+The view is a *shared view state* (tag ``mlflow.sharedViewState.<key>``, as the UI's "Share" button
+writes it: mlflow/server/js ``useSharedExperimentViewState``): runs newest first, test metrics as columns.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Which runs this workspace trained: a workspace identity, kept in the run logs.
 
-A random id in ``artifacts/runlog/workspace.json`` (neither git nor DVC copies it) is written by each
-training into its run log (:mod:`dmlbench.tracking.runlog`). A run is ``trained here`` when its run
-log matches its config hash and names this workspace (or none), else ``pulled`` from the default
-DVC remote (:func:`default_remote`).
+A random id in ``artifacts/runlog/workspace.json`` (copied by neither git nor DVC) goes into each run
+log; a run is ``trained here`` when its run log matches and names this workspace, else ``pulled``.
 """
 
 from __future__ import annotations
