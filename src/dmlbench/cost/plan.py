@@ -46,8 +46,7 @@ def run_shape(
     stages: int = 1,
     efficiency: float = DEFAULT_EFFICIENCY,
 ) -> RunShape:
-    """How a grid of ``stages`` stages runs with these runner options; :class:`ConfigError` (one line)
-    on options the runner would refuse."""
+    """How a grid of ``stages`` stages runs with these options; a one-line :class:`ConfigError` if refused."""
     device = device or params.protocol.device
     cores = cpu_count or os.cpu_count() or 1
     if gpu_slots < 1 or (gpu_slots > 1 and not gpus):

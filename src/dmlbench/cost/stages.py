@@ -25,8 +25,7 @@ class PlannedStage:
 
 
 def expand_stages(root: Path, params_text: str | None = None) -> list[PlannedStage]:
-    """Every stage of ``root``'s ``dvc.yaml`` over ``root/params.yaml``, or over ``params_text``
-    (a preset's composed params) when given, in ``dvc.yaml`` order."""
+    """Every stage of ``root``'s ``dvc.yaml`` over its params (or a preset's ``params_text``), in order."""
     from dmlbench import dvc_adapter as dvc
 
     definition = yaml.safe_load((root / PIPELINE_FILE).read_text())

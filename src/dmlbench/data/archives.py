@@ -49,8 +49,7 @@ class ArchiveSourceParams(SourceParams):
 
 @dataclass(frozen=True)
 class ResolvedArchive:
-    """An archive with the params overrides applied: a ``url`` set in params.yaml replaces the
-    published URL and its mirrors."""
+    """An archive with the params overrides applied (a ``url`` replaces the published URL and mirrors)."""
 
     archive: Archive
     url: str | None

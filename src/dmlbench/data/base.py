@@ -117,8 +117,7 @@ class Archive:
 
 @dataclass(frozen=True)
 class Counts:
-    """Images and classes of a dataset, in all and per official split (``(split, images, classes)``
-    in :data:`OFFICIAL_SPLITS` order); ``source``: where published counts come from."""
+    """Images and classes, in all and per official split ``(split, images, classes)``; ``source``: of published ones."""
 
     images: int
     classes: int

@@ -84,8 +84,7 @@ def _rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def _take(array: np.ndarray | RowView, rows: np.ndarray) -> np.ndarray | RowView:
-    """``array``'s ``rows``: a slice (a view) when they are one contiguous range, else a
-    :class:`RowView`; never a copy of the images."""
+    """``array``'s ``rows``: a view when contiguous, else a :class:`RowView`; never a copy."""
     if _contiguous(rows) and not isinstance(array, RowView):
         return array[rows[0] : rows[-1] + 1]
     return RowView(array, rows)
@@ -101,8 +100,7 @@ class PreparedDataset:
 
     @classmethod
     def load(cls, directory: str | Path, in_memory: bool = False) -> PreparedDataset:
-        """The prepared dataset in ``directory``, its images memory-mapped (``in_memory``: read
-        into this process's memory instead)."""
+        """The prepared dataset in ``directory``, memory-mapped (``in_memory``: read into memory)."""
         directory = Path(directory)
         if not (directory / MANIFEST).exists():
             raise DataError(f"{directory}: no prepared dataset here (run the prepare stage first)")

@@ -37,8 +37,7 @@ def hits(root: Path, pattern: str) -> list[Path]:
 
 
 def unpack_nested_devkit(root: Path) -> None:
-    """Kaggle's meta download holds ``car_devkit.tgz`` itself: unpack it beside itself when no
-    ``cars_meta.mat`` is there yet."""
+    """Unpack the ``car_devkit.tgz`` inside Kaggle's meta download when no ``cars_meta.mat`` is there yet."""
     if hits(root, META):
         return
     for archive in hits(root, DEVKIT_ARCHIVE):

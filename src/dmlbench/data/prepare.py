@@ -103,8 +103,7 @@ def _decode_chunk(task: tuple[str, int, list[str], int, int]) -> tuple[int, np.n
 
 
 def _process_context():
-    """``fork`` on Linux (children only run PIL and numpy, as torch's DataLoader workers do; no
-    re-import cost), ``spawn`` elsewhere."""
+    """``fork`` on Linux (workers run only PIL and numpy, as DataLoader's do), ``spawn`` elsewhere."""
     import multiprocessing
 
     return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")

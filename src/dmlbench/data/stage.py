@@ -20,8 +20,7 @@ def download_stage(dataset: str, dataset_params: DatasetParams) -> None:
 
 
 def prepare_stage(dataset: str, dataset_params: DatasetParams, workers: int | None = None) -> dict[str, Any]:
-    """Decode, resize and split into ``artifacts/prepared/<dataset>`` with ``workers`` processes
-    (default: all CPUs); the extraction is re-created from ``data/`` first where it is missing."""
+    """Decode, resize and split into ``artifacts/prepared/<dataset>`` (a missing extraction re-created first)."""
     spec = DATASETS[dataset]
     ensure_extracted(spec, dataset_params, paths.raw_dir(dataset), paths.downloaded_record(dataset), paths.DROPBOX)
     return prepare_dataset(

@@ -56,8 +56,7 @@ class Params:
         return values
 
     def loss_params(self, run: RunSpec | Combo) -> LossParams:
-        """The loss hyperparameters of one run (untuned): the loss module's defaults under
-        :meth:`loss_values_for`."""
+        """One run's loss hyperparameters (untuned): the module defaults under :meth:`loss_values_for`."""
         return self.loss_models[run.loss].model_validate(self.loss_values_for(run))
 
     def loss_source(self, run: RunSpec | Combo) -> str:

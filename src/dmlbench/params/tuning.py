@@ -31,11 +31,9 @@ _PASSWORD_IN_URL = re.compile(r"^[a-z0-9+]+://[^/@:]+:[^/@]+@")
 class TuningConfig(StrictModel):
     """Search settings, the same for every loss (the fair-comparison rule); docs/tuning.md has the detail.
 
-    ``sampler``: ``gp`` (like RC's Ax GPEI), ``tpe``, ``random`` or ``one_at_a_time`` (thesis §5.2);
-    ``storage``: None = an Optuna journal, else an RDB URL (password from ``PGPASSWORD``/``~/.pgpass``,
-    never params.yaml); ``baselines: [published]`` also trains the published values (``baseline@``);
-    ``dim`` None = the grid's largest; ``seed`` outside the grid's ``seeds``, so selection luck never
-    reaches the test scores."""
+    ``sampler: gp`` is like RC's Ax GPEI; ``storage``: an RDB URL (password from ``PGPASSWORD`` or
+    ``~/.pgpass``, never params.yaml); ``seed`` is outside the grid's ``seeds``, so selection luck
+    never reaches the test scores."""
 
     sampler: Literal[SAMPLERS] = "gp"  # type: ignore[valid-type]
     trials: PositiveInt = 50  # RC: 50 iterations per loss and dataset

@@ -23,8 +23,7 @@ def cell_config(resolved: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def cell_run_name(loss: str, dim: int | str, prefix: str = "") -> str:
-    """``contrastive d32 (cell)``; ``prefix`` (e.g. ``"cub200 resnet50 "``) where the grid has
-    more than one dataset or backbone."""
+    """``contrastive d32 (cell)`` after ``prefix`` (``"cub200 resnet50 "``) where the grid has several."""
     return f"{prefix}{loss} d{dim} (cell)"
 
 

@@ -80,8 +80,7 @@ def pulled_record(run: RunSpec, protocol: str, origin: str) -> dict[str, Any]:
 
 
 def import_pulled(params: Params, runs: Iterable[RunSpec] | None = None, mlflow_client: Any | None = None) -> int:
-    """Import each pulled run (default: :func:`pulled_runs`) that the store lacks; return how many
-    were imported (0 on a second call)."""
+    """Import each pulled run (default: :func:`pulled_runs`) the store lacks; how many (0 on a second call)."""
     from mlflow.entities import Metric, Param
 
     runs = pulled_runs(params) if runs is None else list(runs)

@@ -33,14 +33,12 @@ JOIN_SECONDS = 5.0  # how long closing waits for a sender inside a request
 
 
 def flush_seconds() -> float:
-    """How long the end of a training waits for its records to be sent: ``$DMLBENCH_TRACKING_FLUSH_SECONDS``,
-    else :data:`FLUSH_SECONDS`."""
+    """How long a training's end waits for its records: ``$DMLBENCH_TRACKING_FLUSH_SECONDS`` or the default."""
     return float(os.environ.get(FLUSH_VARIABLE) or FLUSH_SECONDS)
 
 
 def failure_summary(exc: BaseException) -> str:
-    """``Type: first words of the message`` and, where the message buries it, the system's reason
-    (``[Errno 111] Connection refused``)."""
+    """``Type: message start``, plus the system's reason (``[Errno 111] ...``) where the message buries it."""
     text = str(exc).splitlines()[0] if str(exc) else ""
     reason = re.search(r"\[Errno -?\d+\][^\"')]*", text)
     short = text[:120] + ("..." if len(text) > 120 else "")

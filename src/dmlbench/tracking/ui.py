@@ -78,8 +78,7 @@ def experiment_url(base: str, experiment_id: str, share_key: str | None) -> str:
 
 
 def runs_url(base: str, experiment: str) -> str:
-    """Install the view in ``experiment`` (if it exists) and return its URL; the experiments list
-    where the experiment has no run yet."""
+    """Install the view in ``experiment`` and return its URL (the experiments list while it has none)."""
     mlflow_client = make_client()
     found = mlflow_client.get_experiment_by_name(experiment)
     if found is None:

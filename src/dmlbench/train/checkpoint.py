@@ -35,9 +35,8 @@ def _no_best() -> dict[str, Any]:
 
 @dataclass
 class TrainState:
-    """Everything a resumed run needs (``last.pt``: :meth:`to_checkpoint`'s plain dict). ``scaler``:
-    fp16's loss scaler (``{}`` without one); ``rng``: :func:`dmlbench.train.rng.rng_state`; ``best``:
-    the selected ``epoch``, its ``value`` and validations ``since``; ``best_state``: its CPU weights."""
+    """Everything a resumed run needs (``last.pt``: :meth:`to_checkpoint`'s plain dict); ``best``: the
+    selected ``epoch``, its ``value`` and validations ``since``; ``best_state``: its CPU weights."""
 
     config_hash: str
     epoch: int = 0

@@ -239,8 +239,7 @@ def tell(study: Any, trial: Any, state: str, value: float | None, objective: str
 
 
 def summarise(params: Params, search: Search, study: Any, parent: TrackedRun, out: Path) -> dict[str, Any]:
-    """Write trials.csv, best.yaml and study.json from the study, log them (and the figures) to
-    the study's MLflow run, and the timings to the run log."""
+    """Write trials.csv, best.yaml and study.json; log them and the figures to MLflow, timings to the run log."""
     from dmlbench.tune.figures import draw_history, draw_importances
 
     tuning = tuning_settings(params)
