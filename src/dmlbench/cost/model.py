@@ -104,11 +104,7 @@ def device_hours(stages: Iterable[StageEstimate]) -> float:
 class Eta:
     """The time left of a running plan: the wall time of the stages not done, each estimate scaled by
     measured / estimated seconds of its kind done so far (of all kinds while none; 1 before any).
-
-    Args:
-        estimates: the planned stages' estimates, by name.
-        workers: the parallel slots the run has.
-    """
+    ``estimates``: the planned stages' by name; ``workers``: the run's parallel slots."""
 
     def __init__(self, estimates: Mapping[str, StageEstimate], workers: int):
         self.estimates = dict(estimates)

@@ -48,10 +48,8 @@ POOLED_WIDTH = 2048  # the pretrained baseline's pooled trunk features: at most 
 
 @dataclass(frozen=True)
 class PlanSettings:
-    """How the grid will run: on GPUs or not, and the CPU cores each stage has.
-
-    ``gpu_slots``: trainings sharing one GPU (each at 1 / ``gpu_slots`` of its rate); ``cores``: CPU
-    threads per stage; ``efficiency``: the model FLOP utilisation of a FLOP-based GPU rate."""
+    """How the grid will run: ``gpu_slots`` trainings share one GPU (each at 1 / ``gpu_slots`` of its rate),
+    ``cores`` CPU threads per stage, ``efficiency``: the FLOP utilisation of a FLOP-based GPU rate."""
 
     gpu: bool
     gpu_slots: int = 1

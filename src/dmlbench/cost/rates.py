@@ -112,8 +112,7 @@ _SIZES: dict[tuple[str, str, int, str, int], tuple[float, int]] = {}
 
 
 def model_size(backbone: str, params: BackboneParams, dim: int, pooling: str, crop: int) -> tuple[float, int]:
-    """(training FLOPs per ``crop`` x ``crop`` image = 3 x forward, parameter count) of the model
-    built without weights (the architecture alone); computed once per setting."""
+    """(training FLOPs per ``crop`` x ``crop`` image = 3 x forward, parameters) of the bare architecture."""
     key = (backbone, params.model_dump_json(), dim, pooling, crop)
     if key not in _SIZES:
         import torch

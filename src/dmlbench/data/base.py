@@ -28,8 +28,7 @@ UrlCheck = Callable[[str], str | None]  # why a URL cannot be downloaded now, or
 
 
 class SplitConfig(StrictModel):
-    """How validation classes are carved from the training classes (never from test classes).
-
+    """How validation classes are carved from the training classes (never from test classes):
     ``standard``: no validation split (papers; selection falls back to the last epoch);
     ``fixed_val``: a random ``val_fraction`` of the classes (thesis §5.2, Table 14: 90/10 best);
     ``last_val``: the last ``val_fraction`` of the sorted classes (Berton et al. 2025, 80/20);

@@ -102,8 +102,7 @@ def content_check(
 
 
 def prepared_counts(listed: dict, prepared: Counts, missing: int, unreadable: int) -> dict:
-    """What info.json records of the counts: the listed ones checked against the release, what the
-    cache holds, and the images left out (``skip_corrupt``), which add up to the listed images."""
+    """info.json's counts: listed (checked against the release), prepared and left out (they add up)."""
     if prepared.images + missing + unreadable != listed["listed"]["images"]:
         raise DataError(
             f"prepared {prepared.images:,} images and left out {missing + unreadable:,}, but the annotations list "

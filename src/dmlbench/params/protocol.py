@@ -23,10 +23,8 @@ SELECTION_METRICS = ("precision_at_1", "r_precision", "map_at_r")
 
 
 class OptimizerConfig(StrictModel):
-    """Optimiser of the trunk and embedding head; ``lr`` in 1/step units of the optimiser.
-
-    ``no_weight_decay``: ``none`` = decay on every parameter (the 2020 codes, Hyp-ViT); ``timm`` = none
-    on 1-D parameters and the trunk's ``no_weight_decay()`` names, as timm's ``param_groups_layer_decay``."""
+    """Optimiser of the trunk and head. ``no_weight_decay: timm``: none on 1-D parameters and the trunk's
+    ``no_weight_decay()`` names, as timm's ``param_groups_layer_decay`` (``none``: the 2020 codes')."""
 
     name: Literal["adamw", "adam", "rmsprop", "sgd"] = "adamw"
     lr: PositiveFloat
@@ -44,11 +42,8 @@ class SchedulerConfig(StrictModel):
 
 
 class AugmentConfig(StrictModel):
-    """Image transforms (:mod:`dmlbench.data.augment`); sizes in px.
-
-    ``train``: RandomResizedCrop(crop_size, scale, ratio) or ``squash`` (aspect not kept), then
-    torchvision's RandAugment (0 = off) and the flip. ``eval``: short side to ``eval_resize`` (or
-    ``squash`` to a square), centre crop ``crop_size``. ``interpolation: weights``: the trunk's own."""
+    """Image transforms in px (:mod:`dmlbench.data.augment`): ``train`` RandomResizedCrop or ``squash``,
+    RandAugment (0 = off), flip; ``eval`` short side (or ``squash``) to ``eval_resize``, centre crop."""
 
     crop_size: PositiveInt
     eval_resize: PositiveInt

@@ -29,8 +29,7 @@ _PASSWORD_IN_URL = re.compile(r"^[a-z0-9+]+://[^/@:]+:[^/@]+@")
 
 
 class TuningConfig(StrictModel):
-    """Search settings, the same for every loss (the fair-comparison rule); docs/tuning.md has the detail.
-
+    """Search settings, the same for every loss (the fair-comparison rule; docs/tuning.md).
     ``sampler: gp`` is like RC's Ax GPEI; ``storage``: an RDB URL (password from ``PGPASSWORD`` or
     ``~/.pgpass``, never params.yaml); ``seed`` is outside the grid's ``seeds``, so selection luck
     never reaches the test scores."""

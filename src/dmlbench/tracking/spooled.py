@@ -116,8 +116,7 @@ class SpooledRun:
 
 
 class StageTracking:
-    """The spool of one training stage (``directory``: :func:`dmlbench.paths.spool_dir`), open for
-    the stage's duration (a context manager: flushed with a bounded wait at the end)."""
+    """The spool of one training stage (:func:`dmlbench.paths.spool_dir`), a context manager."""
 
     def __init__(self, directory: Path, wait_seconds: float | None = None):
         self.spool = Spool(directory)

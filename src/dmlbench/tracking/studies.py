@@ -39,8 +39,7 @@ def study_run(experiment: str, study: str, name: str, tags: Mapping[str, str], p
 
 
 def trial_run(experiment: str, parent: TrackedRun, study: str, number: int) -> TrackedRun:
-    """A new child run for trial ``number`` (a re-run of an interrupted trial is a new trial); its
-    values are logged when the trial ends (an enqueued trial's are known only once suggested)."""
+    """A new child run for trial ``number``; its values are logged when the trial ends."""
     mlflow_client = make_client()
     experiment_id = ensure_experiment(experiment, mlflow_client)
     tags = {"kind": TRIAL_KIND, "study": study, "trial": str(number), PARENT_TAG: parent.run_id}

@@ -53,8 +53,7 @@ def provenance(runlog: Mapping[str, Any] | None, config_hash: str | None, here: 
 
 
 def default_remote(root: Path = Path(".")) -> str:
-    """``<name> (<url>)`` of the repository's default DVC remote (``core.remote`` of ``.dvc/config``
-    and ``.dvc/config.local``, the files ``dvc remote default`` writes), or ``""`` when none is set."""
+    """``<name> (<url>)`` of the default DVC remote (``core.remote`` of ``.dvc/config[.local]``), or ``""``."""
     config = configparser.ConfigParser()
     config.read([root / ".dvc" / "config", root / ".dvc" / "config.local"])
     name = config.get("core", "remote", fallback="")

@@ -189,7 +189,6 @@ def train(
     fold: int | None = None,
 ) -> TrainOutcome:
     """Train the run of ``config``, continuing from ``resume`` (a checkpoint of this config) if given.
-
     ``fold``: train outside fold ``fold``, select on it. A checkpoint (with ``extra_state``) is written
     to ``checkpoint_dir`` after every epoch, then ``on_epoch(epoch, metrics)`` is called.
     ``fast_path``: None = on (:mod:`dmlbench.train.step`); ``compile``: see
