@@ -1,5 +1,4 @@
-"""``make plan`` (``python -m dmlbench.pipeline --plan``) and the runner's ETA: the grid's stages
-(:mod:`dmlbench.cost.stages`) priced (:mod:`dmlbench.cost.price`) for the way it will run.
+"""``make plan`` and the runner's ETA: the grid's stages priced for the way it will run.
 
 Locally ``--jobs`` slots (one per GPU slot, else per core), CPU stages with ``cpu_count // jobs``
 threads; on Slurm ``cluster.max_jobs`` at once (else :data:`dmlbench.params.cluster.DEFAULT_MAX_JOBS`)

@@ -1,5 +1,4 @@
 """Every planned stage's estimate (:class:`dmlbench.cost.model.StageEstimate`) from the grid's params.
-
 Seconds on the stage's device, bytes. ``train``: per model (one per fold) :func:`training_images`
 plus validation passes at the rate of :mod:`dmlbench.cost.rates` (an upper bound); models 4 bytes
 per parameter, embeddings float32. ``tune``: trials x folds trainings (upper bound with a pruner).

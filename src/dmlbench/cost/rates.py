@@ -1,9 +1,6 @@
-"""Where the cost model's training rates come from: the throughput table ``make gpu-check`` writes
-(``reports/gpu_check.json``, ``throughput`` rows: one per protocol and backbone, eager), else the
-backbone's FLOP count at the protocol's crop at a stated model FLOP utilisation.
-
-FLOPs: :func:`forward_flops_per_image` (``torch.utils.flop_counter``) on the model built without
-weights (the architecture alone), training = 3 x forward (as the throughput rows count them).
+"""The cost model's training rates: the throughput rows ``make gpu-check`` writes to
+``reports/gpu_check.json``, else the backbone's FLOPs (``torch.utils.flop_counter``, training = 3 x
+forward) at a stated model FLOP utilisation.
 """
 
 from __future__ import annotations

@@ -86,9 +86,6 @@ def resolve(archives: tuple[Archive, ...], source: SourceParams) -> list[Resolve
     return resolved
 
 
-# --------------------------------------------------------------------------- first-use checksums
-
-
 def sidecar(path: Path) -> Path:
     """Where the sha256 of an archive without md5 is recorded on first use: ``<file>.sha256``."""
     return path.with_name(f"{path.name}.sha256")
@@ -164,9 +161,6 @@ def record_archives(dataset: str, local: list[tuple[ResolvedArchive, Path, dict]
     for item, path, record in local:
         if "sha256" in record:
             record_first_use(dataset, path, record["sha256"], record["md5"], item.archive.key)
-
-
-# --------------------------------------------------------------------------- fetch
 
 
 def missing_line(dataset: str, item: ResolvedArchive, dropbox: Path) -> str:
@@ -277,9 +271,6 @@ def archive_fetcher(
 
     fetch.__doc__ = f"Fetch {', '.join(a.filename for a in archives)} and unpack them into the raw directory."
     return fetch
-
-
-# --------------------------------------------------------------------------- pre-flight
 
 
 def archive_problems(

@@ -2,15 +2,9 @@
 
 Inputs: uint8 ``N x L x L x 3`` canvases from the prepared cache, ``sizes`` (int ``N x 2``) the valid
 ``(h, w)`` at the top-left (None: the whole canvas). Outputs: float ``N x 3 x O x O`` in [0, 1];
-normalisation belongs to the model. ``interpolation``: the trunk's weights' kernel (bicubic clamped
-to [0, 1], as PIL's 8-bit resampling).
-
-* :func:`train_transform`: RandomResizedCrop (torchvision's ``get_params`` on each valid region) +
-  flip, one ``grid_sample`` for the batch, never sampling outside the box.
-* :func:`eval_transform`: short side to ``eval_resize`` (antialiased), centre crop ``crop_size``
-  (Reality Check: 256 -> 227); ``squash=True``: ``Resize((eval_resize, eval_resize))`` first (Berton et al. 2025).
-* :func:`squash_train_transform`: ``Resize((crop_size, crop_size))``, torchvision's ``RandAugment`` per
-  image on 8-bit values, flip (Berton et al. 2025, gmberton/image-retrieval ``utils.py``).
+normalisation belongs to the model; bicubic results are clamped to [0, 1], as PIL's 8-bit resampling.
+Reality Check eval: ``Resize(256) -> CenterCrop(227)``; ``squash`` and RandAugment: Berton et al. 2025
+(gmberton/image-retrieval ``utils.py``).
 """
 
 from __future__ import annotations

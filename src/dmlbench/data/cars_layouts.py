@@ -33,9 +33,6 @@ def hits(root: Path, pattern: str) -> list[Path]:
     return sorted(p for p in root.rglob(pattern) if "__MACOSX" not in p.parts and not p.name.startswith("._"))
 
 
-# --------------------------------------------------------------------------- the devkit layout
-
-
 def unpack_nested_devkit(root: Path) -> None:
     """Unpack the ``car_devkit.tgz`` inside Kaggle's meta download when no ``cars_meta.mat`` is there yet."""
     if hits(root, META):
@@ -115,9 +112,6 @@ def devkit_table(root: Path) -> pd.DataFrame:
         raise DataError(f"class {unnamed.iloc[0]} of the annotations has no name in {META} ({len(names)} names)")
     frame["class_name"] = [names[label - 1] for label in frame["label"]]
     return frame
-
-
-# --------------------------------------------------------------------------- Kaggle's class folders
 
 
 def folders_table(root: Path) -> pd.DataFrame:

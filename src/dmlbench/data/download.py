@@ -1,6 +1,5 @@
-"""HTTP download with resume (Range), retries with exponential back-off, md5 check and atomic rename.
-
-The file grows as ``.<name>.part`` and is renamed once size and md5 match; a dropped connection
+"""HTTP download with resume (Range), retries with exponential back-off, md5 check and atomic rename:
+the file grows as ``.<name>.part`` and is renamed once size and md5 match; a dropped connection
 resumes with ``Range``; transient failures (408/429/5xx, timeouts) retry ``RETRIES`` times after
 ``BACKOFF_SECONDS * 2**attempt``. Google Drive's virus-scan page is followed through its download
 form or ``/uc?export=download`` link with its cookies (as gdown's ``get_url_from_gdrive_confirmation``);

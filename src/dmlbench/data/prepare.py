@@ -1,6 +1,5 @@
-"""Decode every image once into a memory-mappable cache that training and evaluation read fast.
-
-Each image is decoded as RGB (EXIF orientation ignored, as every DML loader does), resized like
+"""Decode every image once into a memory-mappable cache that training and evaluation read fast:
+each image is decoded as RGB (EXIF orientation ignored, as every DML loader does), resized like
 torchvision's ``Resize(S)`` (antialiased bilinear; JPEGs DCT-downscaled first while >= the target)
 and its long side centre-cropped to ``L = ceil(S * max_aspect)`` px. Outputs: ``images.npy`` (uint8
 ``N x L x L x 3``, image ``i`` at ``[:h_i, :w_i]``, the rest 0), ``sizes.npy`` (int32 ``N x 2``),

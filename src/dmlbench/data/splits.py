@@ -1,6 +1,5 @@
-"""Carve validation classes (or cross-validation folds) out of the training classes, deterministically.
-
-Only ``train`` classes validate, each as a whole. Per scheme (:class:`dmlbench.data.base.SplitConfig`):
+"""Carve validation classes (or folds) out of the training classes, deterministically, whole classes.
+Per scheme (:class:`dmlbench.data.base.SplitConfig`):
 ``fixed_val`` draws ``round(val_fraction * T)`` classes; ``last_val`` takes them from index
 ``int(T * (1 - val_fraction))`` (Berton, Musgrave & Masone 2025, gmberton/image-retrieval
 ``split_dataset_by_classes``); ``rc_cv``: :func:`rc_cv_classes`; ``kfold``: a random permutation cut

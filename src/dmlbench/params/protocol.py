@@ -125,11 +125,8 @@ class ProtocolOverride(StrictModel):
 class Protocol(StrictModel):
     """A training protocol, written out in full: the same for every loss, as fairness demands.
 
-    ``sampler: pml``: m-per-class losses get ``batch_size / samples_per_class`` classes (PML
-    ``MPerClassSampler``), the others ``classification_samples_per_class`` (or ``random``); an epoch is
-    ``iterations_per_epoch`` batches or one pass over the images. ``class_pass`` (Hyp-ViT's
-    ``UniqueClassSempler``): an epoch is one pass over the classes, for every loss (:mod:`dmlbench.train.sampling`).
-    ``warmup_epochs``: only the head and the loss train (Proxy-Anchor). ``layer_decay``: BEiT (Bao et al.,
+    Batches: :mod:`dmlbench.train.sampling` (``class_pass``: Hyp-ViT's ``UniqueClassSempler``, for every
+    loss). ``warmup_epochs``: only the head and the loss train (Proxy-Anchor). ``layer_decay``: BEiT (Bao et al.,
     ICLR 2022) as timm's ``param_groups_layer_decay``: head decay^0, block i of depth d decay^(d - i)
     (:mod:`dmlbench.train.optim`). ``head: none``: the pooled, L2-normalised trunk feature (Berton et al.
     2025), ``dim`` = the trunk's width. ``amp: auto``: bf16 (else fp16) on CUDA, none on the CPU; ``fp32``:

@@ -71,7 +71,6 @@ class Spool:
         self.on_open: dict[str, Any] = {}  # handle -> callback(run_id) once its open record is sent
         self.on_answer: list[Any] = []  # callbacks once the store answers again after failures
 
-    # ------------------------------------------------------------------ the files
     def _load(self) -> None:
         state = read_json(self.directory / STATE) if (self.directory / STATE).exists() else {}
         self.acked, self.runs = int(state.get("acked", 0)), dict(state.get("runs", {}))
@@ -100,7 +99,6 @@ class Spool:
         with self.condition:
             return len(self.records)
 
-    # ------------------------------------------------------------------ life
     def open(self, wait: bool = True) -> bool:
         """Take the spool (its lock; ``wait``: until free, else give up at once) and start the sender
         on what an earlier process left; False when another process holds it and ``wait`` is False."""
@@ -181,7 +179,6 @@ class Spool:
         restore_client_environment()
         return left
 
-    # ------------------------------------------------------------------ sending
     def _next(self, deadline: float, drain: bool) -> dict[str, Any] | None:
         """The first record not yet sent; None when told to stop, at ``deadline``, or (``drain``)
         when none is left; without ``drain`` it waits for the next one."""

@@ -79,7 +79,6 @@ class SpooledRun:
         self.set_tags(failure_tags(exc))
         self.finish("FAILED")
 
-    # ------------------------------------------------------------------ system metrics
     def start_system_metrics(self) -> None:
         """MLflow's system metrics for this run while it trains: started once its run is open (by
         the sender), restarted when the store answers again after an outage stopped it."""

@@ -1,6 +1,5 @@
-"""Summary runs in MLflow: each grid cell's run (:mod:`dmlbench.tracking.cells`) gets its
-seed-mean test metrics, intervals, metrics file and learning curves (written by the evaluate
-stages, :mod:`dmlbench.evaluate.stage`)."""
+"""Summary runs in MLflow: each cell's run gets its seed-mean test metrics, intervals, metrics file and
+learning curves (from the evaluate stages)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""One trial of a search: the loss built with the trial's values, trained once per fold.
-
-Objective (the Reality Check's): the mean over folds of the validation ``tuning.objective`` at each
+"""One trial of a search: the loss built with the trial's values, trained once per fold. Objective
+(the Reality Check's): the mean over folds of the validation ``tuning.objective`` at each
 fold model's selected epoch. Only the training half is read (:meth:`PreparedDataset.training_half`)
 and test feedback is off: no trial reads a test image.
 """

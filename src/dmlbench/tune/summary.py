@@ -1,8 +1,6 @@
-"""A finished (or partly finished) study as files: the trial table, the best values, the summary.
-
-``trials.csv``: one row per trial (state: complete, pruned, invalid, fail = diverged; per-fold
-scores, values, ``retry_of``, ``failure``); ``best.yaml``: what ``train@`` reads
-(:mod:`dmlbench.params.tuned`); ``study.json``: counts, pruning savings, importances. No timings.
+"""A (partly) finished study as files: ``trials.csv`` (one row per trial; state complete, pruned, invalid
+or fail = diverged), ``best.yaml`` (what ``train@`` reads, :mod:`dmlbench.params.tuned`) and
+``study.json`` (counts, pruning savings, importances). No timings.
 """
 
 from __future__ import annotations
