@@ -1,10 +1,7 @@
-"""The cost model's arithmetic, free of I/O: a stage's images -> seconds, a list of stages ->
-device-hours and wall time on ``workers`` parallel slots, and the ETA of a running grid.
+"""The cost model's arithmetic, free of I/O: images -> seconds, stages -> device-hours and wall time.
 
-Wall time: phases by kind (validate, download, prepare, tune, train + baseline + embed_pretrained,
-evaluate + evaluate_pretrained, report), one after another, each spread over the workers longest
-first (Graham's LPT schedule, within 4/3 of the optimal makespan: Graham 1969, SIAM J. Appl. Math.
-17(2)): an upper bound on the scheduling (phases do not overlap), exact on the work.
+Wall time: the phases (:data:`PHASES`) one after another, each spread longest first (Graham's LPT
+schedule, within 4/3 of optimal: Graham 1969, SIAM J. Appl. Math. 17(2)): an upper bound.
 """
 
 from __future__ import annotations
@@ -27,10 +24,8 @@ PHASES: tuple[tuple[str, ...], ...] = (
 
 @dataclass(frozen=True)
 class Rate:
-    """Training images per second of one (protocol, backbone) on one device, and where it comes from.
-
-    ``source``: ``measured`` (a row of the throughput table) or ``flops`` (FLOPs per training
-    image / (peak FLOP/s x efficiency)); ``note``: the row's device and date, or the efficiency."""
+    """Training images per second of one (protocol, backbone) on one device; ``source``: ``measured``
+    (the throughput table; ``note``: device, date) or ``flops`` (peak FLOP/s x efficiency / FLOPs per image)."""
 
     images_per_s: float
     source: str
@@ -47,10 +42,8 @@ def flop_rate(train_flops_per_image: float, peak_flops: float, efficiency: float
 
 
 def training_images(epochs: int, iterations_per_epoch: int | None, batch_size: int, train_images: int) -> int:
-    """Images one training sees at most: ``epochs x iterations_per_epoch x batch_size``, or with
-    ``iterations_per_epoch`` None one pass over the ``train_images`` per epoch (the last batch
-    dropped: ``epochs x floor(train_images / batch_size) x batch_size``). An upper bound where
-    early stopping may end the run sooner."""
+    """Images one training sees at most: ``epochs x iterations_per_epoch x batch_size``, or (None)
+    ``epochs x floor(train_images / batch_size) x batch_size``; early stopping may end sooner."""
     per_epoch = iterations_per_epoch if iterations_per_epoch is not None else train_images // batch_size
     return epochs * per_epoch * batch_size
 
@@ -69,9 +62,8 @@ def training_seconds(train_images: int, embed_images: int, rate: float) -> float
 
 @dataclass(frozen=True)
 class StageEstimate:
-    """One stage's estimate: seconds on its device (``gpu``: a GPU stage, else a CPU one), peak
-    RAM and GPU memory (bytes), what it adds to the DVC cache and to MLflow (bytes), and the
-    source of its seconds (``measured``, ``flops``, ``assumed``)."""
+    """One stage's estimate: seconds on its device (``gpu`` or CPU), peak RAM and GPU memory, DVC cache
+    and MLflow growth (bytes), and the source of its seconds (``measured``, ``flops``, ``assumed``)."""
 
     name: str
     kind: str
@@ -110,14 +102,9 @@ def device_hours(stages: Iterable[StageEstimate]) -> float:
 
 
 class Eta:
-    """The time left of a running plan: the model's wall time of the stages not yet done, each
-    stage's estimate times the ratio of measured to estimated seconds over the stages of its kind
-    done so far (over all stages done while none of its kind is; 1 before any).
-
-    Args:
-        estimates: the planned stages' estimates, by name.
-        workers: the parallel slots the run has.
-    """
+    """The time left of a running plan: the wall time of the stages not done, each estimate scaled by
+    measured / estimated seconds of its kind done so far (of all kinds while none; 1 before any).
+    ``estimates``: the planned stages' by name; ``workers``: the run's parallel slots."""
 
     def __init__(self, estimates: Mapping[str, StageEstimate], workers: int):
         self.estimates = dict(estimates)

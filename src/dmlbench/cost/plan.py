@@ -1,12 +1,8 @@
-"""``make plan`` (``python -m dmlbench.pipeline --plan``) and the runner's ETA: the grid's stages
-(:mod:`dmlbench.cost.stages`) priced (:mod:`dmlbench.cost.price`) for the way it will run.
+"""``make plan`` and the runner's ETA: the grid's stages priced for the way it will run.
 
-How it runs: locally, ``--jobs`` slots (default one per GPU slot, else one per CPU core), each
-CPU stage with ``cpu_count // jobs`` threads; on Slurm, ``cluster.max_jobs`` jobs at once (else 50, the run's
-default where ``sacctmgr`` says nothing: :data:`dmlbench.params.cluster.DEFAULT_MAX_JOBS`),
-each with its kind's ``cpus`` and ``gpus``. The trainings run on GPUs when the protocol's device (or
-``--device``) is ``cuda``, or ``auto`` with GPUs given; a ``cuda`` grid planned locally without GPUs
-is refused in one line, as the runner would refuse to start it.
+Locally ``--jobs`` slots (one per GPU slot, else per core), CPU stages with ``cpu_count // jobs``
+threads; on Slurm ``cluster.max_jobs`` at once (else :data:`dmlbench.params.cluster.DEFAULT_MAX_JOBS`)
+with each kind's ``cpus`` and ``gpus``. A ``cuda`` grid planned locally without GPUs is refused.
 """
 
 from __future__ import annotations
@@ -49,8 +45,7 @@ def run_shape(
     stages: int = 1,
     efficiency: float = DEFAULT_EFFICIENCY,
 ) -> RunShape:
-    """How a grid of ``stages`` stages runs with these runner options; :class:`ConfigError` (one line)
-    on options the runner would refuse."""
+    """How a grid of ``stages`` stages runs with these options; a one-line :class:`ConfigError` if refused."""
     device = device or params.protocol.device
     cores = cpu_count or os.cpu_count() or 1
     if gpu_slots < 1 or (gpu_slots > 1 and not gpus):

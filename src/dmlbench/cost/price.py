@@ -1,20 +1,10 @@
 """Every planned stage's estimate (:class:`dmlbench.cost.model.StageEstimate`) from the grid's params.
-
-Per kind (units: seconds on the stage's device; bytes):
-
-* ``train``: per model (one per cross-validation fold, else one) :func:`training_images` at the run's
-  protocol (its dataset/backbone overrides applied) plus its validation passes, at the measured or
-  FLOP-based rate (:mod:`dmlbench.cost.rates`); an upper bound where early stopping ends runs sooner.
-  Models: parameters x 4 bytes per fold; embeddings: float32 ``dim`` per validation and test image.
-* ``tune`` (a ``tuned`` protocol): ``tuning.trials`` x folds trainings at ``tuning.dim``, an upper
-  bound with a pruner; ``published``: it only records that, :data:`ASSUMED_SECONDS`.
-* ``baseline``: every seed's training, at ``tuning.dim``.
-* ``embed_pretrained``: one forward pass over the test (and validation) images.
-* ``evaluate``: exact k-NN over each seed's test embeddings, ``2 n^2 dim`` FLOPs on the CPU.
-* ``download``, ``prepare``, ``validate``, ``report``: the assumed rates below.
-
-MLflow: every training model is a run (metrics at each validation, tags, a small run log),
-:data:`MLFLOW_BYTES_PER_RUN` plus :data:`MLFLOW_BYTES_PER_POINT` per metric value logged.
+Seconds on the stage's device, bytes. ``train``: per model (one per fold) :func:`training_images`
+plus validation passes at the rate of :mod:`dmlbench.cost.rates` (an upper bound); models 4 bytes
+per parameter, embeddings float32. ``tune``: trials x folds trainings (upper bound with a pruner).
+``baseline``: every seed at ``tuning.dim``; ``embed_pretrained``: one forward pass; ``evaluate``:
+exact k-NN, ``2 n^2 dim`` FLOPs on the CPU; the other kinds (and ``published`` tune): assumed rates below.
+MLflow: :data:`MLFLOW_BYTES_PER_RUN` plus :data:`MLFLOW_BYTES_PER_POINT` per metric value.
 """
 
 from __future__ import annotations
@@ -57,11 +47,8 @@ POOLED_WIDTH = 2048  # the pretrained baseline's pooled trunk features: at most 
 
 @dataclass(frozen=True)
 class PlanSettings:
-    """How the grid will run: on GPUs or not, and the CPU cores each stage has.
-
-    ``gpu``: the trainings run on GPUs; ``gpu_slots``: trainings sharing one GPU (each at
-    1 / ``gpu_slots`` of its rate: no packing gain is counted); ``cores``: CPU threads per stage;
-    ``efficiency``: the model FLOP utilisation of a FLOP-based GPU rate."""
+    """How the grid will run: ``gpu_slots`` trainings share one GPU (each at 1 / ``gpu_slots`` of its rate),
+    ``cores`` CPU threads per stage, ``efficiency``: the FLOP utilisation of a FLOP-based GPU rate."""
 
     gpu: bool
     gpu_slots: int = 1

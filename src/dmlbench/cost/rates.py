@@ -1,9 +1,6 @@
-"""Where the cost model's training rates come from: the throughput table ``make gpu-check`` writes
-(``reports/gpu_check.json``, ``throughput`` rows: one per protocol and backbone, eager), else the
-backbone's FLOP count at the protocol's crop at a stated model FLOP utilisation.
-
-FLOPs: :func:`forward_flops_per_image` (``torch.utils.flop_counter``) on the model built without
-weights (the architecture alone), training = 3 x forward (as the throughput rows count them).
+"""The cost model's training rates: the throughput rows ``make gpu-check`` writes to
+``reports/gpu_check.json``, else the backbone's FLOPs (``torch.utils.flop_counter``, training = 3 x
+forward) at a stated model FLOP utilisation.
 """
 
 from __future__ import annotations
@@ -78,10 +75,8 @@ def _number(value: Any) -> float | None:
 
 
 def measured_rate(rows: list[MeasuredRow], protocol: str, backbone: str, batch: int, amp: str = "auto") -> Rate | None:
-    """The measured rate of ``protocol`` x ``backbone`` (the row of the protocol's batch if several), else None.
-    ``amp``: the protocol's; a protocol in strict float32 (``fp32``) measured with autocast, or by a
-    table that did not record its precision (``make gpu-check`` measures with ``amp: auto``), gets a
-    note that its rate is optimistic (tensor cores run bf16 many times faster than float32)."""
+    """The measured rate of ``protocol`` x ``backbone`` (its batch's row if several), else None; an
+    ``fp32`` protocol measured with autocast (or unknown precision) is noted as optimistic."""
     matches = [r for r in rows if r.protocol == protocol and r.backbone == backbone]
     if not matches:
         return None
@@ -114,8 +109,7 @@ _SIZES: dict[tuple[str, str, int, str, int], tuple[float, int]] = {}
 
 
 def model_size(backbone: str, params: BackboneParams, dim: int, pooling: str, crop: int) -> tuple[float, int]:
-    """(training FLOPs per ``crop`` x ``crop`` image = 3 x forward, parameter count) of the model
-    built without weights (the architecture alone); computed once per setting."""
+    """(training FLOPs per ``crop`` x ``crop`` image = 3 x forward, parameters) of the bare architecture."""
     key = (backbone, params.model_dump_json(), dim, pooling, crop)
     if key not in _SIZES:
         import torch

@@ -1,8 +1,6 @@
 """The stages of a grid, exactly as DVC expands ``dvc.yaml``'s ``foreach``/``matrix`` entries over
 its params (``dvc.parsing.DataResolver``, as ``dvc stage list`` does): no count of our own.
-
-A preset's params (:func:`dmlbench.params.presets.params_text`) are written to a scratch folder that
-DVC's parser reads as the params file, so a preset is counted without creating its workspace.
+A preset is counted from its composed params in a scratch folder, without creating its workspace.
 """
 
 from __future__ import annotations
@@ -19,8 +17,7 @@ PIPELINE_FILE = "dvc.yaml"
 
 @dataclass(frozen=True)
 class PlannedStage:
-    """One stage DVC generates: its name (``train@glyphs-tiny_cnn-contrastive-32-0``), its
-    ``dvc.yaml`` entry (the kind: ``train``) and its matrix/foreach item (``{}`` for a plain stage)."""
+    """One stage DVC generates: its name, its ``dvc.yaml`` entry (the kind) and its matrix item."""
 
     name: str
     kind: str
@@ -28,8 +25,7 @@ class PlannedStage:
 
 
 def expand_stages(root: Path, params_text: str | None = None) -> list[PlannedStage]:
-    """Every stage of ``root``'s ``dvc.yaml`` over ``root/params.yaml``, or over ``params_text``
-    (a preset's composed params) when given, in ``dvc.yaml`` order."""
+    """Every stage of ``root``'s ``dvc.yaml`` over its params (or a preset's ``params_text``), in order."""
     from dmlbench import dvc_adapter as dvc
 
     definition = yaml.safe_load((root / PIPELINE_FILE).read_text())

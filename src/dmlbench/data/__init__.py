@@ -1,8 +1,6 @@
 """Datasets: a registry of dataset modules, splits, downloads, the prepared image cache and transforms.
 
-Adding a dataset = one module declaring its archives (:class:`~dmlbench.data.archives.Archive`),
-how to read its annotations and its official split, as a
-:class:`~dmlbench.data.base.DatasetSpec` named ``SPEC``, plus one entry below.
+Adding a dataset = one module with a :class:`~dmlbench.data.base.DatasetSpec` ``SPEC``, plus one entry below.
 """
 
 from dmlbench.data import cars196, cub200, glyphs, inshop, sop

@@ -1,14 +1,9 @@
-"""Dataset archives: their declaration, params overrides, mirrors, first-use checksums, the shared
-``fetch`` and the pre-flight lines.
+"""Dataset archives: params overrides, mirrors, first-use checksums, the shared ``fetch``, pre-flight.
 
-A dataset module declares its files as :class:`Archive` entries (name, URL and mirrors, md5,
-size) and gets its ``fetch`` from :func:`archive_fetcher`: the drop-box ``data/`` first (md5
-verified), else a download there (:mod:`dmlbench.data.download`), so ``dvc add data`` shares it;
-then unpacked (:mod:`dmlbench.data.extract`) or copied into ``artifacts/raw/<dataset>/``
-atomically, kept only once the content check passed (:func:`dmlbench.data.content.content_check`).
-An archive with no md5 is trusted on first use: its sha256 is written to ``data/<file>.sha256``
-(``sha256sum -c`` format) and a later copy that differs fails in one line (delete that file to
-accept it)."""
+:func:`archive_fetcher` takes each archive from the drop-box ``data/`` (md5 verified) or downloads it
+there, then unpacks or copies it into ``artifacts/raw/<dataset>/`` atomically, kept only once
+:func:`dmlbench.data.content.content_check` passes. An archive with no md5 is trusted on first use:
+its sha256 goes to ``data/<file>.sha256`` and a differing copy later fails in one line."""
 
 from __future__ import annotations
 
@@ -46,17 +41,15 @@ class ArchiveSource(StrictModel):
 
 
 class ArchiveSourceParams(SourceParams):
-    """Source of an archive dataset: one optional :class:`ArchiveSource` per archive key, and
-    ``allow_subset``: accept files with fewer images or classes than the published release (a
-    deliberate subset, said in info.json and the report); else such a copy is refused."""
+    """Source of an archive dataset: an :class:`ArchiveSource` per archive key; ``allow_subset``: accept
+    fewer images or classes than published (said in info.json and the report), else refused."""
 
     allow_subset: bool = False
 
 
 @dataclass(frozen=True)
 class ResolvedArchive:
-    """An archive with the params overrides applied: a ``url`` set in params.yaml replaces the
-    published URL and its mirrors."""
+    """An archive with the params overrides applied (a ``url`` replaces the published URL and mirrors)."""
 
     archive: Archive
     url: str | None
@@ -91,9 +84,6 @@ def resolve(archives: tuple[Archive, ...], source: SourceParams) -> list[Resolve
         mirrors = () if override.url else archive.mirrors
         resolved.append(ResolvedArchive(archive, override.url or archive.url, override.md5 or archive.md5, mirrors))
     return resolved
-
-
-# --------------------------------------------------------------------------- first-use checksums
 
 
 def sidecar(path: Path) -> Path:
@@ -171,9 +161,6 @@ def record_archives(dataset: str, local: list[tuple[ResolvedArchive, Path, dict]
     for item, path, record in local:
         if "sha256" in record:
             record_first_use(dataset, path, record["sha256"], record["md5"], item.archive.key)
-
-
-# --------------------------------------------------------------------------- fetch
 
 
 def missing_line(dataset: str, item: ResolvedArchive, dropbox: Path) -> str:
@@ -284,9 +271,6 @@ def archive_fetcher(
 
     fetch.__doc__ = f"Fetch {', '.join(a.filename for a in archives)} and unpack them into the raw directory."
     return fetch
-
-
-# --------------------------------------------------------------------------- pre-flight
 
 
 def archive_problems(

@@ -1,27 +1,10 @@
 """Batched image transforms on tensors, so augmentation runs wherever the batch lives (CPU or GPU).
 
-Inputs are uint8 ``N x L x L x 3`` canvases straight from the prepared cache, with ``sizes``
-(int ``N x 2``) the valid ``(h, w)`` of each image at the canvas's top-left; ``sizes=None``
-means every image fills its (square) canvas. Outputs are float ``N x 3 x O x O`` in [0, 1].
-Input normalisation belongs to the backbone (inside the model). ``interpolation``: ``bilinear`` or
-``bicubic``, the kernel the backbone's weights were trained with (``EmbeddingModel.interpolation``,
-timm's ``pretrained_cfg``); bicubic results are clamped to [0, 1], as PIL's 8-bit resampling is.
-
-* :func:`train_transform`: RandomResizedCrop + optional horizontal flip, one random crop per
-  image, done with a single ``affine_grid``/``grid_sample`` call for the batch. With ``sizes``
-  the box follows ``torchvision.transforms.RandomResizedCrop.get_params`` on each image's valid
-  ``h x w`` (area ``hw * U(scale)``, aspect ``exp(U(log ratio))``, sides rounded to pixels, 10
-  tries, then torchvision's central fallback crop; integer offsets), and sampling never leaves
-  the box (the crop's edge pixels are repeated, as crop-then-resize does).
-* :func:`eval_transform`: resize the short side to ``eval_resize`` (antialiased) and centre crop
-  ``crop_size``: ``Resize(256) -> CenterCrop(227)`` in the Reality Check protocol; per image
-  with ``sizes`` (images of one size are resized together), exactly torchvision's arithmetic.
-  ``squash=True``: ``Resize((eval_resize, eval_resize))`` (the aspect ratio not kept) before the
-  centre crop (Berton et al. 2025: ``Resize((224, 224))``, no crop).
-* :func:`squash_train_transform`: ``Resize((crop_size, crop_size))`` of each image's valid region,
-  then torchvision's ``RandAugment(num_ops, magnitude)`` per image on its 8-bit values, then the
-  optional flip (Berton et al. 2025, gmberton/image-retrieval ``utils.py``: ``Resize((224, 224))``
-  -> ``RandAugment(3)``, on PIL images there, on tensors here: same operations and magnitudes).
+Inputs: uint8 ``N x L x L x 3`` canvases from the prepared cache, ``sizes`` (int ``N x 2``) the valid
+``(h, w)`` at the top-left (None: the whole canvas). Outputs: float ``N x 3 x O x O`` in [0, 1];
+normalisation belongs to the model; bicubic results are clamped to [0, 1], as PIL's 8-bit resampling.
+Reality Check eval: ``Resize(256) -> CenterCrop(227)``; ``squash`` and RandAugment: Berton et al. 2025
+(gmberton/image-retrieval ``utils.py``).
 """
 
 from __future__ import annotations
@@ -131,11 +114,8 @@ def sample_crop_boxes(
     generator: torch.Generator,
     attempts: int = 10,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Width and height of each crop as fractions of a square image's side.
-
-    Area fraction ~ U(scale), log aspect ratio ~ U(log ratio); the first of ``attempts``
-    draws that fits inside the image is kept, else the whole image (torchvision's rule).
-    """
+    """Width and height of each crop as fractions of a square image's side: area ~ U(scale), log
+    aspect ~ U(log ratio), the first of ``attempts`` draws that fits, else the whole image (torchvision)."""
     area = torch.empty(n, attempts).uniform_(scale[0], scale[1], generator=generator)
     log_ratio = torch.empty(n, attempts).uniform_(math.log(ratio[0]), math.log(ratio[1]), generator=generator)
     aspect = torch.exp(log_ratio)
@@ -155,13 +135,8 @@ def sample_crop_boxes_px(
     generator: torch.Generator,
     attempts: int = 10,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(top, left, height, width)`` in pixels of one RandomResizedCrop box per ``(h, w)`` in ``sizes``.
-
-    torchvision's ``get_params`` vectorised: target area ``h*w*U(scale)``, aspect
-    ``exp(U(log ratio))``, box sides ``round(sqrt(area * aspect))`` x ``round(sqrt(area / aspect))``;
-    the first of ``attempts`` draws that fits is kept, at a uniform integer offset; otherwise the
-    central crop of the whole image clamped to ``ratio``.
-    """
+    """``(top, left, height, width)`` in px of one RandomResizedCrop box per ``(h, w)``: torchvision's
+    ``get_params`` vectorised (first fitting draw of ``attempts``, else the central crop clamped to ``ratio``)."""
     n = len(sizes)
     height, width = sizes[:, 0].double(), sizes[:, 1].double()
     area = (height * width)[:, None] * torch.empty(n, attempts, dtype=torch.float64).uniform_(
@@ -212,12 +187,9 @@ def crop_resize(
     flip: torch.Tensor | None = None,
     interpolation: str = "bilinear",
 ) -> torch.Tensor:
-    """Crop ``boxes`` (float ``N x 4``: top, left, bottom, right in pixels) and resize them to ``crop_size``.
-
-    Bilinear, ``align_corners=False``; sample positions are clamped to the box's outer pixel
-    centres, so nothing outside the box (padding included) leaks in: for integer boxes this is
-    ``torchvision.transforms.functional.resized_crop(..., antialias=False)``. ``flip``: +1/-1 per image.
-    """
+    """Crop ``boxes`` (float ``N x 4``: top, left, bottom, right in px) and resize to ``crop_size``;
+    samples clamped inside the box (integer boxes: torchvision's ``resized_crop(antialias=False)``).
+    ``flip``: +1/-1 per image."""
     n, _, canvas_h, canvas_w = images.shape
     y0, x0, y1, x1 = boxes.double().unbind(1)
     flip = torch.ones(n, dtype=torch.float64) if flip is None else flip.double()
@@ -262,10 +234,7 @@ def train_transform(
     sizes: np.ndarray | torch.Tensor | None = None,
     interpolation: str = "bilinear",
 ) -> torch.Tensor:
-    """RandomResizedCrop(crop_size, scale, ratio) (+ RandomHorizontalFlip(0.5) if ``hflip``).
-
-    With ``sizes`` each box lies inside the image's valid ``h x w`` region (see module doc).
-    """
+    """RandomResizedCrop(crop_size, scale, ratio) (+ RandomHorizontalFlip(0.5) if ``hflip``)."""
     mode = check_interpolation(interpolation)
     if sizes is not None:
         return _train_transform_sized(batch, crop_size, scale, ratio, hflip, generator, as_sizes(sizes, batch), mode)
@@ -329,11 +298,8 @@ def squash_resize(
 
 
 def rand_augment(images: torch.Tensor, num_ops: int, magnitude: int, generator: torch.Generator) -> torch.Tensor:
-    """torchvision's ``RandAugment(num_ops, magnitude)`` applied to each image of a float ``N x 3 x H
-    x W`` batch in [0, 1], on its 8-bit values (as on a PIL image), its geometric operations
-    resampled bilinearly (Berton et al. 2025's ``interpolation=BILINEAR``; torchvision's tensor
-    kernels offer nearest and bilinear only). Random draws: torchvision's, from the CPU generator
-    seeded by ``generator`` (the global one is restored after)."""
+    """torchvision's ``RandAugment(num_ops, magnitude)`` on each image's 8-bit values, bilinear (Berton
+    et al. 2025); draws from the CPU generator seeded by ``generator`` (the global one restored after)."""
     from torchvision.transforms import InterpolationMode, RandAugment
 
     augment = RandAugment(num_ops=num_ops, magnitude=magnitude, interpolation=InterpolationMode.BILINEAR)

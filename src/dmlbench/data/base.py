@@ -1,11 +1,8 @@
 """What a dataset module declares: its parameters, its archives, how to fetch it, how to read its labels.
 
-``fetch`` puts the dataset's files under ``raw_dir`` (downloading, extracting or generating);
-``read_annotations`` lists every image as ``path,label,class_name,split`` with ``path``
-relative to ``raw_dir`` and ``split`` the dataset's official class-disjoint split
-(``train``/``test``, or ``train``/``query``/``gallery``). Validation classes and
-cross-validation folds are carved out of ``train`` afterwards by :mod:`dmlbench.data.splits`,
-the same way for every dataset.
+``fetch`` puts the files under ``raw_dir``; ``read_annotations`` lists every image as
+``path,label,class_name,split`` (``split``: the official class-disjoint halves). Validation classes
+and folds are carved out of ``train`` by :mod:`dmlbench.data.splits`.
 """
 
 from __future__ import annotations
@@ -31,19 +28,12 @@ UrlCheck = Callable[[str], str | None]  # why a URL cannot be downloaded now, or
 
 
 class SplitConfig(StrictModel):
-    """How validation classes are carved from the training classes (never from test classes).
-
-    * ``standard``: the official halves, no validation split (what papers do; model selection
-      then falls back to the last epoch, and the report says so);
-    * ``fixed_val``: a random ``val_fraction`` of the training classes, drawn with ``seed``
-      (thesis §5.2, Table 14: 90/10 was best);
-    * ``last_val``: the last ``val_fraction`` of the sorted training classes (Berton et al. 2025's
-      80/20 split, ``seed`` unused);
-    * ``rc_cv``: the Reality Check's class-disjoint cross-validation, ``num_folds`` (4)
-      contiguous blocks of the sorted training classes, exactly as powerful-benchmarker's
-      ``MLRCSplitManager`` (deterministic, ``seed`` unused);
-    * ``kfold``: the thesis's ``num_folds`` (10) folds of randomly drawn training classes
-      (thesis §5.1), each class validating in exactly one fold, drawn with ``seed``.
+    """How validation classes are carved from the training classes (never from test classes):
+    ``standard``: no validation split (papers; selection falls back to the last epoch);
+    ``fixed_val``: a random ``val_fraction`` of the classes (thesis §5.2, Table 14: 90/10 best);
+    ``last_val``: the last ``val_fraction`` of the sorted classes (Berton et al. 2025, 80/20);
+    ``rc_cv``: ``num_folds`` (4) contiguous blocks, as powerful-benchmarker's ``MLRCSplitManager``;
+    ``kfold``: ``num_folds`` (10) folds of random classes (thesis §5.1). ``seed`` draws the random ones.
     """
 
     scheme: Literal["standard", "fixed_val", "last_val", "rc_cv", "kfold"] = "fixed_val"
@@ -78,13 +68,10 @@ class SourceParams(StrictModel):
 class DatasetParams(StrictModel):
     """Parameters every dataset has.
 
-    ``source``: what ``download`` depends on (so changing the split never re-downloads); it must
-    be written in params.yaml, ``source: {}`` for the defaults, because DVC tracks it.
-    ``image_size``: short side of the prepared images in px (``S``); ``max_aspect``: the long
-    side is centre-cropped to at most ``L = ceil(S * max_aspect)`` px, the side of the cache's
-    square canvas. ``skip_corrupt``: leave out unreadable images and images the annotations
-    list but the archive lacks (listed and counted in ``info.json``) instead of failing.
-    ``split``: validation classes / cross-validation folds.
+    ``source``: what ``download`` depends on (written in params.yaml, ``{}`` for defaults: DVC tracks it);
+    ``image_size``: short side ``S`` in px; the long side is centre-cropped to ``L = ceil(S * max_aspect)``
+    (the cache's square canvas); ``skip_corrupt``: leave out unreadable or missing images (counted in
+    ``info.json``) instead of failing; ``split``: validation classes / folds.
     """
 
     source: SourceParams = SourceParams()
@@ -110,13 +97,10 @@ class DatasetParams(StrictModel):
 class Archive:
     """One file a dataset needs.
 
-    ``key``: its name under ``datasets.<name>.source`` in params.yaml (empty: none); ``url``:
-    ``None`` where no public download works (the file must be placed in ``data/``); ``mirrors``:
-    URLs tried in order after ``url`` fails (the md5 decides); ``md5``: ``None`` where no
-    checksum is published (the sha256 is then recorded on first use); ``size`` in bytes
-    (``None`` if unknown); ``extract``: unpack a tar/zip archive (else the file is copied as
-    is); ``how_to_get``: a short hint for the user (a page, a URL); ``encrypted_hint``: what to do
-    when the file turns out to be a password-protected zip.
+    ``key``: its name under ``datasets.<name>.source`` (empty: none); ``url``: ``None`` where the file
+    must be placed in ``data/``; ``mirrors``: tried after ``url`` (the md5 decides); ``md5``: ``None``
+    if unpublished (sha256 recorded on first use); ``size`` in bytes; ``extract``: unpack tar/zip;
+    ``how_to_get``: a hint for the user; ``encrypted_hint``: what to do with a password-protected zip.
     """
 
     key: str
@@ -132,8 +116,7 @@ class Archive:
 
 @dataclass(frozen=True)
 class Counts:
-    """Images and classes of a dataset, in all and per official split (``(split, images, classes)``
-    in :data:`OFFICIAL_SPLITS` order); ``source``: where published counts come from."""
+    """Images and classes, in all and per official split ``(split, images, classes)``; ``source``: of published ones."""
 
     images: int
     classes: int
@@ -175,19 +158,12 @@ class Counts:
 class DatasetSpec:
     """A registry entry. ``hflip_invariant``: may training flip images horizontally?
 
-    ``archives``: the files ``fetch`` needs (empty for generated datasets); ``homepage``:
-    where the dataset is described; ``query_gallery``: the test half is split into query and
-    gallery images (In-Shop) instead of being queried against itself; ``preflight``: the
-    dataset's own pre-flight ``(params, dropbox, unreachable) -> lines`` where its files come in
-    alternative layouts (Cars196), else every archive must be in ``data/`` or downloadable;
-    ``archives_for``: the archives a run needs, given ``(params, dropbox)``, where they depend on
-    what is in ``data/`` (None: all of ``archives``);
-    ``counts``: the published images and classes, checked after unpacking and again by prepare
-    (None for a generated dataset);
-    ``synthetic``: generated images (the offline demo), never a block of the tests across datasets
-    beside real ones (:func:`dmlbench.analysis.statistics.block_datasets`);
-    ``redistributable``: its terms allow pushing its images (the prepared cache) to a DVC remote
-    (``make publish``; docs/datasets.md, "Terms of use").
+    ``query_gallery``: the test half splits into query and gallery (In-Shop); ``preflight``: the
+    dataset's own ``(params, dropbox, unreachable) -> lines`` check (Cars196's layouts), else every
+    archive must be in ``data/`` or downloadable; ``archives_for``: the archives a run needs given
+    ``(params, dropbox)`` (None: all); ``counts``: the published figures (None when generated);
+    ``synthetic``: never a block beside real datasets; ``redistributable``: its terms allow
+    ``make publish`` (docs/datasets.md, "Terms of use").
     """
 
     name: str
@@ -207,9 +183,8 @@ class DatasetSpec:
 
 
 def read_table(root: Path, rel: str, columns: list[str] | None, expected: str, **options: Any) -> pd.DataFrame:
-    """The whitespace- or comma-separated table ``root/rel`` as strings, or a one-line :class:`DataError`
-    naming ``rel`` and ``expected`` (what the file should hold). ``columns``: the names of a
-    headerless table; None: the file's header line names them."""
+    """The table ``root/rel`` as strings, or a :class:`DataError` naming ``rel`` and ``expected``.
+    ``columns``: names of a headerless table; None: the header line names them."""
     path = Path(root) / rel
     if not path.is_file():
         raise DataError(f"no {rel}; expected {expected}")

@@ -1,14 +1,8 @@
 """Read a prepared dataset (see :mod:`dmlbench.data.prepare`) and slice it by split and fold.
 
-``PreparedDataset.split(name, fold=None)``: the rows whose ``split`` is ``name``. On a
-cross-validation dataset (``num_folds > 0``) the training half is ``split == "train"`` and
-``split("train", fold=f)`` / ``split("val", fold=f)`` are the rows whose class does not / does
-validate in fold ``f``; ``split("val")`` without a fold is empty.
-
-The cache is memory-mapped by default (``in_memory=False``), so every process on a box shares
-one copy through the page cache (``benchmarks/pipeline_scale.py --memory`` measures it). Nothing
-copies it: a contiguous split is a slice of the map, any other selection a :class:`RowView` that
-gathers rows only when a batch asks for them."""
+``split("train", fold=f)`` / ``split("val", fold=f)``: the rows whose class does not / does validate
+in fold ``f``. The cache is memory-mapped (one copy per box through the page cache); a contiguous
+split is a slice, any other a :class:`RowView` that gathers rows when a batch asks."""
 
 from __future__ import annotations
 
@@ -44,10 +38,8 @@ class SplitData:
 
 
 class RowView:
-    """Rows ``rows`` (ascending) of ``base`` without copying them: indexing gathers only the rows
-    asked for (``view[i]``, ``view[a:b]``, ``view[index_array]``), read from ``base`` (a memory map)
-    in ascending order. What the batch code needs of an array: ``len``, ``shape``, ``dtype``,
-    ``nbytes``, ``ndim``; ``np.asarray(view)`` copies it whole."""
+    """Rows ``rows`` (ascending) of ``base`` without copying: indexing gathers only the rows asked
+    for; ``len``, ``shape``, ``dtype``, ``nbytes``, ``ndim`` as an array; ``np.asarray`` copies whole."""
 
     def __init__(self, base: np.ndarray | RowView, rows: np.ndarray):
         if isinstance(base, RowView):  # a view of a view indexes the base directly
@@ -92,8 +84,7 @@ def _rows(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def _take(array: np.ndarray | RowView, rows: np.ndarray) -> np.ndarray | RowView:
-    """``array``'s ``rows``: a slice (a view) when they are one contiguous range, else a
-    :class:`RowView`; never a copy of the images."""
+    """``array``'s ``rows``: a view when contiguous, else a :class:`RowView`; never a copy."""
     if _contiguous(rows) and not isinstance(array, RowView):
         return array[rows[0] : rows[-1] + 1]
     return RowView(array, rows)
@@ -109,8 +100,7 @@ class PreparedDataset:
 
     @classmethod
     def load(cls, directory: str | Path, in_memory: bool = False) -> PreparedDataset:
-        """The prepared dataset in ``directory``, its images memory-mapped (``in_memory``: read
-        into this process's memory instead)."""
+        """The prepared dataset in ``directory``, memory-mapped (``in_memory``: read into memory)."""
         directory = Path(directory)
         if not (directory / MANIFEST).exists():
             raise DataError(f"{directory}: no prepared dataset here (run the prepare stage first)")
@@ -158,9 +148,8 @@ class PreparedDataset:
         return SplitData(name, _take(self.images, rows), labels, sizes)
 
     def training_half(self) -> PreparedDataset:
-        """The rows of the training classes only (official ``train`` rows, and ``val`` rows carved
-        from them): what tuning may read. Test, query and gallery rows, and their images, are not
-        in the result at all, so no fold and no objective can touch a test-class image."""
+        """The rows of the training classes only (``train`` and ``val``): what tuning may read; no
+        test-class image is in the result."""
         keep = self.manifest["split"].isin(["train", "val"]).to_numpy()
         rows = np.flatnonzero(keep)
         manifest = self.manifest.iloc[rows].reset_index(drop=True)

@@ -1,14 +1,9 @@
 """CARS196 / Stanford Cars (Krause et al., 3dRR 2013): 16,185 photos of 196 car models.
 
-DML split: classes 1-98 train, 99-196 test, over all images (the classification split is
-ignored). Every Stanford URL has returned 404 since 2023 (pytorch/vision#7545), so the files go
-into ``data/`` by hand, in one of three layouts (docs/datasets.md#cars196-layouts names each
-route's files): ``stanford`` (``car_ims.tgz`` + ``cars_annos.mat``, md5s published), ``devkit``
-(the classification release, :func:`dmlbench.data.cars_layouts.devkit_table`) and ``folders``
-(PML's Kaggle copy, :func:`dmlbench.data.cars_layouts.folders_table`). With several present, the
-first of stanford, devkit, folders is used and one line names the files ignored. The devkit and
-folders copies have no published checksum: their content is checked and each file's sha256 is
-recorded on first use (``data/<file>.sha256``, :mod:`dmlbench.data.archives`)."""
+DML split: classes 1-98 train, 99-196 test. Stanford's URLs are 404 since 2023 (pytorch/vision#7545):
+files go into ``data/`` by hand in one of three layouts (docs/datasets.md#cars196-layouts):
+``stanford`` (md5s published), ``devkit`` and ``folders`` (:mod:`dmlbench.data.cars_layouts`, sha256
+recorded on first use); with several present the first is used and one line names the others."""
 
 from __future__ import annotations
 
@@ -122,11 +117,8 @@ def layout_files(source: Cars196Source, dropbox: Path) -> dict[str, list[str]]:
 
 
 def choose_layout(source: Cars196Source, dropbox: Path) -> tuple[str | None, str]:
-    """The layout this run uses (None: no file of any) and a line naming the files it ignores (or "").
-
-    Stanford when ``car_ims.tgz`` is there (or either Stanford URL is set), or when its files are
-    the only ones; else devkit, then folders.
-    """
+    """The layout this run uses (None: none) and a line naming the files it ignores (or ""):
+    Stanford when ``car_ims.tgz`` is there, a Stanford URL is set, or its files are alone; else devkit, folders."""
     files = layout_files(source, Path(dropbox))
     stanford = files["stanford"]
     if IMAGES.filename in stanford or source.images.url or source.annotations.url:

@@ -1,16 +1,7 @@
-"""CARS196's image tables from the layouts besides the Stanford release's ``cars_annos.mat``, read
-from the unpacked files at any depth (Kaggle nests its folders); docs/datasets.md names the files.
-
-* devkit (torchvision's ``StanfordCars``): images in ``cars_train/`` and ``cars_test/``, classes
-  in ``devkit/cars_train_annos.mat`` and the labelled ``cars_test_annos_withlabels*.mat`` (every
-  copy read, copies must agree; the devkit's ``cars_test_annos.mat`` has no class), names in
-  ``devkit/cars_meta.mat``.
-* folders (what pytorch-metric-learning 2.9 downloads): ``names.csv`` (class ``i`` on line ``i``),
-  ``anno_{train,test}.csv`` (``fname,x1,y1,x2,y2,class``, no header), images in
-  ``car_data/car_data/{train,test}/<class name, '/' as '-'>/<fname>``.
-
-Both give ``path,label,class_name`` for every image; the download stage checks the counts and
-that every listed image is there (:mod:`dmlbench.data.content`)."""
+"""CARS196's image tables from the non-Stanford layouts, at any depth (docs/datasets.md names the files):
+devkit (torchvision's ``StanfordCars``; every labelled test-annotation copy must agree) and folders
+(pytorch-metric-learning 2.9's Kaggle copy, ``car_data/car_data/{train,test}/<class>/``); both give
+``path,label,class_name`` (checked by :mod:`dmlbench.data.content`)."""
 
 from __future__ import annotations
 
@@ -42,12 +33,8 @@ def hits(root: Path, pattern: str) -> list[Path]:
     return sorted(p for p in root.rglob(pattern) if "__MACOSX" not in p.parts and not p.name.startswith("._"))
 
 
-# --------------------------------------------------------------------------- the devkit layout
-
-
 def unpack_nested_devkit(root: Path) -> None:
-    """Kaggle's meta download holds ``car_devkit.tgz`` itself: unpack it beside itself when no
-    ``cars_meta.mat`` is there yet."""
+    """Unpack the ``car_devkit.tgz`` inside Kaggle's meta download when no ``cars_meta.mat`` is there yet."""
     if hits(root, META):
         return
     for archive in hits(root, DEVKIT_ARCHIVE):
@@ -125,9 +112,6 @@ def devkit_table(root: Path) -> pd.DataFrame:
         raise DataError(f"class {unnamed.iloc[0]} of the annotations has no name in {META} ({len(names)} names)")
     frame["class_name"] = [names[label - 1] for label in frame["label"]]
     return frame
-
-
-# --------------------------------------------------------------------------- Kaggle's class folders
 
 
 def folders_table(root: Path) -> pd.DataFrame:

@@ -1,13 +1,9 @@
-"""What a dataset's files hold, checked before anything is trusted: its annotations read, its
-images and classes counted against the published release, every listed image looked for.
+"""What a dataset's files hold, checked before anything is trusted.
 
-The download stage runs :func:`content_check` on the unpacked files before it keeps them (and
-before it records the sha256 of a file without a published checksum); prepare counts again
-(:func:`check_counts` on what it reads, then :func:`prepared_counts` on what it decoded and left
-out). A copy with fewer images or classes than the release is refused unless
-``datasets.<name>.source.allow_subset: true`` says it is a deliberate subset; the prepared
-``info.json`` and the report's setup section say so. An image listed in the annotations but not in
-the files fails prepare unless ``skip_corrupt: true`` leaves it out; it is then counted apart.
+Download runs :func:`content_check` before keeping files (or recording a sha256); prepare counts
+again (:func:`check_counts`, :func:`prepared_counts`). Fewer images or classes than the release
+are refused unless ``source.allow_subset: true``; a listed image missing fails prepare unless
+``skip_corrupt: true``.
 """
 
 from __future__ import annotations
@@ -37,9 +33,7 @@ def _line(message: str) -> str:
 
 def check_counts(dataset: str, found: Counts, published: Counts | None, subset_allowed: bool, where: str) -> dict:
     """``found`` against the release: equal, or (with ``subset_allowed``) within it; else one line.
-
-    Returns what info.json records: ``{"published", "listed", "allow_subset", "subset"}``.
-    """
+    Returns what info.json records: ``{"published", "listed", "allow_subset", "subset"}``."""
     record: dict[str, Any] = {
         "published": published.as_dict() if published else None,
         "listed": found.as_dict(),
@@ -87,12 +81,9 @@ def missing_line(dataset: str, missing: list[str], where: str, hint: str = "") -
 def content_check(
     dataset: str, read: ReadAnnotations, published: Counts | None, params: DatasetParams, missing_hint: str = ""
 ) -> Callable[[Path, str], dict]:
-    """The download stage's check of the unpacked files under ``root`` (``where``: the files' names):
-    annotations readable, counts as published (or a deliberate subset), listed images present.
-
-    An image listed but absent does not fail the download (prepare decides, by ``skip_corrupt``):
-    it is said in one line and returned as ``missing`` (the caller then records no checksum).
-    """
+    """The download stage's check of the files under ``root`` (``where``: their names): annotations
+    readable, counts as published (or a subset); listed images absent are said and returned as
+    ``missing`` (prepare decides by ``skip_corrupt``)."""
 
     def check(root: Path, where: str) -> dict:
         frame = read_checked(dataset, read, params, root, where)
@@ -111,8 +102,7 @@ def content_check(
 
 
 def prepared_counts(listed: dict, prepared: Counts, missing: int, unreadable: int) -> dict:
-    """What info.json records of the counts: the listed ones checked against the release, what the
-    cache holds, and the images left out (``skip_corrupt``), which add up to the listed images."""
+    """info.json's counts: listed (checked against the release), prepared and left out (they add up)."""
     if prepared.images + missing + unreadable != listed["listed"]["images"]:
         raise DataError(
             f"prepared {prepared.images:,} images and left out {missing + unreadable:,}, but the annotations list "

@@ -1,9 +1,7 @@
 """CUB-200-2011 (Wah et al., Caltech 2011): 11,788 photos of 200 bird species.
 
-DML split (Oh Song et al. 2016, the Reality Check, Proxy-Anchor, Roth et al.): classes 1-100
-train (5,864 images), 101-200 test (5,924 images), by the class ids of ``classes.txt``; *not*
-``train_test_split.txt``, which is an image-level classification split with shared classes.
-Some images are grayscale (prepare converts them to RGB).
+DML split (Oh Song et al. 2016 and every DML paper since): classes 1-100 train, 101-200 test, not
+``train_test_split.txt`` (an image-level classification split with shared classes).
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
-"""HTTP download with resume (Range), retries with exponential back-off, md5 check and atomic rename.
-
-A download is written to ``.<name>.part`` next to its destination and renamed only after its
-size and md5 match, so an interrupted or corrupt download never leaves a file that looks
-valid. A connection that drops mid-file is resumed with ``Range: bytes=<have>-`` (a server
-that ignores Range restarts the file); a wrong checksum deletes the partial file. Transient
-failures (connection errors, timeouts, HTTP 408/429/5xx) are retried ``RETRIES`` times,
-waiting ``BACKOFF_SECONDS * 2**attempt``; the partial file survives them, so the next run
-resumes it.
-
-Google Drive (``drive.google.com``, ``drive.usercontent.google.com``) answers a large file
-with a "can't scan this file for viruses" page instead of the file: the page's download form
-(``id="download-form"``, its hidden ``confirm``/``uuid`` inputs) or its ``/uc?export=download``
-link is followed with the cookies Drive set, keeping the URL's ``resourcekey`` (what gdown's
-``get_url_from_gdrive_confirmation`` and pytorch-metric-learning's SOP download, which adds
-``confirm=t``, do). A Drive page without a download link (quota exceeded, sign-in needed)
-fails at once with Drive's own message.
-
-``DMLBENCH_OFFLINE=1`` (set by the Slurm executor in every job): nothing is downloaded; a file
-that is not here fails in one line naming it and ``make fetch`` (run it where the internet is).
+"""HTTP download with resume (Range), retries with exponential back-off, md5 check and atomic rename:
+the file grows as ``.<name>.part`` and is renamed once size and md5 match; a dropped connection
+resumes with ``Range``; transient failures (408/429/5xx, timeouts) retry ``RETRIES`` times after
+``BACKOFF_SECONDS * 2**attempt``. Google Drive's virus-scan page is followed through its download
+form or ``/uc?export=download`` link with its cookies (as gdown's ``get_url_from_gdrive_confirmation``);
+a Drive page without one fails with Drive's message. ``DMLBENCH_OFFLINE=1`` (Slurm jobs): nothing
+is downloaded; a missing file fails naming it and ``make fetch``.
 """
 
 from __future__ import annotations

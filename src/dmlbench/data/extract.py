@@ -1,13 +1,9 @@
 """Safe extraction of dataset archives (a tar of any compression, or a zip) into a directory.
 
-Every entry is checked before anything is written: absolute paths, ``..``, entries resolving
-outside the target, links, device files and fifos are refused (no dataset archive has them).
-Where ``tarfile`` has the PEP 706 filters (Python >= 3.11.4) the ``data`` filter is a second line
-of defence; where not (Debian 12's Python 3.11.2), this module writes the checked files itself:
-contents only, mode 0o644 (0o755 if owner-executable), never links, owners or set-id bits.
-A file that does not unpack says why in one line: *truncated* (a zip without its central
-directory, a compressed tar that stops early), *password-protected* (:class:`EncryptedArchive`),
-or neither a zip nor a tar."""
+Every entry is checked first: absolute paths, ``..``, escapes, links and special files are refused.
+PEP 706's ``data`` filter is a second line where ``tarfile`` has it; else (Python 3.11.2) this
+module writes contents only, mode 0o644/0o755. A file that does not unpack says why in one line:
+truncated, password-protected (:class:`EncryptedArchive`), or neither zip nor tar."""
 
 from __future__ import annotations
 

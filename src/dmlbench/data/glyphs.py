@@ -1,17 +1,9 @@
 """Offline built-in dataset: glyphs rendered from the fonts that matplotlib ships.
 
-Each class is one character (Latin, Greek, Cyrillic, Hebrew, Armenian, Georgian, digits,
-mathematical symbols, arrows, dingbats ...); each image draws it in a different font (DejaVu
-Sans/Serif/Mono, STIX and Computer Modern, regular/bold/italic), size, position, rotation,
-stroke width, blur, ink colour, paper tint/gradient/texture and noise. Ink is always darker
-than paper: with random polarity a small network trained from scratch spends the demo's
-few epochs learning polarity invariance instead of shapes. Generated deterministically from
-``seed``: no network, no downloads.
-
-Like CUB-200 it has 200 classes by default, split class-disjointly: the first half of the
-classes (after a fixed shuffle, so both halves mix scripts) is ``train``, the second half
-``test``. Horizontal flips change a glyph's identity ('b' vs 'd'), so the spec declares the
-dataset not flip-invariant.
+Each class is one character (many scripts and symbols); each image draws it in a random font, size,
+pose, stroke, blur, ink and paper. Ink is always darker than paper, so the demo's few epochs learn
+shapes, not polarity. Deterministic from ``seed``, offline. 200 classes by default, half ``train``,
+half ``test`` (after a fixed shuffle); not flip-invariant ('b' vs 'd').
 """
 
 from __future__ import annotations
@@ -44,23 +36,15 @@ CANDIDATES = LATIN + DIGITS + GREEK + CYRILLIC + HEBREW + ARMENIAN + GEORGIAN + 
 
 # Fonts from matplotlib's mpl-data/fonts/ttf. Computer Modern fonts remap punctuation, so
 # they are only used for ASCII letters and digits.
-UNICODE_FONTS = (
-    "DejaVuSans.ttf",
-    "DejaVuSans-Bold.ttf",
-    "DejaVuSans-Oblique.ttf",
-    "DejaVuSans-BoldOblique.ttf",
-    "DejaVuSansMono.ttf",
-    "DejaVuSansMono-Bold.ttf",
-    "DejaVuSansMono-Oblique.ttf",
-    "DejaVuSansMono-BoldOblique.ttf",
-    "DejaVuSerif.ttf",
-    "DejaVuSerif-Bold.ttf",
-    "DejaVuSerif-Italic.ttf",
-    "DejaVuSerif-BoldItalic.ttf",
-    "STIXGeneral.ttf",
-    "STIXGeneralBol.ttf",
-    "STIXGeneralItalic.ttf",
-    "STIXGeneralBolIta.ttf",
+UNICODE_FONTS = tuple(
+    f"{family}{style}.ttf"
+    for family, styles in (
+        ("DejaVuSans", ("", "-Bold", "-Oblique", "-BoldOblique")),
+        ("DejaVuSansMono", ("", "-Bold", "-Oblique", "-BoldOblique")),
+        ("DejaVuSerif", ("", "-Bold", "-Italic", "-BoldItalic")),
+        ("STIXGeneral", ("", "Bol", "Italic", "BolIta")),
+    )
+    for style in styles
 )
 ASCII_FONTS = ("cmr10.ttf", "cmb10.ttf", "cmss10.ttf", "cmti10.ttf", "cmtt10.ttf")
 MIN_FONTS_PER_CLASS = 4
@@ -112,11 +96,7 @@ def _font(name: str, size: int):
 
 
 def class_characters(num_classes: int, seed: int) -> list[str]:
-    """The ``num_classes`` characters used as classes, in class-id order.
-
-    Candidates drawn by fewer than ``MIN_FONTS_PER_CLASS`` fonts are dropped; the rest are
-    shuffled with ``seed`` so that the train and test halves both mix scripts and symbols.
-    """
+    """The ``num_classes`` characters drawn by >= ``MIN_FONTS_PER_CLASS`` fonts, shuffled with ``seed``."""
     usable = [c for c in dict.fromkeys(CANDIDATES) if len(fonts_for(c)) >= MIN_FONTS_PER_CLASS]
     if num_classes > len(usable):
         raise ValueError(f"glyphs: num_classes must be <= {len(usable)}, got {num_classes}")

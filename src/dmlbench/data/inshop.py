@@ -2,14 +2,9 @@
 
 Split from ``Eval/list_eval_partition.txt``: 3,997 training items (25,882 images); the 3,985 test
 items are queried (14,218 images) against a gallery (12,612), as in Proxy-Anchor's ``Inshop.py``.
-A partition file of another DeepFashion benchmark is recognised and named.
-
-Images: ``Img/img.zip`` (low resolution, what most DML code uses), or ``img_highres.zip`` (OML)
-whenever a user put it in ``data/`` (then one line says ``img.zip`` is ignored); the official
-high-resolution zip is password-protected, and the stage says how to get the password. ``img.zip``
-and the partition file come from Google Drive (:mod:`dmlbench.data.download`); when Drive refuses,
-the error names the page to fetch them by hand. No checksum is published: md5 and sha256 are
-recorded on first use, once the content passed its check."""
+Images: ``Img/img.zip`` (what most DML code uses), or ``img_highres.zip`` (OML) when placed in
+``data/`` (password-protected: the stage says how to get it). Files come from Google Drive; no
+checksum is published, so they are recorded on first use."""
 
 from __future__ import annotations
 

@@ -1,27 +1,11 @@
-"""Decode every image once into a memory-mappable cache that training and evaluation read fast.
-
-Each image is decoded as RGB (grayscale, CMYK and palette images converted; EXIF orientation
-ignored, as every DML loader does), resized like torchvision's ``Resize(S)`` (short side
-``S = image_size`` px, long side ``int(S * long / short)``; antialiased bilinear, JPEGs
-DCT-downscaled first while that keeps >= the target size), and its long side is centre-cropped
-to at most ``L = ceil(S * max_aspect)`` px. Output directory (``artifacts/prepared/<dataset>/``):
-
-* ``images.npy``   - uint8 ``N x L x L x 3``; image ``i`` fills ``[:h_i, :w_i]`` (top-left), the
-  rest is 0. Square datasets with ``max_aspect: 1`` have ``L = S`` and no padding.
-* ``sizes.npy``    - int32 ``N x 2``: the valid ``(h_i, w_i)`` of every image;
-* ``manifest.csv`` - ``path,label,class_name,split,fold``, one row per image in cache order
-  (``train``, ``val``, ``test``, ``query``, ``gallery``; the dataset's order within a split);
-* ``info.json``    - dataset, sizes, split scheme, images/classes per split and fold, skipped
-  images, md5s of the archives the data came from, and ``counts``: the published images and
-  classes, the listed ones (checked against them first: :mod:`dmlbench.data.content`), the
-  prepared ones and the images left out (listed but not in the archive, or unreadable).
-
-An image listed but not in the archive fails the stage before any decoding, an unreadable one
-after it, unless ``skip_corrupt: true``: then it is left out, said on stderr, listed in
-``info.json`` and counted apart.
-
-Decoding runs in ``workers`` processes over chunks of rows; every row is written at its own
-index, so the result does not depend on the number of workers or on scheduling.
+"""Decode every image once into a memory-mappable cache that training and evaluation read fast:
+each image is decoded as RGB (EXIF orientation ignored, as every DML loader does), resized like
+torchvision's ``Resize(S)`` (antialiased bilinear; JPEGs DCT-downscaled first while >= the target)
+and its long side centre-cropped to ``L = ceil(S * max_aspect)`` px. Outputs: ``images.npy`` (uint8
+``N x L x L x 3``, image ``i`` at ``[:h_i, :w_i]``, the rest 0), ``sizes.npy`` (int32 ``N x 2``),
+``manifest.csv`` (``path,label,class_name,split,fold`` in cache order) and ``info.json`` (splits,
+folds, archive md5s, counts, images left out). A listed image missing fails before decoding, an
+unreadable one after, unless ``skip_corrupt``. Rows are written at their own index: ``workers`` change nothing.
 """
 
 from __future__ import annotations
@@ -67,12 +51,9 @@ def available_cpus() -> int:
 
 
 def target_geometry(width: int, height: int, size: int, long_max: int) -> tuple[int, int, tuple[float, ...]]:
-    """Output ``(w, h)`` and the crop box ``(left, top, right, bottom)`` in source pixels.
-
-    torchvision's ``Resize(size)``: short side ``size``, long side ``n = int(size * long / short)``,
-    the whole image mapped onto it; if ``n > long_max``, ``CenterCrop``: the ``long_max`` resized
-    pixels from offset ``round((n - long_max) / 2)`` are kept.
-    """
+    """Output ``(w, h)`` and the crop box ``(left, top, right, bottom)`` in source pixels: torchvision's
+    ``Resize(size)`` (long side ``n = int(size * long / short)``), then if ``n > long_max`` the
+    ``CenterCrop`` from offset ``round((n - long_max) / 2)``."""
     long_side = max(width, height)
     full = int(size * long_side / min(width, height))
     out_long = min(full, long_max)
@@ -121,8 +102,7 @@ def _decode_chunk(task: tuple[str, int, list[str], int, int]) -> tuple[int, np.n
 
 
 def _process_context():
-    """``fork`` on Linux (children only run PIL and numpy, as torch's DataLoader workers do; no
-    re-import cost), ``spawn`` elsewhere."""
+    """``fork`` on Linux (workers run only PIL and numpy, as DataLoader's do), ``spawn`` elsewhere."""
     import multiprocessing
 
     return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")

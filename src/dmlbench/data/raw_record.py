@@ -1,13 +1,9 @@
-"""The download stage's record of a dataset's extracted files, and their re-creation where they are
-missing (a fresh clone, another machine).
+"""The download stage's record of a dataset's extracted files, and their re-creation where missing.
 
-The extraction ``artifacts/raw/<dataset>/`` is scratch, not a DVC output: a dataset's terms seldom
-allow pushing its images to a remote, and the archives in ``data/`` (shared by ``dvc add data``)
-re-create it. What DVC tracks is the record ``artifacts/downloaded/<dataset>.json``: the archives'
-md5s and a digest of the extracted tree (each file's path and md5), which ``prepare`` depends on.
-The extraction carries the digest it was made with (:data:`MARKER`); ``prepare`` re-creates it with
-the dataset's own ``fetch`` when it is missing or its digest is not the record's, and refuses, in
-one line, when the re-created files differ from the record.
+``artifacts/raw/<dataset>/`` is scratch (terms seldom allow pushing images); DVC tracks the record
+``artifacts/downloaded/<dataset>.json`` (archive md5s, a digest of the extracted tree). ``prepare``
+re-creates a missing or stale extraction (:data:`MARKER`) with the dataset's ``fetch`` and refuses
+in one line when the result differs from the record.
 """
 
 from __future__ import annotations
@@ -51,8 +47,7 @@ def record_download(spec: DatasetSpec, raw_dir: Path, record: Path) -> dict[str,
 
 
 def ensure_extracted(spec: DatasetSpec, params: DatasetParams, raw_dir: Path, record: Path, dropbox: Path) -> None:
-    """Make ``raw_dir`` the extraction ``record`` describes: kept when its marker carries the
-    record's digest, else re-created from ``dropbox`` with the dataset's ``fetch``.
+    """Make ``raw_dir`` the extraction ``record`` describes (kept, or re-created from ``dropbox``).
 
     Raises:
         DataError: the record is missing, an archive is not in ``dropbox``, or the re-created

@@ -1,8 +1,6 @@
 """Stanford Online Products (Oh Song et al., CVPR 2016): 120,053 eBay photos of 22,634 products.
 
-DML split from ``Ebay_train.txt`` (11,318 classes, 59,551 images) and ``Ebay_test.txt``
-(11,316 classes, 60,502 images); columns ``image_id class_id super_class_id path``, paths
-under the 12 ``<category>_final/`` folders.
+DML split: ``Ebay_train.txt`` and ``Ebay_test.txt`` (``image_id class_id super_class_id path``).
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
-"""Carve validation classes (or cross-validation folds) out of the training classes, deterministically.
-
-Validation never contains test classes: only classes whose official split is ``train`` can
-validate, and a class moves as a whole (class-disjoint). Each scheme maps the sorted
-training classes to a list of validation class sets:
-
-* ``standard``  - none;
-* ``fixed_val`` - one random set of ``round(val_fraction * T)`` classes (rows become ``val``);
-* ``last_val``  - the last classes of the sorted training classes, from index
-  ``int(T * (1 - val_fraction))`` on (Berton, Musgrave & Masone 2025, gmberton/image-retrieval
-  ``utils.py`` ``split_dataset_by_classes``: ``split_point = int(len(unique_classes) * 0.8)``);
-* ``rc_cv``     - the Reality Check's folds (powerful-benchmarker ``MLRCSplitManager``):
-  ``v = int(2T * (1/k) * 0.5)`` classes per fold, fold ``p`` validating the contiguous
-  (wrapping) block that ends just before index ``int(p/k * T)`` of the sorted training classes;
-* ``kfold``     - a random permutation of the training classes cut into ``k`` near-equal
-  folds (thesis §5.1), every class validating exactly once.
-
-For the CV schemes rows stay ``train`` and the ``fold`` column lists the folds (``;``-separated)
-in which the row's class is validation.
+"""Carve validation classes (or folds) out of the training classes, deterministically, whole classes.
+Per scheme (:class:`dmlbench.data.base.SplitConfig`):
+``fixed_val`` draws ``round(val_fraction * T)`` classes; ``last_val`` takes them from index
+``int(T * (1 - val_fraction))`` (Berton, Musgrave & Masone 2025, gmberton/image-retrieval
+``split_dataset_by_classes``); ``rc_cv``: :func:`rc_cv_classes`; ``kfold``: a random permutation cut
+into ``k`` near-equal folds (thesis §5.1). CV rows stay ``train``; ``fold`` lists (``;``) the folds
+in which the row's class validates.
 """
 
 from __future__ import annotations
@@ -50,14 +38,9 @@ def last_val_classes(train_classes: np.ndarray, config: SplitConfig) -> list[np.
 
 
 def rc_cv_classes(train_classes: np.ndarray, config: SplitConfig) -> list[np.ndarray]:
-    """MLRCSplitManager arithmetic on the sorted training half (``test_size`` 0.5).
-
-    powerful-benchmarker (branch metric-learning, ``split_managers/mlrc_split_manager.py``)
-    sees ``N = 2T`` classes: ``val = int(N * (1/k) * (1 - 0.5))``, ``train = T - val``;
-    partition ``p`` starts at ``int(p/k * T)``, takes ``train`` classes then ``val`` classes,
-    wrapping around. CUB (T=100): val blocks 75-99, 0-24, 25-49, 50-74 (0-based). Cars (T=98):
-    74-97, 0-23, 25-48, 49-72, so classes 24 and 73 never validate.
-    """
+    """powerful-benchmarker's ``MLRCSplitManager`` (branch metric-learning) on ``N = 2T`` classes:
+    ``val = int(N * (1/k) * 0.5)``; partition ``p`` starts at ``int(p/k * T)``, ``T - val`` train then
+    ``val`` validation classes, wrapping. Cars (T=98): classes 24 and 73 never validate."""
     folds, count = config.folds, len(train_classes)
     if count < folds:
         raise DataError(f"rc_cv with {folds} folds needs >= {folds} training classes, got {count}")

@@ -13,16 +13,14 @@ from dmlbench.data.raw_record import ensure_extracted, record_download
 
 
 def download_stage(dataset: str, dataset_params: DatasetParams) -> None:
-    """Fetch the dataset into ``artifacts/raw/<dataset>``: take its archives from ``data/`` (or
-    download them there, verified), then unpack; generated datasets are rendered instead. Then
-    record what was extracted in ``artifacts/downloaded/<dataset>.json`` (the DVC output)."""
+    """Fetch (or render) the dataset into ``artifacts/raw/<dataset>`` and record what was extracted in
+    ``artifacts/downloaded/<dataset>.json`` (the DVC output)."""
     DATASETS[dataset].fetch(dataset_params, paths.raw_dir(dataset), paths.DROPBOX)
     record_download(DATASETS[dataset], paths.raw_dir(dataset), paths.downloaded_record(dataset))
 
 
 def prepare_stage(dataset: str, dataset_params: DatasetParams, workers: int | None = None) -> dict[str, Any]:
-    """Decode, resize and split into ``artifacts/prepared/<dataset>`` with ``workers`` processes
-    (default: all CPUs); the extraction is re-created from ``data/`` first where it is missing."""
+    """Decode, resize and split into ``artifacts/prepared/<dataset>`` (a missing extraction re-created first)."""
     spec = DATASETS[dataset]
     ensure_extracted(spec, dataset_params, paths.raw_dir(dataset), paths.downloaded_record(dataset), paths.DROPBOX)
     return prepare_dataset(

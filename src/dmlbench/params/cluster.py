@@ -1,11 +1,8 @@
 """The ``cluster:`` section of ``params.yaml``: what each stage kind asks Slurm for.
 
-Read only by the Slurm executor, the tune worker array and ``validate``, through
-:func:`cluster_settings`. Values are ``sbatch`` options (https://slurm.schedmd.com/sbatch.html):
-``cpus``, ``gpus`` (``--gres=<gres>:<n>``), ``mem``, ``time``, ``partition``, ``account``, ``qos``,
-``extra_args``; ``stages.<kind>`` overrides ``default`` key by key, and GPU grids give
-:data:`GPU_KINDS` ``gpus: 1`` unless set. ``signal_seconds`` (checkpoint-and-requeue before the
-time limit), ``max_jobs``, ``max_retries`` and ``poll_seconds``: docs/cluster.md."""
+Read through :func:`cluster_settings` by the Slurm executor, the tune workers and ``validate``.
+Values are ``sbatch`` options (https://slurm.schedmd.com/sbatch.html); ``stages.<kind>`` overrides
+``default`` key by key; GPU grids give :data:`GPU_KINDS` ``gpus: 1`` unless set. The rest: docs/cluster.md."""
 
 from __future__ import annotations
 
@@ -72,16 +69,11 @@ class ClusterConfig(StrictModel):
     extra_args: list[str] = Field(default_factory=list)
     max_jobs: PositiveInt | None = None  # None: what sacctmgr allows this user, else DEFAULT_MAX_JOBS
     max_retries: NonNegativeInt = 3  # a job PREEMPTED, NODE_FAILed or BOOT_FAILed: submitted again this often
-    # several small stages on one GPU: a job that asks for 1 GPU asks for 1 of gpu_slots shares of
-    # one instead, through Slurm's GPU sharding (shared_gres: shard, --gres=shard:1,
-    # https://slurm.schedmd.com/gres.html#Sharding) or CUDA MPS (mps, --gres=mps:<100/gpu_slots>,
-    # https://slurm.schedmd.com/gres.html#MPS_Management), whichever the site configured; each such
-    # job sizes its GPU-resident data to its share (DMLBENCH_GPU_SHARE)
+    # several small stages on one GPU: a 1-GPU job asks for 1 of gpu_slots shares through Slurm's
+    # sharding or MPS (https://slurm.schedmd.com/gres.html#Sharding, #MPS_Management)
     gpu_slots: PositiveInt = 1
     shared_gres: Literal["shard", "mps"] = "shard"
-    # the site's count of that gres per GPU (e.g. 8 shards, or 100 MPS units); None: read from
-    # sinfo by the executor (dmlbench.pipeline.slurm_queries.gres_per_gpu); a job asks for its
-    # count // gpu_slots of them
+    # the site's count of that gres per GPU (None: read from sinfo); a job asks for count // gpu_slots
     shares_per_gpu: PositiveInt | None = None
     poll_seconds: tuple[PositiveFloat, PositiveFloat] = (5.0, 60.0)
     default: StageResources = DEFAULT

@@ -1,7 +1,5 @@
-"""One dataset's section of ``params.yaml`` alone: what the ``download@`` and ``prepare@`` stages
-load. They read ``datasets.<name>`` and nothing else, so they validate only that section (the
-``validate`` stage, which runs before them, checks the whole file): their code dependencies stop
-at the data registry, and editing a loss, a backbone or the tuning code never stales them."""
+"""One dataset's section of ``params.yaml`` alone, what ``download@`` and ``prepare@`` load, so their
+code dependencies stop at the data registry (``validate`` checks the whole file first)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""When a grid needs a GPU: the one definition the device pre-flight and the Slurm resources read.
-
-The active protocol's ``device`` key (:class:`dmlbench.params.protocol.Protocol`): ``cuda`` for the
-real-data protocols (a ResNet50 run on a CPU takes weeks), ``auto`` for the offline demo.
-"""
+"""When a grid needs a GPU (the protocol's ``device: cuda``): the one definition the device
+pre-flight and the Slurm resources read."""
 
 from __future__ import annotations
 
@@ -19,6 +16,5 @@ def grid_device(params: Params) -> Device:
 
 
 def needs_gpu(params: Params) -> bool:
-    """True when the grid's protocol says ``device: cuda``: every train, tune and embed stage of it
-    needs a CUDA GPU."""
+    """True when every train, tune and embed stage of the grid needs a CUDA GPU."""
     return grid_device(params) == "cuda"

@@ -1,12 +1,9 @@
 """Load and validate ``params.yaml``: every key of the sections every stage reads, in one line.
 
-Every stage calls :func:`load_params` first, so a typo or a wrong type fails the first stage that
-runs, in one line naming the key and what is allowed, before any expensive work. ``tuning:`` and
-``cluster:`` are checked by their own modules where read (:func:`dmlbench.params.complete.load_complete`
-for ``validate`` and the runners), so stages that never read them do not depend on their code.
-``losses.<name>`` values deviate from the protocol's
-(``protocols.<p>.losses.<name>``, through its overrides), which deviate from the loss module's
-defaults. The file's layout: docs/pipeline.md."""
+A typo or wrong type fails the first stage, in one line naming the key and what is allowed.
+``tuning:`` and ``cluster:`` are checked where read (:func:`dmlbench.params.complete.load_complete`),
+so other stages do not depend on their code. ``losses.<name>`` values override the protocol's, which
+override the loss module's defaults. Layout: docs/pipeline.md."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The validated ``params.yaml``: :class:`Params`, what every stage and runner hands around.
-
-Built by :func:`dmlbench.params.load.parse_params`. ``tuning:`` and ``cluster:`` stay raw
-mappings here, validated only where read (:mod:`dmlbench.params.load` says why).
-"""
+"""The validated ``params.yaml`` (:func:`dmlbench.params.load.parse_params`); ``tuning:`` and
+``cluster:`` stay raw mappings, validated only where read."""
 
 from __future__ import annotations
 
@@ -28,12 +25,8 @@ PARAMS_FILE = "params.yaml"
 
 @dataclass(frozen=True, eq=False)
 class Params:
-    """Validated ``params.yaml``. Section values are the registry's typed parameter models.
-
-    ``losses`` holds each listed loss's parameters as ``losses.<name>`` sets them over the
-    module defaults; what a run trains with is :meth:`loss_params` (the protocol's values for
-    the run's dataset and backbone added). ``loss_values`` are the keys ``losses.<name>`` sets.
-    """
+    """Validated ``params.yaml``: the registries' typed parameter models. A run's loss values:
+    :meth:`loss_params`; ``loss_values``: the keys ``losses.<name>`` sets."""
 
     datasets: dict[str, DatasetParams]
     backbones: dict[str, BackboneParams]
@@ -55,24 +48,19 @@ class Params:
         return self.protocols[self.protocol_name]
 
     def loss_values_for(self, run: RunSpec | Combo, published_only: bool = False) -> dict[str, Any]:
-        """The values a run's loss is built with before tuning: the protocol's ``losses.<name>`` for
-        the run's dataset and backbone, then ``losses.<name>`` of ``params.yaml``
-        (``published_only``: the protocol's alone); a key set in both is rejected at load. The one
-        loss-value merge: :meth:`loss_params` and :func:`dmlbench.params.run.run_config` use it."""
+        """The values a run's loss is built with before tuning: the protocol's for the dataset and
+        backbone, then ``losses.<name>`` (``published_only``: the protocol's alone). The one merge."""
         values = dict(self.protocol_for(run).losses.get(run.loss, {}))
         if not published_only:
             values.update(self.loss_values.get(run.loss, {}))
         return values
 
     def loss_params(self, run: RunSpec | Combo) -> LossParams:
-        """The loss hyperparameters of one run (untuned): the loss module's defaults under
-        :meth:`loss_values_for`."""
+        """One run's loss hyperparameters (untuned): the module defaults under :meth:`loss_values_for`."""
         return self.loss_models[run.loss].model_validate(self.loss_values_for(run))
 
     def loss_source(self, run: RunSpec | Combo) -> str:
-        """Where a run's loss hyperparameters come from: ``protocol`` when the active protocol
-        sets any of them for this dataset/backbone, ``params`` when only ``losses.<name>`` does,
-        else ``defaults`` (the loss module's published defaults)."""
+        """Where a run's loss values come from: ``protocol``, ``params`` (``losses.<name>``) or ``defaults``."""
         if self.protocol_for(run).losses.get(run.loss):
             return "protocol"
         return "params" if self.loss_values.get(run.loss) else "defaults"

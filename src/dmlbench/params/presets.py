@@ -1,16 +1,7 @@
 """Published benchmark setups as presets: ``presets/<name>.yaml`` beside ``params.yaml``.
 
-A preset names a whole grid: ``datasets``, ``backbones``, ``losses``, ``dims``, ``seeds`` and
-``protocol`` (required; they replace params.yaml's), and may add ``evaluate``, ``report``,
-``tracking``, ``tuning`` and ``cluster`` keys (merged key by key over params.yaml's: a preset can
-carry the Slurm resources its grid needs), plus a one-line ``description``. It
-cannot define ``protocols``: it names one of params.yaml's (``protocol: thesis``), so a
-published recipe is written once. The composed mapping is validated by the same
-:func:`dmlbench.params.complete.complete_params` as params.yaml, and ``tracking.experiment`` defaults to
-the preset's name, so its MLflow runs are an experiment of their own.
-
-``python -m dmlbench.pipeline --preset <name>`` (``make repro PRESET=<name>``) runs it in a
-workspace of its own (:mod:`dmlbench.pipeline.workspace`); the committed params.yaml stays the demo.
+A preset replaces the grid and ``protocol`` (one of params.yaml's), may merge other sections over
+params.yaml's, and runs in a workspace of its own (``make repro PRESET=<name>``). docs/presets.md.
 """
 
 from __future__ import annotations
@@ -91,10 +82,8 @@ def compose(name: str, preset: Any, base: Any, source: str) -> dict[str, Any]:
 
 
 def load_preset(name: str, params_file: str | Path = "params.yaml") -> Preset:
-    """Read ``presets/<name>.yaml`` over ``params_file`` and validate the result like params.yaml.
-
-    An unknown name fails in one line that lists the presets; a bad preset in one line naming
-    the file and the key (:func:`dmlbench.params.complete.complete_params`)."""
+    """Read ``presets/<name>.yaml`` over ``params_file`` and validate the result like params.yaml; an
+    unknown name or a bad key fails in one line."""
     directory = presets_dir(params_file)
     names = available(directory)
     if name not in names:

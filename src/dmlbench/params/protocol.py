@@ -1,8 +1,4 @@
-"""The training protocol section of ``params.yaml`` (``protocols.<name>``): optimiser,
-schedule, augmentation, early stopping and per-dataset/backbone overrides.
-
-A leaf of the params schema: it builds only on :mod:`dmlbench.schema`.
-"""
+"""``protocols.<name>`` of ``params.yaml``: optimiser, schedule, augmentation, early stopping, overrides."""
 
 from __future__ import annotations
 
@@ -27,12 +23,8 @@ SELECTION_METRICS = ("precision_at_1", "r_precision", "map_at_r")
 
 
 class OptimizerConfig(StrictModel):
-    """Optimiser of the trunk and embedding head; ``lr`` in 1/step units of the optimiser.
-
-    ``no_weight_decay``: ``none`` = ``weight_decay`` on every parameter (torch's optimisers as the
-    2020 codes and Hyp-ViT call them); ``timm`` = none on 1-D parameters (biases, norm weights) and
-    on the trunk's ``no_weight_decay()`` names (position embeddings, class and register tokens), as
-    timm's ``param_groups_layer_decay`` and BEiT/MAE fine-tuning (``dmlbench.train.optim``)."""
+    """Optimiser of the trunk and head. ``no_weight_decay: timm``: none on 1-D parameters and the trunk's
+    ``no_weight_decay()`` names, as timm's ``param_groups_layer_decay`` (``none``: the 2020 codes')."""
 
     name: Literal["adamw", "adam", "rmsprop", "sgd"] = "adamw"
     lr: PositiveFloat
@@ -50,15 +42,8 @@ class SchedulerConfig(StrictModel):
 
 
 class AugmentConfig(StrictModel):
-    """Image transforms (:mod:`dmlbench.data.augment`).
-
-    Train (``train``): ``random_resized_crop`` = RandomResizedCrop(crop_size, scale, ratio);
-    ``squash`` = Resize((crop_size, crop_size)), the aspect ratio not kept. Then RandAugment
-    (``rand_augment`` operations of magnitude ``rand_augment_magnitude``, torchvision's; 0 = off)
-    and the optional flip. Eval (``eval``): ``resize_crop`` = resize the short side to
-    ``eval_resize`` px, then centre crop ``crop_size`` px; ``squash`` = Resize((eval_resize,
-    eval_resize)), then centre crop ``crop_size``. ``interpolation``: the resize kernel; ``weights``
-    = the one the trunk's weights were trained with (timm's ``pretrained_cfg``)."""
+    """Image transforms in px (:mod:`dmlbench.data.augment`): ``train`` RandomResizedCrop or ``squash``,
+    RandAugment (0 = off), flip; ``eval`` short side (or ``squash``) to ``eval_resize``, centre crop."""
 
     crop_size: PositiveInt
     eval_resize: PositiveInt
@@ -83,18 +68,15 @@ class AugmentConfig(StrictModel):
 
 
 class EarlyStoppingConfig(StrictModel):
-    """Validation schedule: every ``validate_every`` epochs; stop after ``patience`` validations
-    without a new best ``selection_metric`` (None: never stop early). Reality Check: CUB every
-    2 epochs with patience 9 (powerful-benchmarker ``save_interval``/``patience``)."""
+    """Validate every ``validate_every`` epochs; stop after ``patience`` validations without a new best
+    (None: never). Reality Check: CUB every 2 epochs, patience 9 (powerful-benchmarker)."""
 
     validate_every: PositiveInt = 1
     patience: PositiveInt | None = None
 
 
-# Protocol keys that an override may change for some datasets/backbones (``augment``: the embed
-# stages resolve it per dataset and backbone, e.g. Hyp-ViT's eval resize, 256 on CUB, 224 elsewhere).
-# Keys that change the model (pooling, pretrained, head), the selection or the reference loss stay
-# the same for the whole grid: the embed and report stages read them from the protocol itself.
+# Keys an override may change per dataset/backbone; the model, selection and reference loss stay
+# grid-wide (the embed and report stages read them from the protocol itself).
 OVERRIDABLE_KEYS = (
     "epochs",
     "iterations_per_epoch",
@@ -120,9 +102,8 @@ OVERRIDABLE_KEYS = (
 
 
 class ProtocolOverride(StrictModel):
-    """Row of a protocol's per-dataset/backbone table (e.g. thesis Table 3: lr and step size by
-    dataset x backbone). Applies to runs whose dataset is in ``datasets`` and backbone in
-    ``backbones`` (a missing list matches all); ``set`` holds protocol keys (nested keys merge)."""
+    """Row of a per-dataset/backbone table (e.g. thesis Table 3); a missing list matches all;
+    ``set`` holds protocol keys (nested keys merge)."""
 
     datasets: list[str] | None = Field(None, min_length=1)
     backbones: list[str] | None = Field(None, min_length=1)
@@ -144,36 +125,12 @@ class ProtocolOverride(StrictModel):
 class Protocol(StrictModel):
     """A training protocol, written out in full: the same for every loss, as fairness demands.
 
-    Batches (``sampler: pml``): losses that need several images per class (``LossSpec.sampler ==
-    "m_per_class"``) get ``batch_size / samples_per_class`` classes x ``samples_per_class`` images
-    (PML ``MPerClassSampler``); classification/proxy losses get ``classification_samples_per_class``
-    per class, or uniformly random batches (``random``), or the same as the others (unset).
-    An epoch is ``iterations_per_epoch`` batches, or one pass over the training images.
-    ``sampler: class_pass`` (Hyp-ViT's ``UniqueClassSempler``): an epoch is one pass over the
-    training classes, in a random order, ``samples_per_class`` images of each, ``batch_size /
-    samples_per_class`` distinct classes per batch, the incomplete last batch dropped; every loss
-    gets these batches (:mod:`dmlbench.train.sampling`).
-    ``warmup_epochs``: only the embedding head and the loss's own parameters train (Proxy-Anchor).
-    ``freeze``: trunk modules, by name, that never train (Hyp-ViT: ``patch_embed``).
-    ``backbone_lr_multiplier``: the trunk trains at ``lr x backbone_lr_multiplier``, the head at
-    ``lr``; ``layer_decay`` (BEiT, Bao et al., ICLR 2022, as used to fine-tune ViTs in MAE, He et al.,
-    CVPR 2022, grouped as timm's ``param_groups_layer_decay``): the embedding head is the top layer
-    (decay^0), block i of a depth-d ViT gets decay^(d - i), the embeddings decay^(d + 1)
-    (:mod:`dmlbench.train.optim`; 1.0: one lr for the trunk).
-    ``head``: ``linear`` = a linear map to ``dim`` (``head_init``: Kaiming-normal as Proxy-Anchor, or
-    orthogonal with zero bias as Hyp-ViT); ``none`` = the pooled trunk feature itself, L2-normalised
-    (Berton et al. 2025's ``feat_dim None``), so ``dim`` must be the trunk's width.
-    ``grad_clip``: clip each gradient value; ``grad_clip_norm``: clip the 2-norm of the embedding
-    model's gradient (``torch.nn.utils.clip_grad_norm_``, as Hyp-ViT at 3).
-    ``reference_loss``: the loss the protocol's source trained, whose published numbers it gives
-    (the report compares the grid's other losses with it).
-    ``amp``: the training step's autocast: ``auto`` = bf16 (else fp16) on a CUDA GPU, none on the
-    CPU; ``none``/``bf16``/``fp16`` force it; ``fp32``: no autocast, no TF32 (the 2020 protocols).
-    ``compile``: ``torch.compile`` of the step's model (docs/gpu.md; not in the config hash).
-    ``pooling: cls`` needs a class token; ``native``: the trunk's own (timm's ``global_pool``).
-    ``losses.<name>``: the hyperparameters this protocol publishes for a loss (e.g. the Reality
-    Check's tuned values; per dataset through ``overrides``), validated against the loss's own
-    parameter model in :func:`parse_params`; a loss the protocol does not list keeps its defaults.
+    Batches: :mod:`dmlbench.train.sampling` (``class_pass``: Hyp-ViT's ``UniqueClassSempler``, for every
+    loss). ``warmup_epochs``: only the head and the loss train (Proxy-Anchor). ``layer_decay``: BEiT (Bao et al.,
+    ICLR 2022) as timm's ``param_groups_layer_decay``: head decay^0, block i of depth d decay^(d - i)
+    (:mod:`dmlbench.train.optim`). ``head: none``: the pooled, L2-normalised trunk feature (Berton et al.
+    2025), ``dim`` = the trunk's width. ``amp: auto``: bf16 (else fp16) on CUDA, none on the CPU; ``fp32``:
+    no autocast, no TF32. ``losses.<name>``: published hyperparameters, validated in :func:`parse_params`.
     """
 
     description: str = ""
@@ -209,12 +166,9 @@ class Protocol(StrictModel):
     backbones: list[str] | None = Field(None, min_length=1)  # if set, the grid may only use these
     dims: list[PositiveInt] | None = Field(None, min_length=1)  # if set, the grid may only use these
     losses: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    # published: the losses' published values (``losses`` above, else the module defaults);
-    # tuned: the best values of the tune@<dataset>-<backbone>-<loss> stage's search
+    # published: ``losses`` above (else the defaults); tuned: the tune@ stage's best values
     hyperparameters: Literal["published", "tuned"] = "published"
-    # where training and embedding run: cuda = needs a GPU (the pipeline's device pre-flight refuses
-    # a grid without one, and the Slurm executor asks for one per train/embed job); cpu = never a
-    # GPU; auto = a GPU when torch sees one, else the CPU (the offline demo)
+    # cuda: needs a GPU (pre-flight refuses a grid without one; Slurm asks for one); auto: a GPU if any
     device: Literal["cuda", "cpu", "auto"] = "auto"
     overrides: list[ProtocolOverride] = Field(default_factory=list)
 
@@ -275,9 +229,8 @@ class Protocol(StrictModel):
 def augment_for(
     augment: AugmentConfig, overrides: list[ProtocolOverride], dataset: str, backbone: str
 ) -> AugmentConfig:
-    """A protocol's ``augment`` for one dataset and backbone (its matching overrides applied):
-    what :meth:`Protocol.for_run` gives, read from these two keys only (the frozen-trunk embedding
-    stage depends on nothing else of the protocol)."""
+    """A protocol's ``augment`` for one dataset and backbone, as :meth:`Protocol.for_run`, from these
+    two keys only (the frozen-trunk embedding stage depends on nothing else)."""
     merged = augment.model_dump()
     for override in overrides:
         if override.matches(dataset, backbone) and "augment" in override.set:
@@ -296,9 +249,8 @@ def deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any
 
 
 def protocol_values(name: str, protocol: Protocol) -> dict[str, Any]:
-    """The protocol a run records (``resolved["protocol"]``, ``config.yaml``): its name and every
-    value of the run's protocol (overrides applied) but ``compile`` (how the step runs, not what it
-    computes: a run resumes across it) and the tables already applied or recorded elsewhere."""
+    """The protocol a run records: its name and every value (overrides applied) but ``compile`` (how
+    the step runs, not what it computes) and the tables applied or recorded elsewhere."""
     return {
         "name": name,
         **protocol.model_dump(mode="json", exclude={"overrides", "backbones", "dims", "losses", "compile"}),

@@ -1,9 +1,5 @@
-"""One run's configuration, resolved from ``params.yaml`` once: what a per-run stage hands down.
-
-:func:`run_config` checks the run against the grid, applies the protocol's overrides for its
-dataset and backbone, validates its loss hyperparameters and hashes the resolved config;
-training and embedding read the run's settings from the :class:`RunConfig`, not from ``Params``.
-"""
+"""One run's configuration, resolved once (overrides applied, loss values validated, hashed): what
+training and embedding read instead of ``Params``."""
 
 from __future__ import annotations
 
@@ -70,12 +66,9 @@ class RunConfig:
         return LOSSES[self.run.loss]
 
     def build_model(self, pretrained: bool | None = None) -> EmbeddingModel:
-        """The run's embedding model (``pretrained``: None = the protocol's; False where trained
-        weights are loaded next), with the protocol's ``head``: ``head_init: orthogonal`` re-draws the
-        linear head orthogonally with a zero bias (Hyp-ViT ``model.py``: ``nn.init.orthogonal_``,
-        ``constant_(bias, 0)``); ``head: none`` replaces it with the identity, so the embedding is the
-        L2-normalised pooled trunk feature (Berton et al. 2025 ``retrieval_model.py``, ``feat_dim
-        None``), which needs ``dim`` = the trunk's width."""
+        """The run's embedding model (``pretrained`` None: the protocol's) with its ``head``:
+        ``head_init: orthogonal`` as Hyp-ViT ``model.py``; ``head: none`` the identity (Berton et al.
+        2025 ``retrieval_model.py``, ``feat_dim None``: ``dim`` = the trunk's width)."""
         protocol = self.protocol
         model = build_model(
             self.backbone,
@@ -102,11 +95,9 @@ class RunConfig:
 def run_config(params: Params, run: RunSpec) -> RunConfig:
     """Resolve ``run`` (a cell of the grid and a seed) from validated params, hashing it once.
 
-    When the protocol's ``hyperparameters`` are ``tuned``, the loss's values are the tune stage's
-    best (``artifacts/tuning/<dataset>/<backbone>/<loss>/best.yaml``) over the published ones,
-    and ``resolved["tuning"]`` names the study and trial they came from. A ``published`` baseline
-    run (``run.variant``) trains the published values, with test-set feedback off (analysis
-    only: it never changes the selected model, and the baseline's report row needs none)."""
+    ``tuned`` hyperparameters: the tune stage's ``best.yaml`` over the published ones
+    (``resolved["tuning"]`` names study and trial). A ``published`` baseline run trains the
+    published values with test feedback off."""
     params.check_run(run)
     protocol = params.protocol_for(run)
     values = params.loss_values_for(run)

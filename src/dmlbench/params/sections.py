@@ -1,7 +1,4 @@
-"""The ``evaluate``, ``report`` and ``tracking`` sections of ``params.yaml``.
-
-A leaf of the params schema: it builds only on :mod:`dmlbench.schema`.
-"""
+"""The ``evaluate``, ``report`` and ``tracking`` sections of ``params.yaml``."""
 
 from __future__ import annotations
 
@@ -40,15 +37,10 @@ class BootstrapConfig(StrictModel):
 
 
 class EvaluateConfig(StrictModel):
-    """Test-set evaluation (``dmlbench.evaluate``).
-
-    ``recall_at``: the K of Recall@K; ``per_dataset.<name>`` overrides it (and
-    ``clustering``) for one dataset, e.g. ``sop: {recall_at: [1, 10, 100, 1000]}``.
-    ``clustering``: also NMI/AMI from k-means (``kmeans_niter`` iterations, k = classes).
-    ``confidence``: of the t-interval over seeds and of the class-cluster bootstrap interval.
-    ``backend``: neighbour search (``auto``: faiss on GPUs, torch on CUDA, the certified bf16
-    ``screened`` search on CPUs with native bf16, else faiss on the CPU); all give the same results.
-    """
+    """Test-set evaluation (``dmlbench.evaluate``). ``per_dataset.<name>`` overrides ``recall_at`` and
+    ``clustering`` (NMI/AMI from k-means, k = classes); ``confidence``: of the seed t-interval and the
+    class-cluster bootstrap; ``backend`` (``auto``: faiss on GPUs, the certified bf16 ``screened``
+    search on CPUs with native bf16, else faiss): all give the same results."""
 
     recall_at: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4, 8], min_length=1)
     per_dataset: dict[str, DatasetEvaluateConfig] = Field(default_factory=dict)
@@ -83,15 +75,9 @@ class GalleryConfig(StrictModel):
 
 
 class ReportConfig(StrictModel):
-    """What the report ranks by and how it tests differences.
-
-    ``focus_dim``: embedding size of the backbone comparison, convergence and papers-vs-reality
-    figures (default: 512 if in ``dims``, else the largest). ``alpha``: level of the Friedman
-    and Nemenyi tests. ``rope``: half-width of the region of practical equivalence of the
-    Bayesian comparison and of the reproduction verdicts, in metric units (0.01 = 1 point of a
-    metric reported in percent). The tests' blocks are not a setting: they are the datasets, the
-    only independent units of a grid (:mod:`dmlbench.analysis.statistics`).
-    """
+    """What the report ranks by and how it tests differences. ``focus_dim``: the figures' embedding size
+    (512 if in ``dims``, else the largest); ``alpha``: Friedman/Nemenyi level; ``rope``: half-width of
+    practical equivalence in metric units (0.01 = 1 point). Blocks are the datasets, not a setting."""
 
     primary_metric: Literal["precision_at_1", "r_precision", "map_at_r", "recall_at_1"] = "map_at_r"
     title: str = "dmlbench report"

@@ -1,8 +1,7 @@
 """The tune stage's result files, and what ``train@`` reads from them.
 
-``best.yaml`` (per dataset x backbone x loss) holds the search's best values and where they came
-from; ``train@`` stages depend on it, so a new best re-trains exactly that loss's cells. It holds
-no timing and no run id (its hash must not change when the same study is summarised again).
+``best.yaml``: the search's best values and their origin, no timing or run id (its hash changes
+only with a new best, which re-trains exactly that loss's cells).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The ``tuning:`` section of ``params.yaml``: how ``tune@<dataset>-<backbone>-<loss>`` searches.
 
-The Reality Check's search (Musgrave, Belongie & Lim, ECCV 2020, §4 and supplementary): 50
-iterations of Bayesian optimisation per loss and dataset, each scored by the mean validation
-MAP@R over its class-disjoint cross-validation folds, at embedding size 128. The folds are the
-dataset's split scheme (``rc_cv``: RC's 4 folds; ``fixed_val``: one fold), never a setting here.
-
-:func:`tuning_settings` validates it where it is read (``tune@``, ``baseline@``, the report, the
-runners, ``validate``), so this code is no dependency of download, prepare, train or evaluate.
+The Reality Check (Musgrave, Belongie & Lim, ECCV 2020, §4): 50 Bayesian-optimisation iterations
+per loss and dataset, scored by mean validation MAP@R over the folds, at dim 128.
 """
 
 from __future__ import annotations
@@ -34,18 +29,10 @@ _PASSWORD_IN_URL = re.compile(r"^[a-z0-9+]+://[^/@:]+:[^/@]+@")
 
 
 class TuningConfig(StrictModel):
-    """Search settings, the same for every loss (the fair-comparison rule); docs/tuning.md has the detail.
-
-    ``sampler``: ``gp`` (Optuna's Gaussian process, like RC's Ax GPEI), ``tpe``, ``random`` or
-    ``one_at_a_time`` (thesis §5.2: each key alone over ``points_per_key`` values, the others
-    published); ``startup_trials`` random trials first (Ax starts with Sobol). ``start_from_published``:
-    trial 0 is the published values. ``pruner: median``: stop a trial after a fold whose running mean
-    is below earlier trials' median there. ``storage``: None = an Optuna journal in the stage's
-    persistent output, else an RDB URL (password from ``PGPASSWORD``/``~/.pgpass``, never params.yaml).
-    ``space.<loss>.<key>`` replaces or adds a search dimension. ``baselines: [published]`` also trains
-    the published values at ``dim`` with every seed (``baseline@``), so the report measures what tuning
-    gained. ``dim``: the search's embedding size, None = the grid's largest. ``seed``: outside the
-    grid's ``seeds`` by default, so the best trial's selection luck never reaches the test scores."""
+    """Search settings, the same for every loss (the fair-comparison rule; docs/tuning.md).
+    ``sampler: gp`` is like RC's Ax GPEI; ``storage``: an RDB URL (password from ``PGPASSWORD`` or
+    ``~/.pgpass``, never params.yaml); ``seed`` is outside the grid's ``seeds``, so selection luck
+    never reaches the test scores."""
 
     sampler: Literal[SAMPLERS] = "gp"  # type: ignore[valid-type]
     trials: PositiveInt = 50  # RC: 50 iterations per loss and dataset
@@ -124,9 +111,8 @@ class TuningConfig(StrictModel):
 
 @lru_cache(maxsize=16)
 def tuning_settings(params: Params, source: str = "params.yaml") -> TuningConfig:
-    """The validated ``tuning:`` section of ``params`` (``dim`` resolved against the grid), checked
-    against the grid: ``space.<loss>`` fits the loss's parameters, baselines need a tuned protocol
-    and ``dim`` among ``dims``. :class:`ConfigError` in one line naming the key."""
+    """The validated ``tuning:`` section (``dim`` resolved), checked against the grid (space fits the
+    loss, baselines need a tuned protocol, ``dim`` in ``dims``): else a one-line :class:`ConfigError`."""
     try:
         tuning = TuningConfig.model_validate(dict(params.tuning))
     except ValidationError as exc:
@@ -152,9 +138,7 @@ def tuning_settings(params: Params, source: str = "params.yaml") -> TuningConfig
 
 
 def search_dim(params: Params) -> int:
-    """The embedding size the search trains at (``tuning.dim``, else the grid's largest); reads
-    those two keys alone (the section is validated by :func:`tuning_settings` wherever it is read
-    as a whole, and by the ``validate`` stage)."""
+    """The search's embedding size (``tuning.dim``, else the grid's largest), from those two keys alone."""
     dim = params.tuning.get("dim")
     return int(dim) if dim is not None else max(params.dims)
 

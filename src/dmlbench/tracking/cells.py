@@ -1,13 +1,7 @@
 """One MLflow run per grid cell (dataset, backbone, loss, dim): the parent of its seeds' runs.
 
-The cell's run is created (or found) by the first of its seeds' trainings, under the store's
-file lock so that parallel ``train`` stages of one cell make one run, and holds the cell's
-params (the resolved config without the seed). The evaluate stage fills the same run with the
-seed-mean test metrics, the cell's metrics file and a learning-curve figure
-(:mod:`dmlbench.tracking.summary`); it is tagged ``kind=summary`` (training runs have
-``kind=train``). Identity: tag ``combo_key`` (``glyphs-tiny_cnn-contrastive-32``) +
-``cell_hash`` (hash of the cell's params: new hyperparameters are a new cell run, and the
-earlier one is tagged ``superseded_by`` and moved to MLflow's trash, as training runs are).
+Created by its first training under the store's lock; evaluate adds the seed-mean metrics
+(:mod:`dmlbench.tracking.summary`). Identity: ``combo_key`` + ``cell_hash`` (new params supersede).
 """
 
 from __future__ import annotations
@@ -18,8 +12,7 @@ from typing import Any
 from dmlbench.grid import Combo
 from dmlbench.params.model import config_hash, flatten
 from dmlbench.tracking.runs import find_runs
-from dmlbench.tracking.store import client as make_client
-from dmlbench.tracking.store import ensure_experiment, store_lock
+from dmlbench.tracking.store import ensure_experiment, store_lock, supersede
 
 KIND = "summary"
 
@@ -30,8 +23,7 @@ def cell_config(resolved: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def cell_run_name(loss: str, dim: int | str, prefix: str = "") -> str:
-    """``contrastive d32 (cell)``; ``prefix`` (e.g. ``"cub200 resnet50 "``) where the grid has
-    more than one dataset or backbone."""
+    """``contrastive d32 (cell)`` after ``prefix`` (``"cub200 resnet50 "``) where the grid has several."""
     return f"{prefix}{loss} d{dim} (cell)"
 
 
@@ -48,12 +40,8 @@ def ensure_cell_run(
     name: str,
     params: Mapping[str, Any] | None = None,
 ) -> str:
-    """The active cell run of ``key`` (``combo_key``), created if missing; return its id.
-
-    With ``params`` (a training starting): the run whose ``cell_hash`` matches them; a new one
-    (with these params) replaces runs of other params. Without (the evaluate stage, which reads
-    no hyperparameters): the newest active run of the cell, or a new run without params.
-    """
+    """The active cell run of ``key`` (``combo_key``), created if missing; its id. With ``params``: the
+    run whose ``cell_hash`` matches (a new one supersedes others); without: the newest active run."""
     from mlflow.entities import Param
 
     experiment_id = ensure_experiment(experiment, mlflow_client)
@@ -69,20 +57,5 @@ def ensure_cell_run(
         run_id = mlflow_client.create_run(experiment_id, run_name=name, tags=run_tags).info.run_id
         if params is not None:
             mlflow_client.log_batch(run_id, params=[Param(k, str(v)) for k, v in flatten(params).items()])
-        for old in existing:
-            mlflow_client.set_tag(old.info.run_id, "superseded_by", run_id)
-            mlflow_client.delete_run(old.info.run_id)
+        supersede(mlflow_client, existing, run_id)
     return run_id
-
-
-def open_cell_run(
-    experiment: str, combo: Combo, resolved: Mapping[str, Any], several: tuple[bool, bool] = (False, False)
-) -> str:
-    """The grid cell's run (created by its first training), named ``[dataset] [backbone] <loss> d<dim>
-    (cell)`` with dataset and backbone where ``several`` says the grid has more than one of each;
-    its params are the cell's part of ``resolved``."""
-    prefix = "".join(f"{part} " for part, shown in zip((combo.dataset, combo.backbone), several, strict=True) if shown)
-    return ensure_cell_run(
-        make_client(), experiment, combo.key, cell_tags(combo), cell_run_name(combo.loss_level, combo.dim, prefix),
-        params=cell_config(resolved),
-    )  # fmt: skip

@@ -1,18 +1,8 @@
 """``python -m dmlbench.tracking.pulled``: pulled runs made visible in this workspace's MLflow store.
 
-A grid pulled from another lab (``dvc pull``) brings each training's outputs (``run.json``,
-``config.yaml``, ``history.json``) and each cell's test metrics (``runs.json``), but no MLflow run:
-that lab's store stays with it. Each pulled run of the grid (:func:`dmlbench.tracking.workspace.provenance`)
-that this store lacks is imported as one FINISHED run in the grid's experiment, named like a
-training run with `` (pulled)``, tagged ``source = pulled`` and ``original_run =
-<grid_key>@<config_hash>``: the run's identity in the store of the lab that trained it (no MLflow
-run id travels in a DVC output, :mod:`dmlbench.tracking.runs`), the same tags as a training run
-(dataset, backbone, loss, dim, seed, protocol, ``config_hash``) but ``kind = pulled_train`` (the
-embed and evaluate stages never take it for their own training run), with the run's device,
-precision and the remote it came from. Params: the resolved config; metrics: the per-epoch history
-(a cross-validated run: its first fold model's) and the test metrics (``test/<metric>``).
-Idempotent: a run whose ``original_run`` is already in the store is left alone, so a second pull
-(or report) adds nothing. The report stage calls :func:`import_pulled`.
+A ``dvc pull`` brings outputs but no MLflow run: each pulled run the store lacks becomes one FINISHED
+run tagged ``source = pulled``, ``original_run = <grid_key>@<config_hash>``, ``kind = pulled_train``
+(idempotent on ``original_run``). The report stage calls :func:`import_pulled`.
 """
 
 from __future__ import annotations
@@ -90,8 +80,7 @@ def pulled_record(run: RunSpec, protocol: str, origin: str) -> dict[str, Any]:
 
 
 def import_pulled(params: Params, runs: Iterable[RunSpec] | None = None, mlflow_client: Any | None = None) -> int:
-    """Import each pulled run (default: :func:`pulled_runs`) that the store lacks; return how many
-    were imported (0 on a second call)."""
+    """Import each pulled run (default: :func:`pulled_runs`) the store lacks; how many (0 on a second call)."""
     from mlflow.entities import Metric, Param
 
     runs = pulled_runs(params) if runs is None else list(runs)

@@ -1,15 +1,4 @@
-"""A run's lifecycle, written once: how a tracked run starts or resumes, logs, and ends.
-
-* :func:`ending`: the body of a run; a ``KeyboardInterrupt`` (a kill, Slurm's warning signal)
-  ends it KILLED, any other error FAILED with the failure tags
-  (:func:`dmlbench.tracking.runs.failure_tags`), both re-raised. Used by every training, fold
-  and seed run and every tuning trial.
-* :class:`TrainingRecord`: one training's MLflow run and run log (``artifacts/runlog/``), from
-  :meth:`TrainingRecord.open` (a new run, or the resumed one with its missing epochs logged)
-  through :meth:`~TrainingRecord.log_epoch` to :meth:`~TrainingRecord.complete`, every record
-  through the stage's spool (:mod:`dmlbench.tracking.spooled`): the training never waits for the
-  tracking store.
-"""
+"""A run's lifecycle, written once: how a tracked run starts or resumes, logs, and ends."""
 
 from __future__ import annotations
 
@@ -109,10 +98,9 @@ class TrainingRecord:
         dataset: DatasetInput,
         log_path: Path,
     ) -> TrainingRecord:
-        """Start the training's run, or resume its unfinished one (``resumed``: the checkpoint's
-        history; its epochs are sent as possibly logged already, so that those the killed process
-        did not log are logged now, none twice); tag it, record its dataset, write the run log
-        (state ``running``) and start the system-metrics monitor (once the run is open)."""
+        """Start the training's run, or resume it (``resumed``: the checkpoint's history, sent as
+        possibly logged so none is logged twice); tag it, record its dataset, write the run log and
+        start the system-metrics monitor."""
         run = tracking.training_run(
             handle, spec, resolved, config_hash, experiment, resume=resumed is not None, fold=fold, parent=parent,
             code=code,
@@ -158,9 +146,8 @@ class TrainingRecord:
         timings: Sequence[Mapping[str, Any]],
         resumed_from_epoch: int,
     ) -> None:
-        """End the run FINISHED with its summary ``metrics`` and ``tags``, its small ``artifacts``,
-        ``references`` (name -> (path, md5)) to DVC-tracked files, and the run log's timings; the
-        spool is flushed (a bounded wait) so that the run log names the run's id."""
+        """End the run FINISHED with ``metrics``, ``tags``, ``artifacts``, ``references`` (name -> (path,
+        md5) of DVC-tracked files) and the timings; flush the spool so the run log names the run's id."""
         self.run.log_metrics(metrics)
         self.run.set_tags(tags)
         for name, (path, md5) in references.items():

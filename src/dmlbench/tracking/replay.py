@@ -1,13 +1,8 @@
 """Send the tracking records that trainings left in their spools: ``python -m dmlbench.tracking.replay``.
 
-A training flushes its spool (:mod:`dmlbench.tracking.spool`) with a bounded wait when it ends;
-what the tracking store did not take by then waits in ``artifacts/runlog/spool/`` and is sent, in
-order and once each, by the first of: the ``evaluate`` stage of the training's cell (before it
-looks the runs up), the next ``make repro`` (before any stage), or this command. A spool held by a
-running process (the training itself) is left to it.
-
-Exit status: 0 when every spool is empty, 1 when records are left (the store did not answer
-within ``--timeout`` seconds: run it again later), 2 on bad arguments.
+What a training's bounded flush left in ``artifacts/runlog/spool/`` is sent by the first of: its
+cell's ``evaluate``, the next ``make repro``, or this command (a spool held by a running process is
+left to it). Exit status: 0 all sent, 1 records left (no answer within ``--timeout``), 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -30,9 +25,8 @@ def pending_spools(root: Path = Path(".")) -> list[Path]:
 
 
 def replay_spools(directories: Iterable[Path], timeout: float = REPLAY_SECONDS, quiet: bool = False) -> int:
-    """Send what each of ``directories`` holds (each waiting at most ``timeout`` seconds for the
-    store; one waiting in vain ends the replay: the store is down); how many records are left.
-    One line says what was sent and what waits, unless nothing was pending."""
+    """Send what each of ``directories`` holds (one that waits ``timeout`` s in vain ends the replay);
+    how many records are left, said in one line unless nothing was pending."""
     sent_spools, left, busy = 0, 0, 0
     for directory in directories:
         if not (directory / RECORDS).exists():

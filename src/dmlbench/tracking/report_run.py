@@ -1,11 +1,8 @@
 """The report in MLflow: one "report" run per report content, found again instead of duplicated.
 
-Identity, as for training runs (:mod:`dmlbench.tracking.runs`): tag ``report_key`` = hash of
-the grid and report settings, tag ``content_hash`` = hash of ``report.md`` and every figure.
-A re-run of the report stage that produces the same content finds the finished run and logs
-nothing; new content for the same grid creates a new run and moves the earlier runs of that
-grid to MLflow's trash, tagged ``superseded_by``. Artifacts keep the report's layout
-(``report/report.md``, ``report/figures/*.png``), so its relative image links still work.
+Identity: tags ``report_key`` (grid and report settings) and ``content_hash`` (report and figures):
+the same content logs nothing, new content supersedes the earlier runs. Artifacts keep the report's
+layout, so its relative image links work.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from pathlib import Path
 
 from dmlbench.params.model import Params
 from dmlbench.tracking.store import client as make_client
-from dmlbench.tracking.store import ensure_experiment, git_state
+from dmlbench.tracking.store import ensure_experiment, git_state, supersede
 
 ARTIFACT_DIR = "report"
 
@@ -102,8 +99,6 @@ def log_report(params: Params, report: Path, figure_dir: Path, metrics: Mapping[
         client.set_terminated(run_id, status="FAILED")
         raise
     client.set_terminated(run_id, status="FINISHED")
-    for old in previous:
-        client.set_tag(old.info.run_id, "superseded_by", run_id)
-        client.delete_run(old.info.run_id)
+    supersede(client, previous, run_id)
     print(f"report logged to MLflow: run {run_id}")
     return run_id

@@ -1,13 +1,8 @@
 """The run log: what differs between two executions of the same training, kept out of DVC's outputs.
 
-``artifacts/runlog/<grid_key>.json`` (:func:`dmlbench.paths.runlog_file`; not a DVC output,
-git-ignored) holds the per-epoch wall-clock timings, the device and host, the MLflow run id and
-experiment, the start and end time and the epoch a resumed training went on from. The DVC
-outputs of a training (``history.json``, ``run.json``) hold none of these, so two clones that
-run the same pipeline on one machine produce byte-identical outputs and the same DVC hashes.
-The timings also reach MLflow as metrics. Where the outputs were restored from a DVC cache
-(``dvc pull``, ``dvc checkout``) there is no run log, and the report says timings are
-unavailable.
+``artifacts/runlog/<grid_key>.json`` (not a DVC output) holds the per-epoch timings, device, host,
+MLflow run id, start and end, and the resumed epoch, so the DVC outputs of two clones stay
+byte-identical. Pulled outputs have none (the report says timings are unavailable).
 """
 
 from __future__ import annotations

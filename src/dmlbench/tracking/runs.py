@@ -1,25 +1,8 @@
 """One MLflow run per training run, found again by its identity instead of duplicated.
 
-Identity = tags ``grid_key`` (``glyphs/tiny_cnn/contrastive/64/seed0``) + ``config_hash``
-(hash of every resolved hyperparameter); no run id is stored in a DVC output (two clones that
-train the same run write identical files), so every stage finds the run by these tags
-(:func:`find_training_run`). An interrupted run is resumed: a training that continues from
-its checkpoint takes the newest unfinished run (RUNNING, FAILED, KILLED) of its identity and
-code (same run id, only new epochs logged); when DVC re-executes a training from scratch
-(code or data changed), the earlier runs of the same identity are tagged ``superseded_by``
-and moved to MLflow's trash, so the active view holds exactly one run per training.
-Checkpoints and embeddings stay in the DVC cache and are referenced by path and md5 tags.
-
-Runs nest (tag ``mlflow.parentRunId``, see
-https://mlflow.org/docs/latest/ml/tracking/tracking-api/#nested-runs): a grid cell's run
-(:mod:`dmlbench.tracking.cells`) holds its seeds' training runs; on a cross-validation split a
-seed's run holds its fold models' runs. Names lead with what differs between siblings:
-``contrastive d32 s0``, ``contrastive d32 s0 f1``.
-
-A run that fails is FAILED with tag ``failure`` (the error's type and message) and
-``failure_cause``: ``diverged`` for a training that went non-finite (with ``diverged`` = what
-went first: loss, embeddings, weights, validation embeddings), else the error's type
-(:func:`failure_tags`), so ``tags.failure_cause = 'diverged'`` finds every diverged run.
+Identity = tags ``grid_key`` + ``config_hash`` (no run id in a DVC output: :func:`find_training_run`).
+A resumed training continues its unfinished run, a fresh one supersedes earlier ones; runs nest cell
+-> seeds -> folds; a failed run carries :func:`failure_tags`. Details: docs/tracking.md.
 """
 
 from __future__ import annotations
@@ -35,7 +18,7 @@ from dmlbench.errors import TrainingDiverged
 from dmlbench.grid import RunSpec
 from dmlbench.params.model import flatten
 from dmlbench.tracking.store import client as make_client
-from dmlbench.tracking.store import ensure_experiment, git_state, store_lock
+from dmlbench.tracking.store import ensure_experiment, git_state, store_lock, supersede
 
 FAILURE_TAG_CHARS = 5000  # MLflow keeps tag values up to 8000 characters
 
@@ -53,10 +36,8 @@ def failure_tags(exc: BaseException) -> dict[str, str]:
 
 
 def start_system_metrics(run_id: str) -> Any:
-    """MLflow's ``SystemMetricsMonitor`` for run ``run_id``, started (``system/*``: CPU, memory,
-    disk, network, GPU with ``nvidia-ml-py``); continues the step count of a resumed run. Stop it
-    with ``.finish()`` before the run ends. Interval: ``$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL``
-    seconds (default 10)."""
+    """MLflow's ``SystemMetricsMonitor`` for ``run_id``, started, continuing a resumed run's steps;
+    stop it with ``.finish()``. Interval: ``$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` s (default 10)."""
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
     from dmlbench.tracking.store import tracking_uri
@@ -93,20 +74,13 @@ class TrackedRun:
         """Record a DVC-tracked file by path and md5 instead of copying it into MLflow."""
         self.set_tags({f"artifact.{name}.path": Path(path).as_posix(), f"artifact.{name}.md5": md5})
 
-    def logged_steps(self, key: str) -> set[int]:
-        """Steps at which ``key`` was already logged (MLflow metric history is append-only)."""
-        return {m.step for m in self.client.get_metric_history(self.run_id, key)}
-
     def start_system_metrics(self) -> Any:
         """MLflow's system metrics monitor for this run (:func:`start_system_metrics`)."""
         return start_system_metrics(self.run_id)
 
     def log_dataset(self, name: str, digest: str, source: str, profile: Mapping[str, Any], context: str) -> None:
-        """Record the dataset as an MLflow input of the run (the run page's "Datasets used" and
-        the runs table's Dataset column): ``source`` a local path, ``profile`` e.g. split sizes.
-        MLflow de-duplicates by (name, digest) per run, so a resumed run logs it once.
-        API: https://mlflow.org/docs/latest/api_reference/python_api/mlflow.client.html#mlflow.client.MlflowClient.log_inputs
-        """
+        """Record the dataset as an MLflow input of the run (``MlflowClient.log_inputs``, de-duplicated by
+        (name, digest)): ``source`` a local path, ``profile`` e.g. split sizes."""
         from mlflow.entities import Dataset, DatasetInput, InputTag
         from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
@@ -207,9 +181,8 @@ def training_run_request(
     fold: int | None = None,
     code: str | None = None,
 ) -> dict[str, Any]:
-    """What opening a training's run sends (JSON: a spool record, :mod:`dmlbench.tracking.spool`):
-    its tags, name and params, computed here, in the training's process (its ``DVC_STAGE``, its
-    checkout's commit), and how to open it (:func:`open_training_run`)."""
+    """What opening a training's run sends (a spool record): tags, name and params computed in the
+    training's process, and how to open it (:func:`open_training_run`)."""
     tags = run_tags(run, config_hash, resolved["protocol"]["name"], fold)
     if code is not None:
         tags["code"] = code
@@ -226,11 +199,9 @@ def training_run_request(
 def open_training_run(
     mlflow_client: Any, request: Mapping[str, Any], parent_run_id: str | None = None, key: str | None = None
 ) -> str:
-    """Open the run of ``request`` (:func:`training_run_request`); its id. With ``resume``: the
-    newest unfinished run of this identity and code, set RUNNING again; else a new run, with its
-    params, and the earlier runs of the identity superseded. ``key``: the spool record's key, tagged
-    on a new run; a run that already carries it is returned as it is (a replay of a request whose
-    answer was lost creates no second run)."""
+    """Open the run of ``request``; its id. ``resume``: the newest unfinished run of this identity and
+    code, set RUNNING; else a new run, superseding earlier ones. ``key``: the spool record's key; a run
+    already tagged with it is returned (a replayed request creates no second run)."""
     from mlflow.entities import Param
 
     experiment_id = ensure_experiment(request["experiment"], mlflow_client)
@@ -255,10 +226,7 @@ def open_training_run(
         run_id = str(mlflow_client.create_run(experiment_id, run_name=request["name"], tags=tags).info.run_id)
     if not (done and done[0].data.params):
         mlflow_client.log_batch(run_id, params=[Param(name, value) for name, value in request["params"].items()])
-    for old in previous:
-        if old.info.run_id != run_id:
-            mlflow_client.set_tag(old.info.run_id, "superseded_by", run_id)
-            mlflow_client.delete_run(old.info.run_id)
+    supersede(mlflow_client, previous, run_id)
     return run_id
 
 
@@ -272,15 +240,9 @@ def start_training_run(
     parent_run_id: str | None = None,
     code: str | None = None,
 ) -> TrackedRun:
-    """Resume the newest unfinished run of this identity when ``resume`` (the training goes on
-    from a checkpoint), else create the run, log its params and supersede earlier runs of it;
-    at once (a training opens its run through its spool instead, :mod:`dmlbench.tracking.spool`).
-
-    ``fold``: one fold model of a cross-validation run (each fold model is a training of its own:
-    grid key ``.../seed0/fold1``, tag ``fold``). ``parent_run_id``: the run it nests under (the
-    cell's run; a fold model's seed run). ``code``: a fingerprint of the training code, tagged
-    and required to match for a resume (a checkpoint of other code is not resumed either).
-    """
+    """:func:`open_training_run` at once (a training goes through its spool instead). ``fold``: a fold
+    model (grid key ``.../seed0/fold1``); ``parent_run_id``: the run it nests under; ``code``: the
+    training code's fingerprint, which must match for a resume."""
     mlflow_client = make_client()
     request = training_run_request(run, resolved, config_hash, experiment, resume, fold, code)
     return TrackedRun(open_training_run(mlflow_client, request, parent_run_id), mlflow_client)

@@ -1,26 +1,10 @@
 """A training's tracking records, written to a local spool first and sent from a thread of their own.
 
-Why: a training lasts hours to days, the tracking server (a login node, a database behind it) may
-be down for minutes to hours meanwhile, and MLflow's client rides out about 4 minutes of it
-(``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` 7 with backoff) before raising into the training. Here a
-training never waits for the server and never stops because of it:
-
-* Every record (open a run, an epoch's metrics, tags, the dataset, an artifact, the run's end) is
-  appended to ``records.jsonl`` in the spool's folder (:func:`dmlbench.paths.spool_dir`, beside the
-  run log: on a cluster the shared checkout) and ``fsync``-ed; that is all the training does.
-* A sender thread sends the records in order, one at a time, and notes each one sent in
-  ``state.json`` (with the run ids the ``open_*`` records got). While the server does not answer,
-  it waits (backoff from :data:`RETRY_SECONDS`) and sends the same record again: the records are
-  delayed, never dropped, never reordered. The outage's length does not matter: nothing times out.
-* Each record can be sent twice without a duplicate (:mod:`dmlbench.tracking.spool_ops`): a record
-  that may have reached the server before (its answer lost, or left by an earlier process) is
-  sent as *uncertain*: metrics keyed by (key, step) are checked against what the server holds.
-* At the end of a training the spool is flushed with a bounded wait (:data:`FLUSH_SECONDS`,
-  ``$DMLBENCH_TRACKING_FLUSH_SECONDS``); what is left is replayed, once each, by the next process
-  that opens the spool: the same training resumed, the ``evaluate`` stage of its cell, the next
-  ``make repro``, or ``python -m dmlbench.tracking.replay`` (:mod:`dmlbench.tracking.replay`).
-* One process at a time sends a spool (a file lock in its folder); a record refused by the server
-  for what it is (not for being unreachable) is set aside in ``refused.jsonl`` with the answer.
+Why: a training lasts days and MLflow's client rides out about 4 minutes of a server outage before
+raising into it. Records are appended and ``fsync``-ed to ``records.jsonl``; a sender thread sends
+them in order with backoff (:data:`RETRY_SECONDS`), never dropped or duplicated
+(:mod:`dmlbench.tracking.spool_ops`); what a bounded end flush leaves is replayed later
+(:mod:`dmlbench.tracking.replay`). Refused records go to ``refused.jsonl``. Details: docs/tracking.md.
 """
 
 from __future__ import annotations
@@ -49,14 +33,12 @@ JOIN_SECONDS = 5.0  # how long closing waits for a sender inside a request
 
 
 def flush_seconds() -> float:
-    """How long the end of a training waits for its records to be sent: ``$DMLBENCH_TRACKING_FLUSH_SECONDS``,
-    else :data:`FLUSH_SECONDS`."""
+    """How long a training's end waits for its records: ``$DMLBENCH_TRACKING_FLUSH_SECONDS`` or the default."""
     return float(os.environ.get(FLUSH_VARIABLE) or FLUSH_SECONDS)
 
 
 def failure_summary(exc: BaseException) -> str:
-    """``Type: first words of the message`` and, where the message buries it, the system's reason
-    (``[Errno 111] Connection refused``)."""
+    """``Type: message start``, plus the system's reason (``[Errno 111] ...``) where the message buries it."""
     text = str(exc).splitlines()[0] if str(exc) else ""
     reason = re.search(r"\[Errno -?\d+\][^\"')]*", text)
     short = text[:120] + ("..." if len(text) > 120 else "")
@@ -86,11 +68,9 @@ class Spool:
         self.lock: Any = None
         self.thread: threading.Thread | None = None
         self.logged = LoggedSteps()
-        self.sent_total = 0
         self.on_open: dict[str, Any] = {}  # handle -> callback(run_id) once its open record is sent
         self.on_answer: list[Any] = []  # callbacks once the store answers again after failures
 
-    # ------------------------------------------------------------------ the files
     def _load(self) -> None:
         state = read_json(self.directory / STATE) if (self.directory / STATE).exists() else {}
         self.acked, self.runs = int(state.get("acked", 0)), dict(state.get("runs", {}))
@@ -119,7 +99,6 @@ class Spool:
         with self.condition:
             return len(self.records)
 
-    # ------------------------------------------------------------------ life
     def open(self, wait: bool = True) -> bool:
         """Take the spool (its lock; ``wait``: until free, else give up at once) and start the sender
         on what an earlier process left; False when another process holds it and ``wait`` is False."""
@@ -176,10 +155,8 @@ class Spool:
             return not self.records
 
     def close(self, timeout: float, quiet: bool = False) -> int:
-        """Flush (bounded wait), stop the sender, let the spool go; how many records are left (kept in
-        the spool; unless ``quiet``, one line says where they wait and how they get sent). A sender
-        still inside a request keeps the lock until this process exits, so that no other process
-        sends beside it."""
+        """Flush (bounded wait), stop the sender, let the spool go; how many records are left (unless
+        ``quiet``, one line says where they wait). A sender inside a request keeps the lock until exit."""
         self.flush(timeout)
         with self.condition:
             self.stopping = True
@@ -202,7 +179,6 @@ class Spool:
         restore_client_environment()
         return left
 
-    # ------------------------------------------------------------------ sending
     def _next(self, deadline: float, drain: bool) -> dict[str, Any] | None:
         """The first record not yet sent; None when told to stop, at ``deadline``, or (``drain``)
         when none is left; without ``drain`` it waits for the next one."""
@@ -214,9 +190,8 @@ class Spool:
             return self.records[0]
 
     def send_pending(self, deadline: float, drain: bool = False) -> None:
-        """Send records in order until told to stop, ``deadline`` (``time.monotonic()``) passes or,
-        with ``drain``, none is left; a failed send is tried again after a wait that grows as
-        :data:`RETRY_SECONDS` says."""
+        """Send records in order until told to stop, ``deadline`` (monotonic) passes or, with ``drain``,
+        none is left; a failed send is retried after :data:`RETRY_SECONDS`."""
         from dmlbench.tracking.store import client as make_client
 
         client, delay = None, RETRY_SECONDS[0]
@@ -264,7 +239,6 @@ class Spool:
             self.acked = record["seq"]
             self._save_state()
             self.failed.discard(record["seq"])
-            self.sent_total += 1
             if self.error is not None:
                 _warn(f"the tracking store answers again: sending the {len(self.records) + 1} delayed record(s)")
                 self.error = None

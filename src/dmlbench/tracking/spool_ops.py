@@ -1,18 +1,8 @@
 """What each spool record does to the tracking store, replayed as often as needed without a duplicate.
 
-A record (:mod:`dmlbench.tracking.spool`) is one JSON object with an ``op``; runs are named by the
-record's ``run`` handle (``cell``, ``run``, ``seed``, ``fold1``), which the ``open_*`` records map
-to a run id. Every op is idempotent, so a record whose answer was lost (a timeout after the server
-wrote it, a process killed before it noted the answer) is sent again without a duplicate:
-
-* ``open_cell``: find-or-create of the cell's run (:func:`dmlbench.tracking.cells.ensure_cell_run`);
-  ``open_run``: a training's run (:func:`dmlbench.tracking.runs.open_training_run`), tagged with
-  the record's key, by which a replay finds the run it created.
-* ``metrics``: MLflow's metric history is append-only, so a metric is keyed by (key, step): where
-  the record may have reached the server before (``uncertain``), the steps the server holds for
-  each key are read first and those metrics are left out.
-* ``tags``, ``dataset`` (MLflow keeps one input per name and digest), ``artifact`` (the same path
-  overwritten), ``terminate``, ``adopt`` (a parent tag): writing twice gives the same state.
+Every op is idempotent, so a record whose answer was lost is sent again without a duplicate:
+``open_run`` tags its run with the record's key; an ``uncertain`` ``metrics`` record skips the
+(key, step) pairs the server holds.
 """
 
 from __future__ import annotations
@@ -36,9 +26,8 @@ class UnknownRun(Exception):
 
 
 def transient(exc: BaseException) -> bool:
-    """Whether sending again later may succeed: the server unreachable, timing out, answering 5xx
-    or 429, refusing the credentials (fixable while the training goes on), a locked SQLite file;
-    False for an answer that refuses the record itself (:data:`REFUSED`) and for a bug here."""
+    """Whether sending again may succeed (unreachable, timeout, 5xx/429, credentials, a locked SQLite);
+    False for an answer refusing the record itself (:data:`REFUSED`) and for a bug here."""
     from mlflow.exceptions import MlflowException
 
     if isinstance(exc, MlflowException):

@@ -1,12 +1,8 @@
 """A training stage's runs, written through its spool (:mod:`dmlbench.tracking.spool`).
 
-:class:`StageTracking` is the spool of one ``train@``/``baseline@`` stage: it opens the grid cell's
-run (:mod:`dmlbench.tracking.cells`), the training's run or, on a cross-validation split, the
-seed's run and one run per fold model (:mod:`dmlbench.tracking.runs`), each as a
-:class:`SpooledRun`: the same calls as :class:`dmlbench.tracking.runs.TrackedRun`, which return at
-once; the run id is known once the opening record was sent (:attr:`SpooledRun.run_id`).
-MLflow's system-metrics monitor of a run starts when its run is open, and again when the store
-answers after an outage stopped it (MLflow's monitor ends at its first failed request).
+:class:`StageTracking` opens a stage's cell, training, seed and fold runs as :class:`SpooledRun` objects:
+:class:`~dmlbench.tracking.runs.TrackedRun`'s calls, returning at once (``run_id`` once sent). The
+system-metrics monitor starts when a run opens, and again after an outage stopped it.
 """
 
 from __future__ import annotations
@@ -83,7 +79,6 @@ class SpooledRun:
         self.set_tags(failure_tags(exc))
         self.finish("FAILED")
 
-    # ------------------------------------------------------------------ system metrics
     def start_system_metrics(self) -> None:
         """MLflow's system metrics for this run while it trains: started once its run is open (by
         the sender), restarted when the store answers again after an outage stopped it."""
@@ -120,8 +115,7 @@ class SpooledRun:
 
 
 class StageTracking:
-    """The spool of one training stage (``directory``: :func:`dmlbench.paths.spool_dir`), open for
-    the stage's duration (a context manager: flushed with a bounded wait at the end)."""
+    """The spool of one training stage (:func:`dmlbench.paths.spool_dir`), a context manager."""
 
     def __init__(self, directory: Path, wait_seconds: float | None = None):
         self.spool = Spool(directory)
@@ -142,9 +136,8 @@ class StageTracking:
 
     def cell_run(self, experiment: str, combo: Combo, resolved: Mapping[str, Any],
                  several: tuple[bool, bool] = (False, False)) -> SpooledRun:  # fmt: skip
-        """The grid cell's run (found, or created by the cell's first training), named ``[dataset]
-        [backbone] <loss> d<dim> (cell)`` with dataset and backbone where ``several`` says the grid
-        has more than one of each; its params are the cell's part of ``resolved``."""
+        """The grid cell's run, named ``[dataset] [backbone] <loss> d<dim> (cell)`` (dataset, backbone
+        where ``several`` says the grid has more than one), with the cell's part of ``resolved``."""
         shown = zip((combo.dataset, combo.backbone), several, strict=True)
         prefix = "".join(f"{part} " for part, show in shown if show)
         self.spool.append(

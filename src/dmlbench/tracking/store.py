@@ -1,9 +1,7 @@
 """The MLflow tracking store: ``$MLFLOW_TRACKING_URI`` or ``sqlite:///<repo>/mlflow.db``.
 
-Several processes creating a fresh sqlite store at once corrupt it, and
-``mlflow.set_experiment`` races silently route runs to "Default" (mlflow#4123, #12259).
-So the store and the experiment are created once, under a file lock, and every run is
-created with an explicit ``experiment_id``.
+Concurrent creation corrupts a fresh sqlite store and ``set_experiment`` races route runs to
+"Default" (mlflow#4123, #12259): both are created once under a file lock, runs with an explicit id.
 """
 
 from __future__ import annotations
@@ -74,9 +72,8 @@ def restore_client_environment() -> None:
 
 
 def tracking_uri() -> str:
-    """``$MLFLOW_TRACKING_URI`` or the project's sqlite file. A server URI carrying a password
-    (``http://user:secret@host``) is refused: it would reach logs, run records and the report;
-    MLflow reads ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` instead."""
+    """``$MLFLOW_TRACKING_URI`` or the project's sqlite file; a URI carrying a password is refused (use
+    ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``)."""
     uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
     parsed = urlparse(uri)
     if parsed.scheme in ("http", "https") and parsed.password is not None:
@@ -100,11 +97,8 @@ def sqlite_path(uri: str) -> Path | None:
 
 
 def store_lock() -> Any:
-    """A file lock next to a local sqlite store (creating or migrating it is not concurrency-safe;
-    so is find-or-create of a shared run, :mod:`dmlbench.tracking.cells`); for a server, a lock
-    file in the project (on a cluster: the shared checkout, where jobs of one cell may start
-    together on several nodes). Not re-entrant: never nest two ``with store_lock():`` blocks in
-    one process."""
+    """A file lock beside a local sqlite store, or in the (shared) project for a server: for creating
+    the store and find-or-create of a shared run. Not re-entrant: never nest two in one process."""
     from filelock import FileLock
 
     db = sqlite_path(tracking_uri())
@@ -119,10 +113,8 @@ def store_lock() -> Any:
 
 
 def _create_sqlite_store(db: Path) -> None:
-    """Create a new sqlite store whole or not at all: MLflow builds its tables by running every
-    migration in turn, and a process killed midway leaves a file MLflow then refuses ("out-of-date
-    database schema"). So the tables are built in a temporary file beside ``db``, which is renamed
-    into place once complete. Call under :func:`store_lock`."""
+    """Create a new sqlite store whole or not at all (a migration killed midway leaves a file MLflow
+    refuses): built beside ``db`` and renamed into place. Call under :func:`store_lock`."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     for left in db.parent.glob(f".{db.name}.*.partial"):  # by a process killed here (we hold the lock)
@@ -173,6 +165,14 @@ def ensure_experiment(name: str, mlflow_client: Any | None = None) -> str:
             # a store made by older code, or a kind the UI only inferred; an explicit choice stays
             mlflow_client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return experiment.experiment_id
+
+
+def supersede(mlflow_client: Any, runs: list[Any], run_id: str) -> None:
+    """Tag each of ``runs`` but ``run_id`` ``superseded_by`` it and move it to MLflow's trash."""
+    for old in runs:
+        if old.info.run_id != run_id:
+            mlflow_client.set_tag(old.info.run_id, "superseded_by", run_id)
+            mlflow_client.delete_run(old.info.run_id)
 
 
 @lru_cache(maxsize=1)

@@ -1,11 +1,8 @@
 """MLflow runs of a tuning study: one parent run per study, a nested child run per trial.
 
-Parent (tags ``kind=study``, ``study``): the search settings and space as params; at the end the
-best objective, trial counts by state, trainings run and saved by pruning, and the figures. Child
-(``kind=trial``, ``study``, ``trial``): the trial's values as params, each fold's validation score
-(``val_fold<f>/<objective>``), the objective, and ``trial_state`` = finished / pruned / invalid /
-diverged (MLflow status FINISHED, FINISHED, FINISHED, FAILED with the failure tags of
-:func:`dmlbench.tracking.runs.failure_tags`; KILLED while a killed worker's trial awaits its re-run).
+Parent (``kind=study``): settings and space as params, then the best objective, counts and figures.
+Child (``kind=trial``): values, ``val_fold<f>/<objective>``, the objective and ``trial_state``
+(a diverged trial is FAILED with :func:`dmlbench.tracking.runs.failure_tags`; KILLED awaits its re-run).
 """
 
 from __future__ import annotations
@@ -42,8 +39,7 @@ def study_run(experiment: str, study: str, name: str, tags: Mapping[str, str], p
 
 
 def trial_run(experiment: str, parent: TrackedRun, study: str, number: int) -> TrackedRun:
-    """A new child run for trial ``number`` (a re-run of an interrupted trial is a new trial); its
-    values are logged when the trial ends (an enqueued trial's are known only once suggested)."""
+    """A new child run for trial ``number``; its values are logged when the trial ends."""
     mlflow_client = make_client()
     experiment_id = ensure_experiment(experiment, mlflow_client)
     tags = {"kind": TRIAL_KIND, "study": study, "trial": str(number), PARENT_TAG: parent.run_id}

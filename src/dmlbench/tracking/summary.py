@@ -1,6 +1,5 @@
-"""Summary runs in MLflow: each grid cell's run (:mod:`dmlbench.tracking.cells`) gets its
-seed-mean test metrics, intervals, metrics file and learning curves (written by the evaluate
-stages, :mod:`dmlbench.evaluate.stage`)."""
+"""Summary runs in MLflow: each cell's run gets its seed-mean test metrics, intervals, metrics file and
+learning curves (from the evaluate stages)."""
 
 from __future__ import annotations
 
@@ -33,16 +32,10 @@ def log_summary_run(
     metrics_file: Path | None = None,
     params: Mapping[str, Any] | None = None,
 ) -> str:
-    """Fill the cell's run (tag ``combo_key`` = ``key``) with ``test/<metric>`` (seed mean),
-    ``test/<metric>/ci_low|ci_high`` and ``n_runs``; attach ``metrics_file`` and a figure of the
-    ``children``'s (training runs') learning curves. Return the run id. ``params``: the cell's
-    params where no training created its run (the untrained trunk's row).
-
-    The cell's run is the parent of ``children`` when they have one (created by their
-    trainings), else found or created by ``combo_key``. Idempotent: if its ``summary_md5`` tag
-    matches this summary, nothing is logged; new results are logged into the same run (the
-    newest value of each metric is the one shown), so the children stay nested under it.
-    """
+    """Fill the cell's run (the ``children``'s parent, else found or created by ``combo_key``) with
+    ``test/<metric>`` (seed mean), its ``ci_low|ci_high``, ``n_runs``, ``metrics_file`` and the
+    children's learning curves; its id. ``params``: where no training created the run. Idempotent
+    by the ``summary_md5`` tag; new results go into the same run."""
     from mlflow.entities import Metric, RunTag
 
     digest = hashlib.md5(json.dumps(summary, sort_keys=True).encode()).hexdigest()
@@ -91,9 +84,8 @@ def log_summary_run(
 
 
 def learning_curves(mlflow_client: Any, runs: Sequence[Any], path: Path) -> Path | None:
-    """Training loss and validation score per epoch of each run (one line per run, named by its
-    run name), from the runs' MLflow metric histories; None when no run has a history. The
-    validation metric is the run's selection metric (tag ``selection`` = ``val:map_at_r``)."""
+    """Training loss and validation score (tag ``selection``) per epoch, one line per run, from the
+    MLflow histories; None when no run has one."""
     curves = []
     for run in runs:
         selection = run.data.tags.get("selection", "")

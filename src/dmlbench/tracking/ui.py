@@ -1,19 +1,7 @@
 """``python -m dmlbench.tracking.ui --port 5000``: the MLflow UI, opened on the grid's runs.
 
-MLflow 3 opens an experiment in its GenAI layout (traces) unless the experiment is tagged
-``mlflow.experimentKind = custom_model_development`` (set by
-:func:`dmlbench.tracking.store.ensure_experiment`); then the experiment's "runs" tab is the
-model-training runs table. What that table shows comes from the URL: the search facets
-(``searchFilter``, ``orderByKey``, ``orderByAsc``) as query parameters, or a *shared view state*,
-an experiment tag ``mlflow.sharedViewState.<key>`` holding the facets and UI state as JSON
-(visible columns: ``selectedColumns``), selected by ``?viewStateShareKey=<key>``. This is what
-the UI's own "Share" button writes (mlflow/server/js, ``useSharedExperimentViewState``; the
-keys are ``EXPERIMENT_PAGE_UI_STATE_FIELDS`` and ``EXPERIMENT_PAGE_QUERY_PARAM_KEYS``).
-
-The view written here: every run but the report's, newest first, with child runs nested
-under their parents (the table nests only when ordered by start time), test metrics of the
-cells and runs as columns. The script prints the URL, opens it in a browser where a display
-exists, then runs ``mlflow ui`` in the foreground.
+The view is a *shared view state* (tag ``mlflow.sharedViewState.<key>``, as the UI's "Share" button
+writes it: mlflow/server/js ``useSharedExperimentViewState``): runs newest first, test metrics as columns.
 """
 
 from __future__ import annotations
@@ -90,8 +78,7 @@ def experiment_url(base: str, experiment_id: str, share_key: str | None) -> str:
 
 
 def runs_url(base: str, experiment: str) -> str:
-    """Install the view in ``experiment`` (if it exists) and return its URL; the experiments list
-    where the experiment has no run yet."""
+    """Install the view in ``experiment`` and return its URL (the experiments list while it has none)."""
     mlflow_client = make_client()
     found = mlflow_client.get_experiment_by_name(experiment)
     if found is None:

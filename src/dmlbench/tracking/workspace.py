@@ -1,17 +1,7 @@
 """Which runs this workspace trained: a workspace identity, kept in the run logs.
 
-A workspace (one checkout with its ``artifacts/``) is named once by a random id in
-``artifacts/runlog/workspace.json`` (git-ignored and no DVC output: a ``git clone`` or a ``dvc
-pull`` never copies it, so every clone gets its own). Each training writes the id, beside its
-host, into its run log (:mod:`dmlbench.tracking.runlog`), which stays out of DVC's outputs: the
-DVC outputs of two clones stay byte-identical. A run of the grid is
-
-* ``trained here`` when its run log exists, belongs to that training (same config hash) and names
-  this workspace (a run log written before the id existed names none: it was written here);
-* ``pulled`` otherwise: its outputs were restored from a DVC cache or remote (``dvc pull``,
-  ``dvc checkout``) without the run log of the machine that trained them. Where from: the run
-  records its device (``run.json``); the DVC remote it came from is the repository's default
-  remote (:func:`default_remote`), the only place ``dvc pull`` reads without naming one.
+A random id in ``artifacts/runlog/workspace.json`` (copied by neither git nor DVC) goes into each run
+log; a run is ``trained here`` when its run log matches and names this workspace, else ``pulled``.
 """
 
 from __future__ import annotations
@@ -35,11 +25,8 @@ PULLED = "pulled"
 
 
 def workspace_id(root: Path = Path(".")) -> str:
-    """This workspace's id (16 hex digits), created on first use and kept in :data:`WORKSPACE_FILE`.
-
-    Created whole and at most once: the file is written under a temporary name and hard-linked
-    into place, which fails when it exists, so trainings that start together (a Slurm array) all
-    read the one id that won."""
+    """This workspace's id (16 hex digits) in :data:`WORKSPACE_FILE`, created at most once (hard-linked
+    into place, so trainings that start together all read the one id that won)."""
     file = root / WORKSPACE_FILE
     if not file.exists():
         file.parent.mkdir(parents=True, exist_ok=True)
@@ -66,8 +53,7 @@ def provenance(runlog: Mapping[str, Any] | None, config_hash: str | None, here: 
 
 
 def default_remote(root: Path = Path(".")) -> str:
-    """``<name> (<url>)`` of the repository's default DVC remote (``core.remote`` of ``.dvc/config``
-    and ``.dvc/config.local``, the files ``dvc remote default`` writes), or ``""`` when none is set."""
+    """``<name> (<url>)`` of the default DVC remote (``core.remote`` of ``.dvc/config[.local]``), or ``""``."""
     config = configparser.ConfigParser()
     config.read([root / ".dvc" / "config", root / ".dvc" / "config.local"])
     name = config.get("core", "remote", fallback="")

@@ -1,15 +1,9 @@
 """Resumable per-epoch checkpoints (``last.pt``, written atomically after every epoch).
 
-A checkpoint is only resumed when its config hash and the code it was trained by match the current
-run: a run restarted after a change of the code its stage reads starts over instead of mixing two
-versions (:func:`dmlbench.stage_inputs.inputs_fingerprint`: the code part of the stage's inputs
-manifest; an edit of code the stage does not read, such as the report's, keeps the checkpoint).
-
-Checkpoints and models live on shared filesystems and in DVC caches that others write to, so
-they are data, never code: every one holds tensors and plain values only (dicts, lists, tuples,
-str, int, float, bool, None; RNG states as in :mod:`dmlbench.train.rng`) and is read with
-``torch.load(..., weights_only=True)``, which refuses any other pickled object instead of running
-it (:func:`dmlbench.safe_load.load_plain`).
+Resumed only when its config hash and the code its stage reads match
+(:func:`dmlbench.stage_inputs.inputs_fingerprint`: an edit of the report's code keeps it). Checkpoints
+are data, never code: tensors and plain values only, read with ``weights_only=True``
+(:func:`dmlbench.safe_load.load_plain`), which refuses any other pickled object.
 """
 
 from __future__ import annotations
@@ -41,16 +35,8 @@ def _no_best() -> dict[str, Any]:
 
 @dataclass
 class TrainState:
-    """Everything a resumed run needs, saved after every epoch (``last.pt`` holds
-    :meth:`to_checkpoint`'s plain dict, one key per field).
-
-    ``model``/``loss``/``optimizers``/``schedulers``/``scaler``: state dicts (``scaler``: float16's
-    loss scaler, ``{}`` without one); ``rng``: every RNG state
-    (:func:`dmlbench.train.rng.rng_state`, tensors and plain values); ``sampler``: the next epoch's sampler seed;
-    ``history``: one metrics dict per finished epoch; ``best``: the selected epoch so far
-    (``epoch``, ``value`` of the selection metric, validations ``since`` it); ``best_state``:
-    its weights (CPU tensors); ``extra``: the caller's data.
-    """
+    """Everything a resumed run needs (``last.pt``: :meth:`to_checkpoint`'s plain dict); ``best``: the
+    selected ``epoch``, its ``value`` and validations ``since``; ``best_state``: its CPU weights."""
 
     config_hash: str
     epoch: int = 0
@@ -86,10 +72,7 @@ def save_checkpoint(directory: Path, state: TrainState) -> None:
 
 def load_checkpoint(directory: Path, config_hash: str) -> TrainState | None:
     """The saved state if it belongs to this exact config and the code the stage reads, else None.
-
-    Raises :class:`dmlbench.safe_load.UnsafeFile` if the file holds more than tensors and
-    plain values, also for a checkpoint of dmlbench before weights-only checkpoints (pickled numpy
-    RNG states): such a file is never resumable anyway, as its code fingerprint differs."""
+    Raises :class:`dmlbench.safe_load.UnsafeFile` if the file holds more than tensors and plain values."""
     path = directory / LAST
     if not path.exists():
         return None

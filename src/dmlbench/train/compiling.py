@@ -1,13 +1,9 @@
 """``torch.compile`` of the training step's model: the protocol's ``compile`` key (auto | on | off).
 
-Why: a small-batch step on a fast GPU is bound by kernel launches; Inductor fuses the elementwise
-work and ``reduce-overhead`` (:data:`CUDA_MODE`) replays forward and backward as CUDA graphs.
-Only the model's forward (and its backward) is compiled: not the miner and loss (batch-dependent
-index tuples), the optimiser or evaluation. Batches are always full, so shapes are static.
-State dicts come from the model itself (no ``_orig_mod.`` prefix), so compiled and eager runs
-resume from each other's checkpoints; ``compile`` is not in a run's config hash. ``auto``
-compiles on a Triton-capable CUDA GPU (capability >= 7.0) for at least :data:`MIN_STEPS` steps,
-never on the CPU. docs/gpu.md ("The compiled training step") has the measurements."""
+Why: a small-batch step on a fast GPU is launch-bound; ``reduce-overhead`` (:data:`CUDA_MODE`) replays
+the model's forward and backward as CUDA graphs (miner, loss and evaluation stay eager). State dicts
+come from the model itself, so compiled and eager runs resume each other. ``auto``: a Triton-capable
+GPU (>= 7.0) for >= :data:`MIN_STEPS` steps, never the CPU. Measurements: docs/gpu.md."""
 
 from __future__ import annotations
 
@@ -102,12 +98,9 @@ def choose_compile(setting: str, device: torch.device, planned_steps: int) -> Co
 
 
 def compile_model(model: torch.nn.Module, choice: CompileChoice) -> torch.nn.Module:
-    """``model`` itself (eager), or a compiled wrapper of it that shares its parameters.
-
-    Compiling starts from a clean slate (``torch._dynamo.reset()``): one compiled model per
-    process at a time, so that the models of earlier trainings in the process (tuning trials, a
-    benchmark's settings) neither count against dynamo's recompilation limit (past it, a model
-    silently runs eager) nor keep their CUDA graphs' memory."""
+    """``model`` itself (eager), or a compiled wrapper sharing its parameters, after
+    ``torch._dynamo.reset()`` so earlier trainings in the process neither count against dynamo's
+    recompilation limit (past it a model silently runs eager) nor keep their CUDA graphs."""
     if choice.mode is None:
         return model
     torch._dynamo.reset()

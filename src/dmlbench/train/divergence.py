@@ -1,14 +1,9 @@
 """Divergence: a training whose loss, batch embeddings or weights went non-finite, found on the device.
 
-The loss alone does not show it: reducers and miners that drop NaN terms (``NaN > 0`` is False)
-return a finite loss while the weights are NaN, and BatchNorm running statistics can overflow
-unseen until validation. So each step records on the device whether its loss and embeddings are
-finite (:meth:`FiniteWatch.record`, no host sync); every :func:`finite_check_interval` batches
-:meth:`FiniteWatch.check` adds every parameter and buffer and reads it all back in one sync
-(:func:`to_host`). The first non-finite batch is reported, else the weights at the check.
-Finiteness is read from one sum per tensor (cheaper than ``isfinite(t).all()``, which matters on
-the CPU, where the check runs every batch); a sum that overflowed from finite values is told
-apart exactly."""
+The loss alone does not show it (reducers drop NaN terms; BatchNorm statistics overflow unseen). Each
+step records finiteness on the device (:meth:`FiniteWatch.record`, no sync); every
+:func:`finite_check_interval` batches :meth:`FiniteWatch.check` adds the weights and syncs once.
+Finiteness is read from one sum per tensor; a sum that overflowed from finite values is told apart."""
 
 from __future__ import annotations
 
@@ -46,11 +41,8 @@ class Divergence:
 
 
 class FiniteWatch:
-    """One epoch's per-batch finiteness of loss and embeddings, kept on the device until checked.
-
-    ``named_state`` yields the tensors whose finiteness a check adds (the model's and the loss's
-    parameters and buffers), with names for the message. ``losses`` keeps each batch's loss (the
-    epoch's mean loss is read from it once, at the end)."""
+    """One epoch's per-batch finiteness of loss and embeddings, on the device until checked;
+    ``named_state``: the named parameters and buffers a check adds; ``losses``: each batch's loss."""
 
     def __init__(self, named_state: NamedTensors):
         self.named_state = named_state

@@ -1,15 +1,9 @@
 """The training loop: the same for every loss, backbone and dataset (fair-comparison rule).
 
-Per epoch: batches from :mod:`dmlbench.train.sampling`, batched augmentation on the device of the
-image cache, loss (+ miner), one step of the model's optimiser and of the loss's own (lr x
-``param_lr_multiplier``); during ``warmup_epochs`` only the head and the loss's parameters train.
-Every ``validate_every`` epochs (and after the last) the validation classes are scored and a
-checkpoint written. Selection uses validation only (``selection_metric``, optional ``patience``);
-``test_feedback/<metric>`` records what test-set selection would have reported, for analysis
-only. A non-finite loss, embedding or weight stops the run with
-:class:`~dmlbench.errors.TrainingDiverged` (:mod:`dmlbench.train.divergence`). Randomness derives
-from (seed, epoch) and checkpoints carry every RNG state, so a resumed run repeats an
-uninterrupted one (on CPU)."""
+Selection uses validation classes only; ``test_feedback/<metric>`` records what test-set selection
+would have reported, for analysis only. A non-finite loss, embedding or weight raises
+:class:`~dmlbench.errors.TrainingDiverged`. Randomness derives from (seed, epoch) and checkpoints carry
+every RNG state, so a resumed run repeats an uninterrupted one (on CPU)."""
 
 from __future__ import annotations
 
@@ -70,9 +64,8 @@ def set_warmup(trunk: list[torch.nn.Parameter], warm: bool) -> None:
 
 
 class _Scorer:
-    """Embeds splits with the eval transform (autocast on GPU) and scores them: a split against
-    itself, or a query split against a gallery split (In-Shop). Embeddings that are not finite
-    stop the run (:class:`TrainingDiverged` naming ``where``, the epoch and the split)."""
+    """Embeds splits with the eval transform and scores them (a split against itself, or query against
+    gallery); non-finite embeddings raise :class:`TrainingDiverged` naming ``where``, epoch and split."""
 
     def __init__(self, protocol: Protocol, recall_ks: tuple[int, ...], fast: FastPath, where: str):
         self.protocol, self.recall_ks, self.fast, self.where = protocol, recall_ks, fast, where
@@ -196,15 +189,10 @@ def train(
     fold: int | None = None,
 ) -> TrainOutcome:
     """Train the run of ``config``, continuing from ``resume`` (a checkpoint of this config) if given.
-
-    ``fold``: on a cross-validation split, train on the training classes outside fold ``fold``
-    and select on its validation classes (one fold model of the run).
-
-    A checkpoint is written to ``checkpoint_dir`` after every epoch, carrying ``extra_state``
-    (the caller's data); ``on_epoch(epoch, metrics)`` is called after each epoch, after
-    its checkpoint. ``fast_path``: None = on (on the CPU: channels_last only; see :mod:`dmlbench.train.step`).
-    The protocol's ``compile`` is resolved for the device and the run's planned steps
-    (:func:`dmlbench.train.compiling.choose_compile`; ``compile: on`` where it cannot run stops here).
+    ``fold``: train outside fold ``fold``, select on it. A checkpoint (with ``extra_state``) is written
+    to ``checkpoint_dir`` after every epoch, then ``on_epoch(epoch, metrics)`` is called.
+    ``fast_path``: None = on (:mod:`dmlbench.train.step`); ``compile``: see
+    :func:`~dmlbench.train.compiling.choose_compile`.
     """
     device = device or default_device()
     fast = FastPath.for_device(device, fast_path, config.protocol.amp)
@@ -262,9 +250,8 @@ def train(
 
 
 class _Epochs:
-    """One training epoch: the epoch's seeded batches, augmentation on the cache's device, the
-    step on each batch, a divergence check every ``finite_check_interval`` batches (and after the
-    last), schedulers. ``where``: the run (and fold) that a divergence message names."""
+    """One training epoch: seeded batches, augmentation, steps, a divergence check every
+    ``finite_check_interval`` batches (and after the last), schedulers. ``where``: named on divergence."""
 
     def __init__(self, config: RunConfig, splits: _Splits, parts: _Parts, device: torch.device, where: str):
         protocol = config.protocol

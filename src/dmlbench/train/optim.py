@@ -49,13 +49,10 @@ def _timm_net(trunk: nn.Module) -> tuple[str, nn.Module] | None:
 
 
 def layer_ids(model: EmbeddingModel) -> tuple[dict[str, int], int]:
-    """Layer id of each parameter name of ``model`` (0 = input side) and the number of layers, as
-    timm 1.0's ``param_groups_layer_decay`` groups a timm model whose classifier is the embedding
-    head: the trunk's ``group_matcher(coarse=False)`` order (ViT: ``cls_token``/``pos_embed``/
-    ``patch_embed`` = 0, ``blocks.i`` = i + 1, the final ``norm`` joined to the last block (timm's
-    ``MATCH_PREV_GROUP``; BEiT's ``optim_factory`` puts it with the head instead); parameters no
-    pattern matches (ConvNeXt's ``head.norm``) join the head in the top layer. A trunk without a
-    matcher: its declared ``layer_groups`` (or one group), the head above them."""
+    """Layer id of each parameter name (0 = input side) and the number of layers, as timm 1.0's
+    ``param_groups_layer_decay`` with the embedding head as classifier: the trunk's ``group_matcher``
+    order (final ``norm`` with the last block, timm's ``MATCH_PREV_GROUP``), unmatched names with the
+    head on top; without a matcher: its ``layer_groups`` (or one group), the head above."""
     trunk_names = [f"trunk.{name}" for name, _ in model.trunk.named_parameters()]
     head_names = [f"head.{name}" for name, _ in model.head.named_parameters()]
     found = _timm_net(model.trunk)
@@ -98,13 +95,9 @@ def model_param_groups(protocol: Protocol, model: EmbeddingModel) -> list[dict[s
     """Param groups of an :class:`~dmlbench.models.embedding.EmbeddingModel` (what trains: parameters
     with ``requires_grad``, so frozen BatchNorm and ``freeze``-d modules are in none).
 
-    Learning rate: ``lr x scale`` with ``scale = layer_decay ** (layers - 1 - layer)`` over
-    :func:`layer_ids` (BEiT's layer-wise decay: the head, the top layer, at ``lr``; a depth-d ViT's
-    block i at decay^(d - i), its embeddings at decay^(d + 1)), trunk parameters also x
-    ``backbone_lr_multiplier``. Weight decay: the optimiser's, or 0 for :func:`_no_decay_names` with
-    ``no_weight_decay: timm``. With ``layer_decay`` 1 and multiplier 1, equal to timm's
-    ``param_groups_weight_decay``; with ``layer_decay`` < 1, to its ``param_groups_layer_decay``
-    (``tests/test_optim_groups.py``). The head's group comes first (the logged ``train/lr``)."""
+    lr = ``lr x layer_decay ** (layers - 1 - layer)`` over :func:`layer_ids` (BEiT), trunk also x
+    ``backbone_lr_multiplier``; weight decay 0 for :func:`_no_decay_names` with ``no_weight_decay: timm``.
+    Equal to timm's ``param_groups_weight_decay`` / ``param_groups_layer_decay``; head group first."""
     config = protocol.optimizer
     layers, count = layer_ids(model)
     skip = _no_decay_names(model) if config.no_weight_decay == "timm" else set()
@@ -128,8 +121,7 @@ def model_param_groups(protocol: Protocol, model: EmbeddingModel) -> list[dict[s
 
 
 def make_model_optimizer(protocol: Protocol, model: EmbeddingModel) -> torch.optim.Optimizer:
-    """The optimiser of the embedding model: one group at ``optimizer.lr`` with the default
-    ``backbone_lr_multiplier: 1``, ``layer_decay: 1`` and ``no_weight_decay: none``, else the
+    """The embedding model's optimiser: one group at ``optimizer.lr`` with the defaults, else the
     groups of :func:`model_param_groups`."""
     simple = protocol.backbone_lr_multiplier == 1.0 and protocol.layer_decay == 1.0
     if simple and protocol.optimizer.no_weight_decay == "none":
@@ -143,9 +135,8 @@ def make_model_optimizer(protocol: Protocol, model: EmbeddingModel) -> torch.opt
 
 
 def freeze_modules(protocol: Protocol, model: EmbeddingModel) -> list[str]:
-    """Stop the gradient of every trunk parameter inside a module named in ``protocol.freeze`` (a
-    dotted path at any depth, e.g. ``patch_embed``: Hyp-ViT's ``model.py`` ``freeze()``); returns
-    the frozen names. A name that matches no parameter is a :class:`ConfigError`."""
+    """Stop the gradient of trunk parameters inside modules named in ``protocol.freeze`` (dotted, e.g.
+    Hyp-ViT's ``patch_embed``); the frozen names. A name matching nothing: :class:`ConfigError`."""
     frozen = []
     for module in protocol.freeze:
         hits = [
@@ -164,9 +155,8 @@ def freeze_modules(protocol: Protocol, model: EmbeddingModel) -> list[str]:
 def make_loss_optimizer(
     protocol: Protocol, loss_params: ParametricLossParams, parameters: Iterable[torch.nn.Parameter]
 ) -> torch.optim.Optimizer:
-    """The optimiser of a loss's own parameters: the protocol's kind, momentum and weight decay
-    (``param_weight_decay`` when set), at ``loss_params.optimizer_lr`` (absolute ``param_lr``,
-    else the protocol lr x ``loss_lr_multiplier`` or ``param_lr_multiplier``)."""
+    """The optimiser of a loss's own parameters: the protocol's kind, at ``loss_params.optimizer_lr``
+    (``param_weight_decay`` when set)."""
     config = protocol.optimizer
     if loss_params.param_weight_decay is not None:
         config = config.model_copy(update={"weight_decay": loss_params.param_weight_decay})

@@ -2,8 +2,7 @@
 
 ``glyphs-tiny_cnn-contrastive-32-0 epoch 3/6: loss 0.4123, val map_at_r 0.3120 (best), 1,512 img/s, 4.1 s``
 
-The validation score is the model-selection metric; test-feedback scores are never printed (they
-exist to measure the optimism of test-set selection, not to watch).
+Test-feedback scores are never printed: they measure the optimism of test-set selection, not progress.
 """
 
 from __future__ import annotations

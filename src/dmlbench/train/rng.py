@@ -1,8 +1,5 @@
-"""Seeding and the RNG state of a training run: randomness derived from (seed, epoch), and every
-generator's state saved with a checkpoint so that a resumed run repeats an uninterrupted one.
-
-The saved states are tensors and plain values only (lists, dicts, ints, floats, str, None), so a
-checkpoint loads with ``torch.load(..., weights_only=True)`` (see :mod:`dmlbench.train.checkpoint`).
+"""Seeding from (seed, epoch) and every generator's state saved with a checkpoint (tensors and plain
+values only, for ``weights_only=True``), so a resumed run repeats an uninterrupted one.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Which training images form each batch of an epoch (seeded by the caller, so resumable).
 
-* ``m`` images per class: PML's ``MPerClassSampler`` (``batch_size / m`` classes x ``m``
-  images); ``m = 1`` gives batches of distinct classes (Reality Check, classification losses).
-* ``random``: uniformly shuffled batches, as a plain ``DataLoader(shuffle=True, drop_last=True)``
-  (thesis and Proxy-Anchor code for losses that need no positives in the batch).
-
-An epoch has ``iterations`` batches, or ``len(labels) // batch_size`` (one pass) when None.
-
-* :func:`class_pass_batches`: an epoch is one pass over the classes (Hyp-ViT, htdt/hyp_metric
-  ``sampler.py`` ``UniqueClassSempler`` under ``train.py``'s ``DataLoader(batch_size, drop_last=True)``):
-  the classes in a random order, ``m`` images of each (drawn without replacement, with replacement
-  only from a class with fewer than ``m``), cut into batches of ``batch_size / m`` classes, the
-  incomplete last batch dropped: ``floor(classes x m / batch_size)`` batches, no class twice in one.
+``m`` per class: PML's ``MPerClassSampler``; ``random``: ``DataLoader(shuffle=True, drop_last=True)``
+(thesis, Proxy-Anchor); ``iterations`` batches per epoch, or one pass when None.
+:func:`class_pass_batches`: one pass over the classes in random order, ``m`` images each, the last
+incomplete batch dropped (Hyp-ViT, htdt/hyp_metric ``sampler.py`` ``UniqueClassSempler``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The ``train@<dataset>-<backbone>-<loss>-<dim>-<seed>`` stage: train, save, track.
 
-Writes ``artifacts/models/<run>/`` (``model.pt``: the weights selected on validation,
-``history.json``, ``config.yaml``, ``run.json``; on a cross-validation split one ``fold<f>/`` per
-fold model), byte-identical on every clone: no MLflow run id, no timing (those go to the run log
-and MLflow). A resumable checkpoint in ``artifacts/checkpoints/<run>/`` (scratch, not a DVC output)
-lets a re-run after a crash resume into the same MLflow run, logging each epoch once. Tracking
-goes through the stage's spool, so a silent server delays records, never the training. A diverged
-run stops in one line, ends its MLflow run FAILED and writes nothing to ``artifacts/models/``.
-docs/tracking.md and docs/pipeline.md describe the runs, tags and spool."""
+Writes ``artifacts/models/<run>/`` (``model.pt``, ``history.json``, ``config.yaml``, ``run.json``;
+``fold<f>/`` per fold model), byte-identical on every clone (no run id, no timing). A checkpoint in
+``artifacts/checkpoints/<run>/`` lets a re-run resume into the same MLflow run. A diverged run stops
+in one line and writes nothing. docs/tracking.md and docs/pipeline.md describe runs and spool."""
 
 from __future__ import annotations
 
@@ -59,11 +55,9 @@ def _data_digest(data: PreparedDataset) -> str:
 
 def _kept(config: RunConfig, data: PreparedDataset, folds: list[int | None], experiment: str,
           tracking: StageTracking) -> list[dict] | None:  # fmt: skip
-    """The run's finished models, when ``artifacts/models/<run>/`` holds them for this config, code
-    and prepared data (each member's checkpoint status says so, with the model's md5): a completed
-    command whose recording was killed. A member is ``complete`` only after its FINISHED record
-    reached the spool (``tracking``, open), so records still there are its end, sent later; with
-    the spool empty MLflow must hold each member's FINISHED run. Else None (it trains)."""
+    """The run's finished models when ``artifacts/models/<run>/`` holds them for this config, code and
+    data (a completed command whose recording was killed): each member ``complete`` in its checkpoint
+    status, and FINISHED in the spool or, with the spool empty, in MLflow. Else None (it trains)."""
     run, chash, digest = config.run, config.config_hash, _data_digest(data)
     infos = []
     for fold in folds:
@@ -94,10 +88,8 @@ def _kept(config: RunConfig, data: PreparedDataset, folds: list[int | None], exp
 
 
 def train_stage(params: Params, run: RunSpec, device: torch.device | None = None) -> dict[str, Any]:
-    """Train the run (one model, or one model per fold of a cross-validation split), then write
-    ``artifacts/models/<run>/`` (``fold<f>/`` for fold models) in one step. Tracking goes through
-    the stage's spool (:mod:`dmlbench.tracking.spool`), flushed with a bounded wait at the end. A
-    run whose models are already there returns at once (:func:`_kept`)."""
+    """Train the run (one model, or one per fold), then write ``artifacts/models/<run>/`` in one step,
+    tracking through the stage's spool; models already there return at once (:func:`_kept`)."""
     config = run_config(params, run)
     device = device or default_device()
     data = PreparedDataset.load(paths.prepared_dir(run.dataset))
@@ -128,9 +120,8 @@ def _train_members(
     several: tuple[bool, bool],
     tracking: StageTracking,
 ) -> list[dict[str, Any]]:
-    """The run's model, or its fold models, in MLflow under the grid cell's run (created by the
-    cell's first training); on a cross-validation split the fold models nest under the seed's own
-    run, which the evaluate stage gives the concatenated embedding's test metrics."""
+    """The run's model(s) in MLflow under the cell's run; fold models nest under the seed's own run
+    (evaluate gives it the concatenated embedding's test metrics)."""
     run = config.run
     cell = tracking.cell_run(experiment, run.combo, config.resolved, several)
     if folds == [None]:
@@ -167,12 +158,9 @@ def train_member(
     parent: SpooledRun | None = None,
     tracking: StageTracking | None = None,
 ) -> dict[str, Any]:
-    """Train one model of the run (``fold``: one fold model) into its staging directory, with
-    its own MLflow run in ``experiment`` (nested under ``parent``), written through ``tracking``
-    (the stage's spool; None: one of its own, flushed before this returns); resume it from its
-    checkpoint, or skip it if it already finished. Returns its ``run.json`` record plus what
-    stays out of the DVC outputs (``mlflow_run_id``: None while its opening record is unsent,
-    ``resumed_from_epoch``)."""
+    """Train one model (``fold``: a fold model) into its staging directory with its own MLflow run under
+    ``parent``, through ``tracking`` (None: a spool of its own, flushed here); resume or skip it.
+    Returns its ``run.json`` record plus ``mlflow_run_id`` (None while unsent) and ``resumed_from_epoch``."""
     if tracking is None:
         with StageTracking(paths.spool_dir(config.run)) as own:
             return train_member(config, experiment, data, fold, device, parent, own)

@@ -1,13 +1,8 @@
 """One optimisation step, and the device-side pieces that make it fast on a GPU.
 
-GPU fast path (CUDA only): bf16 autocast for the model (the loss in float32), channels_last,
-``cudnn.benchmark``, and the uint8 image cache on the GPU so batches are gathered and augmented
-there; when it does not fit in half of this training's share of free GPU memory
-(:func:`dmlbench.devices.gpu_share`), batches come from the host through pinned memory. On the CPU
-only channels_last (oneDNN is faster in it: ``benchmarks/channels_last.py``), float32 throughout.
-The protocol's ``compile`` (:mod:`dmlbench.train.compiling`) and ``amp`` keys (``none``, ``bf16``,
-``fp16``) apply on any device; fp16 steps use a ``torch.amp.GradScaler`` (loss scaling:
-Micikevicius et al., ICLR 2018)."""
+CUDA: bf16 autocast (the loss in float32), channels_last, ``cudnn.benchmark`` and the image cache on
+the GPU when it fits this training's share (else pinned host batches). CPU: channels_last only
+(``benchmarks/channels_last.py``). fp16 uses a ``GradScaler`` (Micikevicius et al., ICLR 2018)."""
 
 from __future__ import annotations
 
@@ -45,11 +40,8 @@ class FastPath:
 
     @classmethod
     def for_device(cls, device: torch.device, enabled: bool | None = None, amp: str = "auto") -> FastPath:
-        """``amp``: the protocol's key; ``auto`` = bf16/fp16 on CUDA (fast path on), none elsewhere;
-        ``none``/``bf16``/``fp16`` set the autocast dtype on any device, fast path on or off;
-        ``fp32``: no autocast and no TensorFloat-32 either (the arithmetic of GPUs before Ampere, on
-        which the 2020 protocols published their numbers): the process's cuDNN and matmul TF32
-        switches are turned off here, since a training stage is a process of its own."""
+        """``amp``: the protocol's key; ``auto`` = bf16/fp16 on CUDA, none elsewhere; ``fp32``: no autocast
+        and no TF32 (pre-Ampere arithmetic of the 2020 protocols): this process's TF32 switches go off."""
         fast = cls._for_device(device, enabled)
         strict = amp == "fp32"
         torch.backends.cudnn.allow_tf32 = not strict  # torch's default (True) unless fp32 is asked for
@@ -85,9 +77,8 @@ class FastPath:
 
     @property
     def precision(self) -> str:
-        """The step's arithmetic, as ``run.json`` records it: ``bf16`` / ``fp16`` autocast (the loss in
-        float32), else ``fp32``; ``fp32 (TF32 convolutions)`` on a GPU whose cuDNN convolutions
-        use TensorFloat-32 (Ampere and later with ``torch.backends.cudnn.allow_tf32``, torch's default)."""
+        """The step's arithmetic for ``run.json``: ``bf16`` / ``fp16`` autocast, else ``fp32``, or
+        ``fp32 (TF32 convolutions)`` where cuDNN uses TensorFloat-32 (torch's default on Ampere+)."""
         if self.amp_dtype is not None:
             return {torch.bfloat16: "bf16", torch.float16: "fp16"}[self.amp_dtype]
         if (
@@ -101,10 +92,8 @@ class FastPath:
 
 
 def cache_fits(nbytes: int, free_bytes: int, share: float = 1) -> bool:
-    """True when an image cache of ``nbytes`` may live on the GPU: at most ``GPU_CACHE_FRACTION`` of
-    the free memory divided among the ``share`` trainings that use the GPU at once (the local
-    executor's ``--gpu-slots``, a Slurm job's shard or MPS share: :func:`dmlbench.devices.gpu_share`),
-    so that together they hold at most that fraction."""
+    """True when an image cache of ``nbytes`` fits ``GPU_CACHE_FRACTION`` of the free memory divided
+    among the ``share`` trainings on the GPU (:func:`dmlbench.devices.gpu_share`)."""
     return nbytes <= GPU_CACHE_FRACTION * free_bytes / max(1.0, share)
 
 
@@ -114,9 +103,8 @@ def free_memory(device: torch.device) -> int:
 
 
 def cache_on_device(device: torch.device, nbytes: int) -> bool:
-    """Whether the image cache lives in ``device``'s memory: always on the CPU (the memory map
-    itself), on CUDA when it fits this training's share (:func:`cache_fits`), else (other devices,
-    or too big) on the host with pinned copies per batch."""
+    """Whether the image cache lives in ``device``'s memory: on the CPU always (the memory map), on
+    CUDA when it fits (:func:`cache_fits`), else on the host with pinned copies per batch."""
     if device.type == "cpu":
         return True
     return device.type == "cuda" and cache_fits(nbytes, free_memory(device), gpu_share())
@@ -142,11 +130,8 @@ def upload(images: np.ndarray | RowView, device: torch.device, rows_per_copy: in
 
 @dataclass
 class ImageSource:
-    """The training images (uint8 N x H x W x 3) with each image's valid ``(height, width)`` in its
-    canvas (``sizes``; None = whole canvas). CPU: batches are gathered from the host array (the
-    memory-mapped cache, shared by every process through the page cache: nothing is copied whole).
-    CUDA: the cache is copied to the GPU when it fits this training's share, else batches go
-    through pinned host memory."""
+    """The training images (uint8 N x H x W x 3) with each image's valid ``(height, width)`` (``sizes``;
+    None = whole canvas), gathered from the memory map, or from the GPU copy (:func:`cache_on_device`)."""
 
     images: np.ndarray | RowView
     device: torch.device
@@ -177,12 +162,9 @@ class ImageSource:
 
 
 class TrainStep:
-    """forward (autocast) -> miner -> loss (float32) -> backward -> clip (each value: ``grad_clip``;
-    the embedding model's gradient 2-norm: ``grad_clip_norm``) -> optimiser steps; with a
-    ``watch``, the batch's loss and embeddings are recorded there (device-side finiteness flags,
-    :mod:`dmlbench.train.divergence`). ``compiled``: the forward runs through ``torch.compile``'s
-    wrapper of the model (:mod:`dmlbench.train.compiling`), which shares its parameters; the
-    model itself stays eager for evaluation and state dicts."""
+    """forward (autocast) -> miner -> loss (float32) -> backward -> clip (``grad_clip``, ``grad_clip_norm``)
+    -> optimiser steps; ``watch`` records finiteness flags (:mod:`dmlbench.train.divergence`);
+    ``compiled``: the forward through ``torch.compile``'s wrapper (the model stays eager)."""
 
     def __init__(
         self,

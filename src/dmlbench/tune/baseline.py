@@ -1,9 +1,7 @@
 """The ``baseline@<dataset>-<backbone>-<loss>-<variant>`` stage: what tuning is measured against.
 
-With ``tuning.baselines: [published]`` this stage trains the loss's published values at
-``tuning.dim`` with every seed of the grid, embeds and evaluates them like a grid cell under
-``<loss>-published``, so the report can set the tuned cell beside them
-(:mod:`dmlbench.analysis.tuning`): only the loss hyperparameters differ.
+With ``tuning.baselines: [published]``: the published values at ``tuning.dim`` with every seed, as a
+cell ``<loss>-published`` beside the tuned one (:mod:`dmlbench.analysis.tuning`).
 """
 
 from __future__ import annotations

@@ -9,8 +9,7 @@ import pandas as pd
 
 
 def draw_history(table: pd.DataFrame, objective: str, path: Path) -> None:
-    """Objective per trial (complete: dots; pruned: the running mean at the fold it stopped,
-    crosses) and the best so far (line)."""
+    """Objective per trial (dots; pruned: crosses at their running mean) and the best so far (line)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,10 +1,7 @@
-"""One trial of a search: the loss built with the trial's values, trained once per fold.
-
-Objective (the Reality Check's): the mean over the dataset's folds of the validation
-``tuning.objective`` at each fold model's selected epoch (the protocol's model selection, on the
-fold's validation classes). The data is the prepared dataset's training half only
-(:meth:`PreparedDataset.training_half`) and test-set feedback is off: no trial reads a test image.
-A fold split (``rc_cv``, ``kfold``) gives one fold per validation block; ``fixed_val`` one fold.
+"""One trial of a search: the loss built with the trial's values, trained once per fold. Objective
+(the Reality Check's): the mean over folds of the validation ``tuning.objective`` at each
+fold model's selected epoch. Only the training half is read (:meth:`PreparedDataset.training_half`)
+and test feedback is off: no trial reads a test image.
 """
 
 from __future__ import annotations

@@ -26,10 +26,8 @@ def suggest(trial: Any, space: Mapping[str, Dimension]) -> dict[str, Any]:
 
 
 def published_point(space: Mapping[str, Dimension], published: BaseModel, param_lr: float | None) -> dict[str, Any]:
-    """The published values of the searched keys; ``param_lr``: the loss parameters' effective lr
-    (what trains: an explicit param_lr, else the protocol's multiplier, else the module's default,
-    :meth:`~dmlbench.losses.base.ParametricLossParams.optimizer_lr`), not the field's own value.
-    Keys without a value are left out (the sampler draws them)."""
+    """The published values of the searched keys (``param_lr``: the effective lr, ``optimizer_lr``);
+    keys without a value are left out (the sampler draws them)."""
     point = {}
     for key in space:
         value = getattr(published, key, None)

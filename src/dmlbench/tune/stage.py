@@ -1,15 +1,9 @@
 """The ``tune@<dataset>-<backbone>-<loss>`` stage: search the loss's hyperparameters, write the best.
 
-The Reality Check's protocol (Musgrave et al., ECCV 2020, §4.2): ``tuning.trials`` trials of the
-configured sampler, each trained on every fold of the dataset's split and scored by the mean
-validation ``tuning.objective`` (:mod:`dmlbench.tune.objective`); then ``train@`` trains the best
-values with every seed (RC's "reproductions"). A protocol with ``hyperparameters: published``
-searches nothing: the stage records that, and ``train@`` trains the published values.
-
-The study (identity: a hash of everything that determines a trial's result) lives in an Optuna
-journal in ``artifacts/tuning/<ds>/<bb>/<loss>/study/`` (``persist: true``; in ``.dvcignore``, its
-records carry timestamps) or in ``tuning.storage``; a re-run continues it
-(:func:`dmlbench.tune.study.recover_interrupted`). ``--workers N`` runs N processes on it.
+The Reality Check's protocol (Musgrave et al., ECCV 2020, §4.2): ``tuning.trials`` trials, each
+trained on every fold and scored by the mean validation objective; ``train@`` then trains the best
+with every seed. ``hyperparameters: published`` searches nothing. The study lives in an Optuna
+journal under ``artifacts/tuning/`` (``persist: true``) or ``tuning.storage``; a re-run continues it.
 """
 
 from __future__ import annotations
@@ -57,9 +51,8 @@ STATUS = "status.json"
 
 
 def study_name(params: Params, search: Search) -> str:
-    """``<dataset>-<backbone>-<loss>-<hash>``: the hash covers the search settings (not the
-    number of workers or the storage), the space, the protocol, the data and the code the stage reads
-    (:func:`dmlbench.stage_inputs.inputs_fingerprint`)."""
+    """``<dataset>-<backbone>-<loss>-<hash>`` of the search settings (not workers or storage), space,
+    protocol, data and the stage's code (:func:`dmlbench.stage_inputs.inputs_fingerprint`)."""
     tuning = tuning_settings(params).model_dump(mode="json", exclude={"workers", "storage", "space", "trials"})
     identity = {
         "tuning": tuning,
@@ -179,11 +172,8 @@ def worker_main(params_file: str, dataset: str, backbone: str, loss: str, name: 
 
 def work(params: Params, search: Search, data: PreparedDataset, study: Any, parent: TrackedRun, worker: int,
          device: torch.device | None = None) -> int:  # fmt: skip
-    """Ask, train, tell until the study has ``tuning.trials`` finished trials; return how many
-    this worker ran. An ``invalid`` trial (values break the loss's constraints) trains nothing; a
-    ``diverged`` one (:class:`TrainingDiverged`, any fold) is ``fail`` in the trial table and FAILED
-    (``failure_cause=diverged``) in MLflow; both count (:func:`tell`) and the study goes on.
-    After 3 x trials attempts the worker gives up."""
+    """Ask, train, tell until ``tuning.trials`` trials finished; how many this worker ran. Invalid and
+    diverged trials count (:func:`tell`); after 3 x trials attempts the worker gives up."""
     import optuna
 
     tuning, experiment = tuning_settings(params), params.tracking.experiment
@@ -231,11 +221,9 @@ TRAINS = "trains"  # the constraint a diverged trial violates
 def tell(study: Any, trial: Any, state: str, value: float | None, objective: str) -> None:
     """Tell Optuna how ``trial`` ended (finished, pruned, invalid, diverged or failed).
 
-    Every counted trial carries the constraints ``loss_rules`` (1: values break the loss's rules,
-    e.g. pos_margin >= neg_margin) and ``trains`` (1: its training diverged), else -1 (Optuna's
-    ``Trial.set_constraint``: > 0 infeasible). Both kinds are told complete at the objective's
-    floor, so GP (constrained log-EI) and TPE stop proposing the region; GP and TPE ignore pruned
-    or failed points. Failed is left for what no trial value explains."""
+    Counted trials carry constraints ``loss_rules`` and ``trains`` (1: broken / diverged, else -1;
+    Optuna's ``set_constraint``, > 0 infeasible) and are told complete at the objective's floor, so
+    GP and TPE avoid the region. Failed is left for what no trial value explains."""
     import optuna
 
     if state in ("finished", "pruned", "invalid", "diverged"):
@@ -251,8 +239,7 @@ def tell(study: Any, trial: Any, state: str, value: float | None, objective: str
 
 
 def summarise(params: Params, search: Search, study: Any, parent: TrackedRun, out: Path) -> dict[str, Any]:
-    """Write trials.csv, best.yaml and study.json from the study, log them (and the figures) to
-    the study's MLflow run, and the timings to the run log."""
+    """Write trials.csv, best.yaml and study.json; log them and the figures to MLflow, timings to the run log."""
     from dmlbench.tune.figures import draw_history, draw_importances
 
     tuning = tuning_settings(params)

@@ -1,12 +1,8 @@
 """Optuna studies: samplers and pruners by name, the storage, and resuming an interrupted study.
 
-Storage: an Optuna journal file (``JournalFileBackend``, safe for several processes on one
-machine: https://optuna.readthedocs.io/en/stable/reference/generated/optuna.storages.JournalStorage.html)
-under the tune stage's persistent output, or an RDB URL (``tuning.storage``) for several machines.
-
-Resume: finished (complete or pruned) trials are kept; a trial left ``RUNNING`` by a killed
-process is marked failed and its parameters enqueued again (re-run once, never counted twice).
-With workers on other machines, only a trial whose heartbeat (stamped every 30 s) is stale.
+Storage: an Optuna ``JournalFileBackend`` (safe for processes on one machine) or an RDB URL for
+several. Resume: a trial a killed process left ``RUNNING`` is failed and re-enqueued once (across
+machines: only when its 30 s heartbeat is stale).
 """
 
 from __future__ import annotations
@@ -106,9 +102,8 @@ HEARTBEAT_SECONDS = 30.0
 
 @contextmanager
 def heartbeat(storage: Any, trial: Any, every: float = HEARTBEAT_SECONDS) -> Iterator[None]:
-    """While the block runs, stamp ``trial`` with the time every ``every`` seconds (a thread), so
-    that workers elsewhere can tell a trial whose process died (its stamp goes stale) from one
-    still training. (Optuna's own heartbeat runs inside ``study.optimize`` only, not ask/tell.)"""
+    """Stamp ``trial`` with the time every ``every`` s while the block runs, so other workers tell a
+    dead trial from a live one (Optuna's heartbeat runs inside ``study.optimize`` only)."""
     stop = threading.Event()
 
     def beat() -> None:
@@ -127,11 +122,9 @@ def heartbeat(storage: Any, trial: Any, every: float = HEARTBEAT_SECONDS) -> Ite
 
 
 def recover_interrupted(study: Any, storage: Any, stale_after: float | None = None) -> list[int]:
-    """Mark trials a killed process left running as failed and enqueue their parameters again;
-    return their numbers. ``stale_after`` None: every running trial (only while no other process
-    works on the study: a local stage before its workers start); else only those whose heartbeat
-    (or, before the first one, start) is older than that many seconds (workers sharing a study
-    across machines). (``FrozenTrial._trial_id`` is the storage's key; Optuna has no public one.)"""
+    """Fail and re-enqueue trials a killed process left running; their numbers. ``stale_after`` None:
+    every running trial (no other process works on the study), else those whose heartbeat (or start)
+    is older. (``FrozenTrial._trial_id`` is the storage's key; Optuna has no public one.)"""
     import optuna
 
     now = time.time()

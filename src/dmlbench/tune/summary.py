@@ -1,13 +1,6 @@
-"""A finished (or partly finished) study as files: the trial table, the best values, the summary.
-
-``trials.csv``: one row per trial (number, state, objective, each fold's validation score and
-selected epoch, each searched value, ``retry_of`` for re-runs of interrupted trials, ``failure``).
-States: complete, pruned, invalid (values that break the loss's rules), fail (a diverged
-training, its message in ``failure``; Optuna holds it as complete at the objective's floor with
-a violated constraint, :func:`dmlbench.tune.stage.tell`, so the table is what to read).
-``best.yaml``: the best complete trial's values, what ``train@`` reads (:mod:`dmlbench.params.tuned`).
-``study.json``: trial counts by state, trainings run and saved by pruning, parameter importances.
-None of them holds a timing: the seconds per trial go to MLflow and to the run log.
+"""A (partly) finished study as files: ``trials.csv`` (one row per trial; state complete, pruned, invalid
+or fail = diverged), ``best.yaml`` (what ``train@`` reads, :mod:`dmlbench.params.tuned`) and
+``study.json`` (counts, pruning savings, importances). No timings.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""One worker of a study, as its own process: ``python -m dmlbench.tune.worker`` (a Slurm array
-task of ``tune@``, :mod:`dmlbench.launch`). It opens the named study, recovers trials
-whose worker stopped beating (:func:`dmlbench.tune.study.recover_interrupted`), and runs trials
-until the study has ``tuning.trials`` finished ones."""
+"""One worker of a study as its own process (a Slurm array task of ``tune@``): recover trials whose
+worker stopped beating, then run trials until ``tuning.trials`` finished."""
 
 from __future__ import annotations
 
