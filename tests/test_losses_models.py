@@ -263,7 +263,7 @@ def test_readme_example_loss_works(tmp_path, monkeypatch, doc, heading):
     import importlib.util
     import re
 
-    from conftest import ROOT
+    from helpers.project import ROOT
 
     readme = (ROOT / doc).read_text()
     section = readme.split(heading)[1]
