@@ -24,7 +24,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-from conftest import JPEG_SIZES, write_jpeg
+from helpers.archives import JPEG_SIZES, write_jpeg
 
 BOX_FIELDS = ("bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2")
 ODD_NAME = 150  # a class whose name has a '/', as "Ram C/V Cargo Van Minivan 2012" has
@@ -308,7 +308,7 @@ def run_stage(project: Path, stage: str, dataset: str, section: dict) -> tuple[i
     import sys
 
     import yaml
-    from conftest import ROOT
+    from helpers.project import ROOT
 
     (project / "params.yaml").write_text(yaml.safe_dump({"datasets": {dataset: section}}))
     stderr, argv, cwd = io.StringIO(), sys.argv, Path.cwd()

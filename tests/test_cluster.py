@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, dvc_project, run_checked
+from helpers.project import ROOT, dvc_project, run_checked
 
 from dmlbench.errors import ConfigError
 from dmlbench.params.cluster import STAGE_KINDS, ClusterConfig

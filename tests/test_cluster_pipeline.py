@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, dvc_project, run_checked
+from helpers.project import ROOT, dvc_project, run_checked
 
 pytestmark = pytest.mark.cluster
 

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from helpers.project import ROOT
 
 pytestmark = pytest.mark.cluster
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from helpers.project import ROOT
 
 from dmlbench.data import DATASETS
 from dmlbench.errors import ConfigError

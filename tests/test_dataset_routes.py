@@ -11,8 +11,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 from fabricate import CarsRelease, highres_zip, run_stage
+from helpers.project import ROOT
 
 from dmlbench.data.cache import PreparedDataset
 from dmlbench.io import md5_file

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import write_jpeg
+from helpers.archives import write_jpeg
 from PIL import Image
 
 from dmlbench.data import DATASETS

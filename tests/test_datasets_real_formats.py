@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import ROOT
+from helpers.project import ROOT
 
 from dmlbench.data import DATASETS
 from dmlbench.data.cache import PreparedDataset

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import ROOT
+from helpers.project import ROOT
 
 from dmlbench import paths
 from dmlbench.errors import NonFiniteEmbeddings, TrainingDiverged

@@ -7,7 +7,7 @@ import tarfile
 import zipfile
 
 import pytest
-from conftest import tar_of
+from helpers.archives import tar_of
 
 from dmlbench.data import download as dl
 from dmlbench.data.archives import ArchiveSourceParams, extract_archive, fetch_archives

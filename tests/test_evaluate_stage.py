@@ -208,7 +208,7 @@ def test_pretrained_baseline_embeds_untrained_trunk_and_reports_bootstrap(
     assert (directory / EMBEDDINGS).read_bytes() == first  # seeded initialisation: reproducible
 
     summary = evaluate_pretrained_stage(params, "glyphs", "tiny_cnn")
-    from conftest import CpuEvaluationPaths
+    from helpers.evaluation import CpuEvaluationPaths
 
     CpuEvaluationPaths.assert_took(auto_cpu_path[1], auto_cpu_path[0])
     assert summary["n_runs"] == 1 and summary["mode"] == "test"
@@ -284,7 +284,7 @@ def test_both_cpu_evaluation_paths_give_identical_metrics(small_raw_params, cpu_
     on a test split and query -> gallery, k-means NMI/AMI/F1), and must agree exactly: the
     screened ranking is certified and re-scored in fp32, its k-means redoes faiss's steps.
     The explicit switch (`evaluate.backend`) selects the ranking path the same way."""
-    from conftest import CPU_EVALUATION_PATHS, CpuEvaluationPaths
+    from helpers.evaluation import CPU_EVALUATION_PATHS, CpuEvaluationPaths
 
     settings = _params(small_raw_params, clustering=True).evaluate
     gallery, gallery_labels = _fake_embeddings(0)

@@ -10,7 +10,7 @@ import stat
 import tarfile
 
 import pytest
-from conftest import tar_of
+from helpers.archives import tar_of
 
 from dmlbench.data import cub200
 from dmlbench.data.archives import fetch_archives

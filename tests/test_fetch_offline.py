@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 import yaml
-from conftest import ROOT
+from helpers.project import ROOT
 
 from dmlbench.models import build_model, tiny_vit
 from dmlbench.weights_lock import read_lock

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import report_fakes
-from conftest import small_params_dict
+from helpers.project import small_params_dict
 from report_fakes import fake_outputs
 from scipy import stats
 

@@ -15,7 +15,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from conftest import build_inshop
+from helpers.archives import build_inshop
 
 from dmlbench.data import download as dl
 from dmlbench.data import inshop, sop

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import ROOT
+from helpers.project import ROOT
 from pydantic import ValidationError
 
 from dmlbench.grid import RunSpec

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, dvc_project, run_checked, small_params_dict
+from helpers.project import ROOT, dvc_project, run_checked, small_params_dict
 
 from dmlbench.params.load import parse_params
 from dmlbench.params.presets import GRID_SECTIONS, available, load_preset

@@ -22,7 +22,7 @@ import mlflow
 import pandas as pd
 import pytest
 import yaml
-from conftest import dvc_project, run_checked, small_params_dict
+from helpers.project import dvc_project, run_checked, small_params_dict
 
 pytestmark = pytest.mark.slow
 

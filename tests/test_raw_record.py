@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from conftest import small_params_dict
+from helpers.project import small_params_dict
 
 from dmlbench import paths
 from dmlbench.data.raw_record import MARKER

@@ -59,7 +59,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from conftest import ROOT
+from helpers.project import ROOT
 
 from dmlbench.grid import Combo
 from dmlbench.losses import LOSSES

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision
-from conftest import ROOT
+from helpers.project import ROOT
 from pytorch_metric_learning.losses import MultiSimilarityLoss
 from pytorch_metric_learning.miners import MultiSimilarityMiner
 from pytorch_metric_learning.samplers import MPerClassSampler

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import dvc_project, run_checked, small_params_dict
+from helpers.project import dvc_project, run_checked, small_params_dict
 
 LOSSES = ("contrastive", "triplet")
 EPOCH = "train/loss"  # logged once per epoch

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import dvc_project, run_checked
 from fake_slurm import inject, started, submitted
+from helpers.project import dvc_project, run_checked
 from test_cluster_pipeline import slurm  # noqa: F401 (the local Slurm's fixture)
 
 from dmlbench.params.cluster import ClusterConfig

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import dvc_project
 from fake_slurm import inject, install, submitted
+from helpers.project import dvc_project
 
 from dmlbench import devices
 from dmlbench.errors import DmlbenchError
@@ -231,7 +231,7 @@ def test_a_jobs_share_of_its_gpu_is_read_from_slurm(monkeypatch):
     ],
 )
 def test_make_server_names_the_address_the_compute_nodes_reach(host, public, addresses):
-    from conftest import ROOT
+    from helpers.project import ROOT
 
     env = {**os.environ, "DMLBENCH_MLFLOW_PUBLIC_HOST": public}
     shown = subprocess.run(["bash", "-c", f'source "{ROOT}/cluster/lib.sh" && mlflow_addresses {host} 5001'], env=env,

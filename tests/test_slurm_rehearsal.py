@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, build_cub, dvc_project, run_checked
+from helpers.archives import build_cub
+from helpers.project import ROOT, dvc_project, run_checked
 from test_cluster_pipeline import CLUSTER, _cluster_env, _running
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, build_cub, dvc_project, run_checked
 from fake_slurm import install, submitted
+from helpers.archives import build_cub
+from helpers.project import ROOT, dvc_project, run_checked
 
 from dmlbench.errors import DataError, DmlbenchError
 from dmlbench.params.cluster import ClusterConfig, cluster_settings

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_checked
 from fake_slurm import install, submitted
+from helpers.project import run_checked
 
 from dmlbench.launch import write_job_environment
 from dmlbench.params.cluster import ClusterConfig

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 import yaml
-from conftest import ROOT
+from helpers.project import ROOT
 
 from dmlbench.errors import ConfigError
 from dmlbench.grid import RunSpec

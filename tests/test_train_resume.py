@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import dvc_project, run_checked, small_params_dict
+from helpers.project import dvc_project, run_checked, small_params_dict
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import ROOT, small_params_dict
+from helpers.project import ROOT, small_params_dict
 
 from dmlbench.data.cache import PreparedDataset
 from dmlbench.errors import ConfigError

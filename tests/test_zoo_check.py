@@ -10,7 +10,7 @@ import importlib.util
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from helpers.project import ROOT
 
 from dmlbench.evaluate.metrics import retrieval_metrics
 

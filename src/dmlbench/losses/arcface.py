@@ -7,7 +7,7 @@ we follow Table 4."""
 
 from pydantic import PositiveFloat
 
-from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.base import LossModule, LossSpec, ParametricLossParams
 from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
@@ -17,7 +17,7 @@ class ArcFaceParams(ParametricLossParams):
     param_lr: PositiveFloat | None = 1e-4  # weights lr, absolute (thesis Table 4)
 
 
-def build(p: ArcFaceParams, num_classes: int, dim: int):
+def build(p: ArcFaceParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import ArcFaceLoss
 
     return ArcFaceLoss(num_classes, dim, margin=p.margin, scale=p.scale)
@@ -33,7 +33,6 @@ SPEC = LossSpec(
     params=ArcFaceParams,
     build=build,
     sampler="any",
-    has_parameters=True,
     reference="Deng, Guo, Xue & Zafeiriou, CVPR 2019",
     search_space=SEARCH_SPACE,
 )

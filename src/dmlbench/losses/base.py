@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pydantic import NonNegativeFloat, PositiveFloat, model_validator
 
@@ -23,7 +23,12 @@ from dmlbench.losses.search import SearchSpace
 from dmlbench.schema import StrictModel
 
 if TYPE_CHECKING:
+    from pytorch_metric_learning.miners import BaseMiner
     from torch import nn
+
+# What ``build`` and ``build_miner`` return, named without importing torch or PML here
+LossModule: TypeAlias = "nn.Module"  # a PML loss: loss(embeddings, labels, indices_tuple) -> scalar
+Miner: TypeAlias = "BaseMiner"  # a PML miner: miner(embeddings, labels) -> indices_tuple
 
 
 class LossParams(StrictModel):
@@ -67,17 +72,19 @@ class ParametricLossParams(LossParams):
 
     @model_validator(mode="after")
     def _one_lr(self) -> ParametricLossParams:
-        if self._param_lr_given() and "param_lr_multiplier" in self.model_fields_set:
+        if self._given_param_lr() is not None and "param_lr_multiplier" in self.model_fields_set:
             raise ValueError("set param_lr (absolute) or param_lr_multiplier (x the protocol lr), not both")
         return self
 
-    def _param_lr_given(self) -> bool:
-        return self.param_lr is not None and "param_lr" in self.model_fields_set
+    def _given_param_lr(self) -> float | None:
+        """``param_lr`` where it was given (not the module's default), else None."""
+        return self.param_lr if "param_lr" in self.model_fields_set else None
 
     def optimizer_lr(self, protocol_lr: float, protocol_multiplier: float | None) -> float:
         """The lr of the loss's own parameters (see the class docstring)."""
-        if self._param_lr_given():
-            return self.param_lr
+        given = self._given_param_lr()
+        if given is not None:
+            return given
         if protocol_multiplier:
             return protocol_lr * protocol_multiplier
         if self.param_lr is not None:
@@ -93,7 +100,6 @@ class LossSpec:
     ``build_miner(params)`` -> PML miner or None (no mining);
     ``sampler``: ``"m_per_class"`` if batches must hold several images per class (pair and
     triplet losses), ``"any"`` if any batch works (proxy and classification losses);
-    ``has_parameters``: the loss owns trainable parameters (needs its own optimiser);
     ``search_space``: the ranges the tuning stage searches (:mod:`dmlbench.losses.search`);
     ``search_space_for``: where the space depends on the values searched from (a loss with two
     formulations), the space for given published params, replacing ``search_space``.
@@ -101,17 +107,22 @@ class LossSpec:
 
     name: str
     params: type[LossParams]
-    build: Callable[[Any, int, int], nn.Module]
+    build: Callable[[Any, int, int], LossModule]
     reference: str
-    build_miner: Callable[[Any], Any] | None = None
+    build_miner: Callable[[Any], Miner | None] | None = None
     sampler: Literal["m_per_class", "any"] = "m_per_class"
-    has_parameters: bool = False
     search_space: SearchSpace = field(default_factory=dict)
     search_space_for: Callable[[Any], SearchSpace] | None = None
+
+    @property
+    def has_parameters(self) -> bool:
+        """The loss owns trainable parameters, trained by their own optimiser: its params model is a
+        :class:`ParametricLossParams`."""
+        return issubclass(self.params, ParametricLossParams)
 
     def space(self, published: LossParams) -> SearchSpace:
         """The space searched around ``published`` (the values trial 0 trains)."""
         return self.search_space if self.search_space_for is None else self.search_space_for(published)
 
-    def miner(self, params: LossParams) -> Any:
+    def miner(self, params: LossParams) -> Miner | None:
         return self.build_miner(params) if self.build_miner is not None else None

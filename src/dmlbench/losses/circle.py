@@ -5,7 +5,7 @@ paper's fine-grained retrieval settings (= PML defaults). No mining."""
 
 from pydantic import PositiveFloat
 
-from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.base import LossModule, LossParams, LossSpec
 from dmlbench.losses.search import FloatRange
 
 
@@ -14,7 +14,7 @@ class CircleParams(LossParams):
     gamma: PositiveFloat = 80.0  # scale
 
 
-def build(p: CircleParams, num_classes: int, dim: int):
+def build(p: CircleParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import CircleLoss
 
     return CircleLoss(m=p.m, gamma=p.gamma)

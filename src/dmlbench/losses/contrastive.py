@@ -8,7 +8,7 @@ m_pos = 0 for every pair with d_p > 0 (powerful-benchmarker, docs/papers/mlrc.md
 
 from pydantic import NonNegativeFloat, model_validator
 
-from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.base import LossModule, LossParams, LossSpec
 from dmlbench.losses.search import FloatRange
 
 
@@ -23,7 +23,7 @@ class ContrastiveParams(LossParams):
         return self
 
 
-def build(p: ContrastiveParams, num_classes: int, dim: int):
+def build(p: ContrastiveParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import ContrastiveLoss
 
     return ContrastiveLoss(pos_margin=p.pos_margin, neg_margin=p.neg_margin)

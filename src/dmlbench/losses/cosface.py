@@ -4,7 +4,7 @@ values (= PML defaults); weights at the protocol lr."""
 
 from pydantic import PositiveFloat
 
-from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.base import LossModule, LossSpec, ParametricLossParams
 from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
@@ -13,7 +13,7 @@ class CosFaceParams(ParametricLossParams):
     scale: PositiveFloat = 64.0
 
 
-def build(p: CosFaceParams, num_classes: int, dim: int):
+def build(p: CosFaceParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import CosFaceLoss
 
     return CosFaceLoss(num_classes, dim, margin=p.margin, scale=p.scale)
@@ -29,7 +29,6 @@ SPEC = LossSpec(
     params=CosFaceParams,
     build=build,
     sampler="any",
-    has_parameters=True,
     reference="Wang et al., CVPR 2018",
     search_space=SEARCH_SPACE,
 )

@@ -4,7 +4,7 @@ average precision of each anchor's ranking, distances binned into ``num_bins`` s
 
 from pydantic import Field
 
-from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.base import LossModule, LossParams, LossSpec
 from dmlbench.losses.search import IntRange
 
 
@@ -12,7 +12,7 @@ class FastAPParams(LossParams):
     num_bins: int = Field(10, ge=2)
 
 
-def build(p: FastAPParams, num_classes: int, dim: int):
+def build(p: FastAPParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import FastAPLoss
 
     return FastAPLoss(num_bins=p.num_bins)

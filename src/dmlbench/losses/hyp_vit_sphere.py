@@ -21,22 +21,17 @@ default 0.2 is the hyperbolic one's). No miner; no parameters of its own.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import PositiveFloat
 
-from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.base import LossModule, LossParams, LossSpec
 from dmlbench.losses.search import FloatRange
-
-if TYPE_CHECKING:
-    from torch import nn
 
 
 class HypViTSphereParams(LossParams):
     temperature: PositiveFloat = 0.1  # t; README.md's sphere version
 
 
-def build(p: HypViTSphereParams, num_classes: int, dim: int) -> nn.Module:
+def build(p: HypViTSphereParams, num_classes: int, dim: int) -> LossModule:
     from dmlbench.losses._impl.hyp_vit_sphere import HypViTSphereLoss
 
     return HypViTSphereLoss(temperature=p.temperature)

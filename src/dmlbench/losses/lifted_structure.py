@@ -32,8 +32,8 @@ from typing import Literal
 
 from pydantic import NonNegativeFloat, PositiveFloat, model_validator
 
-from dmlbench.losses.base import LossParams, LossSpec
-from dmlbench.losses.search import FloatRange
+from dmlbench.losses.base import LossModule, LossParams, LossSpec, Miner
+from dmlbench.losses.search import FloatRange, SearchSpace
 
 PML_KEYS = {"neg_margin", "pos_margin"}
 THESIS_CODE_KEYS = {"alpha", "beta"}
@@ -56,7 +56,7 @@ class LiftedStructureParams(LossParams):
         return self
 
 
-def build(p: LiftedStructureParams, num_classes: int, dim: int):
+def build(p: LiftedStructureParams, num_classes: int, dim: int) -> LossModule:
     if p.formulation == "thesis_code":
         from dmlbench.losses._impl.lifted_structure import ThesisLiftedStructureLoss
 
@@ -66,7 +66,7 @@ def build(p: LiftedStructureParams, num_classes: int, dim: int):
     return LiftedStructureLoss(neg_margin=p.neg_margin, pos_margin=p.pos_margin)
 
 
-def build_miner(p: LiftedStructureParams):
+def build_miner(p: LiftedStructureParams) -> Miner | None:
     from pytorch_metric_learning.miners import MultiSimilarityMiner
 
     return MultiSimilarityMiner(epsilon=p.miner_epsilon) if p.miner else None
@@ -93,7 +93,7 @@ SEARCH_SPACES = {
 SEARCH_SPACE = SEARCH_SPACES["pml"]
 
 
-def search_space_for(published: LiftedStructureParams):
+def search_space_for(published: LiftedStructureParams) -> SearchSpace:
     """The space of the formulation searched from: a key of the other one is not a parameter."""
     return SEARCH_SPACES[published.formulation]
 

@@ -10,9 +10,11 @@ the optimiser no loss parameters but Proxy-Anchor's and SoftTriple's): we follow
 Miner: ``DistanceWeightedMiner(cutoff=0.5, nonzero_loss_cutoff=1.4)`` as in the thesis code;
 ``miner: false`` uses every pair of the batch (the Reality Check ran it without a miner)."""
 
+from __future__ import annotations
+
 from pydantic import NonNegativeFloat, PositiveFloat
 
-from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.base import LossModule, LossSpec, Miner, ParametricLossParams
 from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
@@ -26,13 +28,13 @@ class MarginParams(ParametricLossParams):
     param_lr: PositiveFloat | None = 5e-5  # beta lr, absolute (thesis Table 4)
 
 
-def build(p: MarginParams, num_classes: int, dim: int):
+def build(p: MarginParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import MarginLoss
 
     return MarginLoss(margin=p.margin, nu=p.nu, beta=p.beta, learn_beta=True)
 
 
-def build_miner(p: MarginParams):
+def build_miner(p: MarginParams) -> Miner | None:
     from pytorch_metric_learning.miners import DistanceWeightedMiner
 
     if not p.miner:
@@ -50,7 +52,6 @@ SPEC = LossSpec(
     params=MarginParams,
     build=build,
     build_miner=build_miner,
-    has_parameters=True,
     reference="Wu, Manmatha, Smola & Kraehenbuehl, ICCV 2017",
     search_space=SEARCH_SPACE,
 )

@@ -8,9 +8,11 @@ run it (``miner: true`` adds the distance-weighted miner of ``margin``). Default
 not import ``losses/margin.py``: a loss's stages read its own module only (their inputs manifests), so
 editing one Margin variant must not leave the other's results stale or re-run them."""
 
+from __future__ import annotations
+
 from pydantic import NonNegativeFloat, PositiveFloat
 
-from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.base import LossModule, LossSpec, Miner, ParametricLossParams
 from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
@@ -24,13 +26,13 @@ class MarginPerClassParams(ParametricLossParams):
     param_lr: PositiveFloat | None = 5e-5  # absolute, as margin's beta lr (thesis Table 4)
 
 
-def build(p: MarginPerClassParams, num_classes: int, dim: int):
+def build(p: MarginPerClassParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import MarginLoss
 
     return MarginLoss(margin=p.margin, nu=p.nu, beta=p.beta, learn_beta=True, num_classes=num_classes)
 
 
-def build_miner(p: MarginPerClassParams):
+def build_miner(p: MarginPerClassParams) -> Miner | None:
     from pytorch_metric_learning.miners import DistanceWeightedMiner
 
     if not p.miner:
@@ -48,7 +50,6 @@ SPEC = LossSpec(
     params=MarginPerClassParams,
     build=build,
     build_miner=build_miner,
-    has_parameters=True,
     reference="Wu, Manmatha, Smola & Kraehenbuehl, ICCV 2017 (one beta per class)",
     search_space=SEARCH_SPACE,
 )

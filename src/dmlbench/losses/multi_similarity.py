@@ -5,9 +5,11 @@ positives with S_ip < max_n S_in + epsilon. Defaults thesis Table 4; the committ
 hard-codes alpha 17.97, beta 75.66, base 0.77, epsilon 0.39 instead (near its Table 15 optimum;
 billpsomas/deep_metric_learning_benchmark ``losses.py``, Table 4's values commented out)."""
 
+from __future__ import annotations
+
 from pydantic import NonNegativeFloat, PositiveFloat
 
-from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.base import LossModule, LossParams, LossSpec, Miner
 from dmlbench.losses.search import FloatRange
 
 
@@ -18,13 +20,13 @@ class MultiSimilarityParams(LossParams):
     miner_epsilon: NonNegativeFloat = 0.1
 
 
-def build(p: MultiSimilarityParams, num_classes: int, dim: int):
+def build(p: MultiSimilarityParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import MultiSimilarityLoss
 
     return MultiSimilarityLoss(alpha=p.alpha, beta=p.beta, base=p.base)
 
 
-def build_miner(p: MultiSimilarityParams):
+def build_miner(p: MultiSimilarityParams) -> Miner | None:
     from pytorch_metric_learning.miners import MultiSimilarityMiner
 
     return MultiSimilarityMiner(epsilon=p.miner_epsilon)

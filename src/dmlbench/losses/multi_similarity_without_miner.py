@@ -5,7 +5,7 @@ over every pair of the batch, S = cosine similarity (PML ``MultiSimilarityLoss``
 
 from pydantic import PositiveFloat
 
-from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.base import LossModule, LossParams, LossSpec
 from dmlbench.losses.search import FloatRange
 
 
@@ -15,7 +15,7 @@ class MultiSimilarityWithoutMinerParams(LossParams):
     base: float = 0.5  # the margin lambda of the paper
 
 
-def build(p: MultiSimilarityWithoutMinerParams, num_classes: int, dim: int):
+def build(p: MultiSimilarityWithoutMinerParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import MultiSimilarityLoss
 
     return MultiSimilarityLoss(alpha=p.alpha, beta=p.beta, base=p.base)

@@ -4,7 +4,7 @@ Temperature 0.05 = the paper's value (PML default); weights at the protocol lr."
 
 from pydantic import PositiveFloat
 
-from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.base import LossModule, LossSpec, ParametricLossParams
 from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
@@ -12,7 +12,7 @@ class NormalizedSoftmaxParams(ParametricLossParams):
     temperature: PositiveFloat = 0.05
 
 
-def build(p: NormalizedSoftmaxParams, num_classes: int, dim: int):
+def build(p: NormalizedSoftmaxParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import NormalizedSoftmaxLoss
 
     return NormalizedSoftmaxLoss(num_classes, dim, temperature=p.temperature)
@@ -28,7 +28,6 @@ SPEC = LossSpec(
     params=NormalizedSoftmaxParams,
     build=build,
     sampler="any",
-    has_parameters=True,
     reference="Zhai & Wu, BMVC 2019",
     search_space=SEARCH_SPACE,
 )

@@ -5,14 +5,14 @@ L2-normalised embeddings every dmlbench model outputs it is a constant, as in th
 
 from pydantic import NonNegativeFloat
 
-from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.base import LossModule, LossParams, LossSpec
 
 
 class NPairParams(LossParams):
     l2_reg_weight: NonNegativeFloat = 0.02  # thesis Table 4
 
 
-def build(p: NPairParams, num_classes: int, dim: int):
+def build(p: NPairParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import NPairsLoss
     from pytorch_metric_learning.regularizers import LpRegularizer
 

@@ -4,7 +4,7 @@ L = -log(exp(s_ap / t) / (exp(s_ap / t) + sum_n exp(s_an / t))), s = cosine simi
 
 from pydantic import PositiveFloat
 
-from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.base import LossModule, LossParams, LossSpec
 from dmlbench.losses.search import FloatRange
 
 
@@ -12,7 +12,7 @@ class NTXentParams(LossParams):
     temperature: PositiveFloat = 0.07
 
 
-def build(p: NTXentParams, num_classes: int, dim: int):
+def build(p: NTXentParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import NTXentLoss
 
     return NTXentLoss(temperature=p.temperature)

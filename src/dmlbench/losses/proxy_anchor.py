@@ -7,7 +7,7 @@ thesis code keeps; thesis Table 4 gives no proxy lr."""
 
 from pydantic import NonNegativeFloat, PositiveFloat
 
-from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.base import LossModule, LossSpec, ParametricLossParams
 from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
@@ -17,7 +17,7 @@ class ProxyAnchorParams(ParametricLossParams):
     param_lr_multiplier: PositiveFloat = 100.0  # x the protocol lr (official code)
 
 
-def build(p: ProxyAnchorParams, num_classes: int, dim: int):
+def build(p: ProxyAnchorParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import ProxyAnchorLoss
 
     return ProxyAnchorLoss(num_classes, dim, margin=p.margin, alpha=p.alpha)
@@ -34,7 +34,6 @@ SPEC = LossSpec(
     params=ProxyAnchorParams,
     build=build,
     sampler="any",
-    has_parameters=True,
     reference="Kim, Kim, Cho & Kwak, CVPR 2020",
     search_space=SEARCH_SPACE,
 )

@@ -11,7 +11,7 @@ optimiser (billpsomas/deep_metric_learning_benchmark); we follow Table 4."""
 
 from pydantic import PositiveFloat
 
-from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.base import LossModule, LossSpec, ParametricLossParams
 from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
@@ -20,7 +20,7 @@ class ProxyNCAParams(ParametricLossParams):
     param_lr: PositiveFloat | None = 1e-5  # absolute (thesis Table 4)
 
 
-def build(p: ProxyNCAParams, num_classes: int, dim: int):
+def build(p: ProxyNCAParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import ProxyNCALoss
 
     return ProxyNCALoss(num_classes, dim, softmax_scale=p.softmax_scale)
@@ -35,7 +35,6 @@ SPEC = LossSpec(
     params=ProxyNCAParams,
     build=build,
     sampler="any",
-    has_parameters=True,
     reference="Movshovitz-Attias et al., ICCV 2017",
     search_space=SEARCH_SPACE,
 )

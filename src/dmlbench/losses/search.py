@@ -97,9 +97,10 @@ def _is_integer(annotation: Any) -> bool:
     return annotation is int
 
 
-def _field_adapter(model: type[BaseModel], key: str) -> TypeAdapter:
+def _field_adapter(model: type[BaseModel], key: str) -> TypeAdapter[Any]:
     field = model.model_fields[key]
-    return TypeAdapter(Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation)
+    annotation: Any = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
+    return TypeAdapter(annotation)
 
 
 def check_dimension(model: type[BaseModel], key: str, dimension: Dimension) -> None:

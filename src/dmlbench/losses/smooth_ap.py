@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pydantic import PositiveFloat
 
-from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.base import LossModule, LossParams, LossSpec
 from dmlbench.losses.search import FloatRange
 
 
@@ -27,7 +27,7 @@ class SmoothAPParams(LossParams):
     temperature: PositiveFloat = 0.01  # t of the sigmoid
 
 
-def build(p: SmoothAPParams, num_classes: int, dim: int):
+def build(p: SmoothAPParams, num_classes: int, dim: int) -> LossModule:
     from dmlbench.losses._impl.smooth_ap import LabelledSmoothAPLoss
 
     return LabelledSmoothAPLoss(temperature=p.temperature)

@@ -5,7 +5,7 @@ zero-mean embedding regulariser (PML ``SignalToNoiseRatioContrastiveLoss`` +
 
 from pydantic import NonNegativeFloat
 
-from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.base import LossModule, LossParams, LossSpec
 from dmlbench.losses.search import FloatRange
 
 
@@ -15,7 +15,7 @@ class SNRParams(LossParams):
     zero_mean_reg_weight: NonNegativeFloat = 1.0
 
 
-def build(p: SNRParams, num_classes: int, dim: int):
+def build(p: SNRParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import SignalToNoiseRatioContrastiveLoss
     from pytorch_metric_learning.regularizers import ZeroMeanRegularizer
 

@@ -10,7 +10,7 @@ at 100 x the lr (billpsomas/deep_metric_learning_benchmark ``losses.py`` ``SoftT
 
 from pydantic import NonNegativeFloat, PositiveFloat, PositiveInt
 
-from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.base import LossModule, LossSpec, ParametricLossParams
 from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
@@ -23,7 +23,7 @@ class SoftTripleParams(ParametricLossParams):
     param_lr: PositiveFloat | None = 1e-4  # centres lr, absolute (thesis Table 4)
 
 
-def build(p: SoftTripleParams, num_classes: int, dim: int):
+def build(p: SoftTripleParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import SoftTripleLoss
     from pytorch_metric_learning.regularizers import SparseCentersRegularizer
 
@@ -55,7 +55,6 @@ SPEC = LossSpec(
     params=SoftTripleParams,
     build=build,
     sampler="any",
-    has_parameters=True,
     reference="Qian et al., ICCV 2019",
     search_space=SEARCH_SPACE,
 )

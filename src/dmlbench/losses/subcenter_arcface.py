@@ -13,7 +13,7 @@ barely move from their random initialisation."""
 
 from pydantic import PositiveFloat, PositiveInt
 
-from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.base import LossModule, LossSpec, ParametricLossParams
 from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
@@ -24,7 +24,7 @@ class SubCenterArcFaceParams(ParametricLossParams):
     param_lr_multiplier: PositiveFloat = 100.0  # x the protocol lr, as Proxy-Anchor's proxies
 
 
-def build(p: SubCenterArcFaceParams, num_classes: int, dim: int):
+def build(p: SubCenterArcFaceParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import SubCenterArcFaceLoss
 
     # keyword arguments: PML reads num_classes and embedding_size from **kwargs
@@ -44,7 +44,6 @@ SPEC = LossSpec(
     params=SubCenterArcFaceParams,
     build=build,
     sampler="any",
-    has_parameters=True,
     reference="Deng, Guo, Liu, Gong & Zafeiriou, ECCV 2020",
     search_space=SEARCH_SPACE,
 )

@@ -11,7 +11,7 @@ class (``m_per_class`` batches), as PML computes it. No mining."""
 
 from pydantic import PositiveFloat
 
-from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.base import LossModule, LossParams, LossSpec
 from dmlbench.losses.search import FloatRange
 
 
@@ -19,7 +19,7 @@ class SupConParams(LossParams):
     temperature: PositiveFloat = 0.1
 
 
-def build(p: SupConParams, num_classes: int, dim: int):
+def build(p: SupConParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import SupConLoss
 
     return SupConLoss(temperature=p.temperature)

@@ -17,11 +17,11 @@ log(1 + sum exp) is computed with PML's stable ``logsumexp(add_one=True)``.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import NonNegativeFloat, PositiveFloat
 
-from dmlbench.losses.base import LossSpec, ParametricLossParams
+from dmlbench.losses.base import LossModule, LossSpec, ParametricLossParams
 from dmlbench.losses.search import PARAM_LR, FloatRange
 
 
@@ -32,7 +32,7 @@ class ThesisProxyParams(ParametricLossParams):
     param_lr_multiplier: PositiveFloat = 100.0
 
 
-def build(p: ThesisProxyParams, num_classes: int, dim: int) -> Any:
+def build(p: ThesisProxyParams, num_classes: int, dim: int) -> LossModule:
     from dmlbench.losses._impl.thesis_proxy import ThesisProxyLoss
 
     return ThesisProxyLoss(num_classes, dim, margin=p.margin, alpha=p.alpha, variant=p.variant)
@@ -48,7 +48,6 @@ SPEC = LossSpec(
     params=ThesisProxyParams,
     build=build,
     sampler="any",
-    has_parameters=True,
     reference="Psomas, Metric Learning: A Deep Dive, diploma thesis, NTUA/UoA 2020, ch. 6",
     search_space=SEARCH_SPACE,
 )

@@ -3,9 +3,11 @@ d = Euclidean distance of L2-normalised embeddings, averaged over the triplets w
 loss (PML ``TripletMarginLoss``). ``miner: false`` uses every triplet of the batch (the Reality
 Check ran it without a miner)."""
 
+from __future__ import annotations
+
 from pydantic import NonNegativeFloat
 
-from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.base import LossModule, LossParams, LossSpec, Miner
 from dmlbench.losses.search import FloatRange
 
 
@@ -15,13 +17,13 @@ class TripletParams(LossParams):
     miner_margin: NonNegativeFloat | None = None  # semi-hard band; None = margin (PML #466: keep them equal)
 
 
-def build(p: TripletParams, num_classes: int, dim: int):
+def build(p: TripletParams, num_classes: int, dim: int) -> LossModule:
     from pytorch_metric_learning.losses import TripletMarginLoss
 
     return TripletMarginLoss(margin=p.margin)
 
 
-def build_miner(p: TripletParams):
+def build_miner(p: TripletParams) -> Miner | None:
     from pytorch_metric_learning.miners import TripletMarginMiner
 
     if not p.miner:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pydantic import NonNegativeFloat, PositiveFloat
 
-from dmlbench.losses.base import LossParams, LossSpec
+from dmlbench.losses.base import LossModule, LossParams, LossSpec
 from dmlbench.losses.search import FloatRange
 
 
@@ -26,7 +26,7 @@ class TupletMarginParams(LossParams):
     scale: PositiveFloat = 64.0  # s (PML's default)
 
 
-def build(p: TupletMarginParams, num_classes: int, dim: int):
+def build(p: TupletMarginParams, num_classes: int, dim: int) -> LossModule:
     from dmlbench.losses._impl.tuplet_margin import ClampedTupletMarginLoss
 
     return ClampedTupletMarginLoss(margin=p.margin, scale=p.scale)

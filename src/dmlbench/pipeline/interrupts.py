@@ -1,6 +1,8 @@
-"""A command run to the end through an interrupt: the runner's child processes (a preset's run in
-its workspace, the sequential ``dvc repro``) get Ctrl-C, SIGTERM or SIGHUP once, as SIGINT, and
-are waited for while their stages stop at their checkpoints (:func:`run_to_the_end`).
+"""Interrupts of the runner: a command run to the end through one (:func:`run_to_the_end`: a
+preset's run in its workspace, the sequential ``dvc repro`` get Ctrl-C, SIGTERM or SIGHUP once, as
+SIGINT, and are waited for while their stages stop at their checkpoints); SIGTERM raised as Ctrl-C
+in the local executor (:func:`interrupts_raised`) and passed on to its stages' process groups
+(:class:`InterruptibleCommands`).
 
 Kept in the runner's package, not in :mod:`dmlbench.launch`: the tune stage reads that module, so
 an edit there would make every ``tune@`` stage stale.
@@ -8,12 +10,13 @@ an edit there would make every ``tune@`` stage stale.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -76,3 +79,65 @@ def run_to_the_end(argv: Sequence[str], cwd: Path, env: Mapping[str, str],
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def interrupts_raised() -> Iterator[None]:
+    """Inside: SIGTERM raises KeyboardInterrupt, as Ctrl-C does, and Ctrl-C does so also where this
+    process inherited SIGINT ignored (started in a non-interactive shell's background; Python then
+    installs no KeyboardInterrupt handler). A handled signal is reset to its default in child
+    processes, so the commands started inside stop on the interrupt and checkpoint. Both handlers
+    are restored on exit. Only the main thread can install handlers: elsewhere nothing changes."""
+
+    def terminate(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous_terminate = signal.getsignal(signal.SIGTERM)
+    previous_interrupt = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, terminate)
+        if previous_interrupt == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous_terminate)
+            signal.signal(signal.SIGINT, previous_interrupt)
+
+
+class InterruptibleCommands:
+    """The commands running (from several threads), so that an interrupt reaches them: each in a
+    session of its own, sent SIGINT once by :meth:`interrupt`, which also stops new ones starting."""
+
+    def __init__(self) -> None:
+        self.processes: set[subprocess.Popen[bytes]] = set()
+        self.stopping = False
+        self.guard = threading.Lock()
+
+    def run(self, argv: list[str], **kwargs: object) -> int:
+        """Run ``argv`` (``kwargs``: :class:`subprocess.Popen`'s) and return its exit code;
+        ``-SIGINT`` without starting it once :meth:`interrupt` was called."""
+        with self.guard:
+            if self.stopping:
+                return -signal.SIGINT
+            # a session of its own: the interrupt reaches the command's whole process group once
+            # (from :meth:`interrupt`), not twice (also from the terminal) and not the shell alone
+            process = subprocess.Popen(argv, start_new_session=True, **kwargs)  # type: ignore[call-overload]
+            self.processes.add(process)
+        try:
+            return int(process.wait())
+        finally:
+            with self.guard:
+                self.processes.discard(process)
+
+    def interrupt(self) -> None:
+        """SIGINT to every running command's process group (the stages stop at their last checkpoint)."""
+        with self.guard:
+            self.stopping = True
+            for process in self.processes:
+                if process.poll() is None:
+                    try:
+                        os.killpg(process.pid, signal.SIGINT)
+                    except ProcessLookupError:
+                        pass

@@ -20,6 +20,7 @@ a failing stage's tail is printed and no new stage is started.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -30,11 +31,11 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
-from types import FrameType
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.launch import threads_per_worker, worker_environment
 from dmlbench.pipeline import guard
+from dmlbench.pipeline.interrupts import InterruptibleCommands, interrupts_raised
 from dmlbench.pipeline.plan import VALIDATE, Plan, make_plan
 from dmlbench.pipeline.record import RecordError, StageBook
 
@@ -50,39 +51,6 @@ def worker_gpus(gpus: list[str], slots_per_gpu: int = 1) -> list[str]:
     """One entry per worker: each GPU id ``slots_per_gpu`` times, interleaved (``0,1`` x 2 ->
     ``0,1,0,1``) so that the first workers spread over the GPUs."""
     return [gpu for _ in range(slots_per_gpu) for gpu in gpus]
-
-
-class _Workers:
-    """The running commands, so that an interrupt reaches them."""
-
-    def __init__(self) -> None:
-        self.processes: set[subprocess.Popen[bytes]] = set()
-        self.stopping = False
-        self.guard = threading.Lock()
-
-    def run(self, argv: list[str], **kwargs: object) -> int:
-        with self.guard:
-            if self.stopping:
-                return -signal.SIGINT
-            # a session of its own: the interrupt reaches the command's whole process group once
-            # (from :meth:`interrupt`), not twice (also from the terminal) and not the shell alone
-            process = subprocess.Popen(argv, start_new_session=True, **kwargs)  # type: ignore[call-overload]
-            self.processes.add(process)
-        try:
-            return int(process.wait())
-        finally:
-            with self.guard:
-                self.processes.discard(process)
-
-    def interrupt(self) -> None:
-        with self.guard:
-            self.stopping = True
-            for process in self.processes:
-                if process.poll() is None:
-                    try:  # the stages stop at their last checkpoint
-                        os.killpg(process.pid, signal.SIGINT)
-                    except ProcessLookupError:
-                        pass
 
 
 EARLIER = "completed in an earlier run; recorded now"  # how a stage adopted from its note is reported
@@ -110,7 +78,7 @@ def _clear_notes(stages: list[str]) -> None:
 
 def _run_stage(
     book: StageBook,
-    workers: _Workers,
+    workers: InterruptibleCommands,
     stage: str,
     slots: queue.Queue[int],
     threads: int,
@@ -215,77 +183,58 @@ def run_parallel(
     pending = list(plan.order)
     stale = set(plan.stale) if plan.stale is not None else set(plan.order)
     running: dict[Future[tuple[str, int, float, str]], str] = {}
-    workers = _Workers()
+    workers = InterruptibleCommands()
     env = dict(environment or {})
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def terminate(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous_interrupt = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, terminate)
-        # started in a non-interactive shell's background, this process inherits SIGINT ignored, and so
-        # would the commands (Python then installs no KeyboardInterrupt handler): a handled signal
-        # is reset to its default in the children, so they stop on the interrupt and checkpoint
-        if previous_interrupt == signal.SIG_IGN:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-    cwd = Path.cwd()
-    os.chdir(root)
-    try:
-        with (
-            StageBook(".") as book,
-            ThreadPoolExecutor(max_workers=jobs) as pool,
-            tqdm(total=len(plan.order), desc="dvc stages", unit="stage", disable=not progress) as bar,
-        ):
-            book.on_written = _clear_notes
-            recorder = _Recorder(book, record_every)
-            recorder.start()
-            note = progress_note or (lambda _stage, _seconds: "")
-            bar.set_postfix_str(note(None, None))
-            try:
-                while pending or running:
-                    if not failed:
-                        ready = [s for s in pending if plan.waits_for[s] <= done]
-                        for stage in ready:
-                            if len(running) >= jobs:
-                                break
-                            pending.remove(stage)
-                            if stage not in stale and not book.is_changed(stage):
-                                done.add(stage)  # its upstream re-ran to the same outputs
-                                bar.set_postfix_str(note(stage, None), refresh=False)
-                                bar.update(1)
-                                continue
-                            running[pool.submit(_run_stage, book, workers, stage, slots, threads, gpus, env)] = stage
-                        if any(plan.waits_for[s] <= done for s in pending) and len(running) < jobs:
+    with (
+        interrupts_raised(),
+        contextlib.chdir(root),
+        StageBook(".") as book,
+        ThreadPoolExecutor(max_workers=jobs) as pool,
+        tqdm(total=len(plan.order), desc="dvc stages", unit="stage", disable=not progress) as bar,
+    ):
+        book.on_written = _clear_notes
+        recorder = _Recorder(book, record_every)
+        recorder.start()
+        note = progress_note or (lambda _stage, _seconds: "")
+        bar.set_postfix_str(note(None, None))
+        try:
+            while pending or running:
+                if not failed:
+                    ready = [s for s in pending if plan.waits_for[s] <= done]
+                    for stage in ready:
+                        if len(running) >= jobs:
+                            break
+                        pending.remove(stage)
+                        if stage not in stale and not book.is_changed(stage):
+                            done.add(stage)  # its upstream re-ran to the same outputs
+                            bar.set_postfix_str(note(stage, None), refresh=False)
+                            bar.update(1)
                             continue
-                    if not running:
-                        break
-                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        stage, code, seconds, problem = future.result()
-                        del running[future]
-                        bar.set_postfix_str(note(stage, seconds if code == 0 else None), refresh=False)
-                        bar.update(1)
-                        if code == 0:
-                            done.add(stage)
-                            tqdm.write(f"done   {stage} ({problem or f'{seconds:.1f} s'})")
-                        else:
-                            failed.append(stage)
-                            why = problem or f"exit {code}; last lines of {log_path(stage)}:\n{tail(log_path(stage))}"
-                            tqdm.write(f"FAILED {stage} ({why})")
-            except KeyboardInterrupt:
-                workers.interrupt()
-                wait(running)
-                raise
-            finally:
-                recorder.stop.set()
-                recorder.join()  # the last batch: StageBook's exit (raises if the lock still cannot be written)
-    finally:
-        os.chdir(cwd)
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, previous)
-            signal.signal(signal.SIGINT, previous_interrupt)
+                        running[pool.submit(_run_stage, book, workers, stage, slots, threads, gpus, env)] = stage
+                    if any(plan.waits_for[s] <= done for s in pending) and len(running) < jobs:
+                        continue
+                if not running:
+                    break
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    stage, code, seconds, problem = future.result()
+                    del running[future]
+                    bar.set_postfix_str(note(stage, seconds if code == 0 else None), refresh=False)
+                    bar.update(1)
+                    if code == 0:
+                        done.add(stage)
+                        tqdm.write(f"done   {stage} ({problem or f'{seconds:.1f} s'})")
+                    else:
+                        failed.append(stage)
+                        why = problem or f"exit {code}; last lines of {log_path(stage)}:\n{tail(log_path(stage))}"
+                        tqdm.write(f"FAILED {stage} ({why})")
+        except KeyboardInterrupt:
+            workers.interrupt()
+            wait(running)
+            raise
+        finally:
+            recorder.stop.set()
+            recorder.join()  # the last batch: StageBook's exit (raises if the lock still cannot be written)
     return failed
 
 
