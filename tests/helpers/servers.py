@@ -12,7 +12,21 @@ from pathlib import Path
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
 
 
-class FileServer:
+class _Served:
+    """An HTTP server on 127.0.0.1 (a free port) in a daemon thread: ``url``, ``close()``."""
+
+    def _serve(self, handler: type[http.server.BaseHTTPRequestHandler]) -> None:
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class FileServer(_Served):
     """Files under ``root`` served at ``url``: ``/<name>`` (Range -> 206), ``/drop/<name>`` (the
     first request without Range announces the whole file, sends half and closes the connection),
     ``/flaky/<name>`` (503 on the first request), ``/norange/<name>`` (ignores Range: always 200 and
@@ -65,17 +79,10 @@ class FileServer:
                     return
                 self.wfile.write(data[start:])
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._serve(Handler)
 
 
-class StaticServer:
+class StaticServer(_Served):
     """The files under ``root`` served at ``url``; ``/moved/<name>`` redirects (302) to ``/<name>``.
     ``requests``: (method, path) of every request."""
 
@@ -100,11 +107,4 @@ class StaticServer:
                     return None
                 return super().send_head()
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._serve(Handler)
