@@ -3,7 +3,7 @@ then started again at once, on a small glyphs grid; prints what ran twice.
 
 ``--executor local``: ``make repro``'s runner (``--jobs 2``) killed 0.5 s after a training's
 ``done`` line (``--tree``: with every process under it). ``--executor slurm``: the Slurm executor on
-the project's stand-in Slurm (``tests/fake_slurm.py``), ``cluster.max_jobs: 3``, killed once a
+the project's stand-in Slurm (``tests/helpers/fake_slurm.py``), ``cluster.max_jobs: 3``, killed once a
 training job was reported done. Either way the same command is then started again and run to the
 end. Printed: jobs or stages started more than once (Slurm: ``sbatch`` calls per job name), trainings
 whose MLflow runs (deleted ones included) are not exactly one FINISHED run (a training started over
@@ -30,8 +30,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import dvc_project, small_params_dict  # noqa: E402
-from fake_slurm import install, submitted  # noqa: E402
+from helpers.fake_slurm import install, submitted  # noqa: E402
+from helpers.project import dvc_project, small_params_dict  # noqa: E402
 
 
 def _descendants(pid: int) -> list[int]:

@@ -82,9 +82,9 @@ def hub_dir(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture
 def fake_hub(tmp_path, monkeypatch):
-    """A stand-in Hugging Face Hub on 127.0.0.1 (:mod:`fake_hub`) as ``HF_ENDPOINT``, with an empty
+    """A stand-in Hugging Face Hub on 127.0.0.1 (:mod:`helpers.fake_hub`) as ``HF_ENDPOINT``, with an empty
     Hub cache and weights lock of this test's own (``hub.cache``, ``hub.lock``), online."""
-    from fake_hub import FakeHub
+    from helpers.fake_hub import FakeHub
 
     hub = FakeHub()
     hub.cache, hub.lock = tmp_path / "hf-cache", tmp_path / "weights.lock"

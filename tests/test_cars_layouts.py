@@ -1,4 +1,4 @@
-"""CARS196 from every layout its files come in (tests/fabricate.py builds each as published):
+"""CARS196 from every layout its files come in (tests/helpers/fabricate.py builds each as published):
 Kaggle's jessicali9530 images with the devkit and the labelled test annotations (under each of
 their names) or with Kaggle's meta download, Kaggle's jutrera class folders (what
 pytorch-metric-learning downloads), torchvision's folder, the classification release's pieces,
@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fabricate import CAR_LABELS, ODD_NAME, CarsRelease, car_name, error_lines, run_stage
+from helpers.fabricate import CAR_LABELS, ODD_NAME, CarsRelease, car_name, error_lines, run_stage
 
 from dmlbench.data import cars196
 from dmlbench.data.archives import dataset_problems

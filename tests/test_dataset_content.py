@@ -3,7 +3,7 @@ published counts, per dataset, after unpacking and again by prepare; a deliberat
 with ``source.allow_subset`` (said in info.json and the report's setup); an image listed but not
 in the archive counted, never silently dropped; and each reader's mistake in one line, with the
 user-error exit status (2) of the real stage script and nothing recorded (no raw files, no
-``data/<file>.sha256``). Archives come from tests/helpers/archives.py and tests/fabricate.py, in their
+``data/<file>.sha256``). Archives come from tests/helpers/archives.py and tests/helpers/fabricate.py, in their
 published layouts."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from fabricate import (
+from helpers.fabricate import (
     CATEGORY_AND_ATTRIBUTE,
     CONSUMER_TO_SHOP,
     CarsRelease,

@@ -1,5 +1,5 @@
 """docs/datasets.md's routes followed literally: for each ``Files in `data/`:`` line of its
-"Routes" section, the files fabricated in their published layouts (tests/fabricate.py) are placed
+"Routes" section, the files fabricated in their published layouts (tests/helpers/fabricate.py) are placed
 under exactly those names (the steps the route shows performed as written: the Kaggle client's
 file names, In-Shop's unzip-and-zip-again), and the real download and prepare stage scripts run."""
 
@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from fabricate import CarsRelease, highres_zip, run_stage
+from helpers.fabricate import CarsRelease, highres_zip, run_stage
 from helpers.project import ROOT
 
 from dmlbench.data.cache import PreparedDataset

@@ -138,7 +138,7 @@ def test_cars196_without_files_is_one_line_naming_the_layouts(in_project, defaul
 def test_cars196_layout_zip_through_the_download_and_prepare_stages(
     in_project, file_server, default_raw_params, tmp_path_factory
 ):
-    from fabricate import CAR_LABELS, CarsRelease
+    from helpers.fabricate import CAR_LABELS, CarsRelease
 
     out = tmp_path_factory.mktemp("layout")
     CarsRelease(out).torchvision_folder(out / "stanford_cars")

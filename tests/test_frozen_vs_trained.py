@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import report_fakes
+from helpers import report_fakes
 from helpers.project import small_params_dict
-from report_fakes import fake_outputs
+from helpers.report_fakes import fake_outputs
 from scipy import stats
 
 from dmlbench import paths

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import yaml
-from report_fakes import fake_outputs
+from helpers.report_fakes import fake_outputs
 
 from dmlbench import paths
 from dmlbench.analysis.identity import run_identities

@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from report_fakes import fake_outputs
+from helpers.report_fakes import fake_outputs
 
 from dmlbench import paths
 from dmlbench.analysis.report import report_stage

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from report_fakes import fake_outputs
+from helpers.report_fakes import fake_outputs
 
 from dmlbench.analysis import literature as lit
 from dmlbench.analysis.report import report_stage

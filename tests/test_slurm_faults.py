@@ -1,4 +1,4 @@
-"""Faults of a multi-day run on Slurm, injected into the stand-in Slurm (:mod:`fake_slurm`), each
+"""Faults of a multi-day run on Slurm, injected into the stand-in Slurm (:mod:`helpers.fake_slurm`), each
 asserting that nothing is lost and nothing runs twice.
 
 The grid: ``prep``, trainings ``train@<item>`` that checkpoint every epoch into a persistent output
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_slurm import inject, started, submitted
+from helpers.fake_slurm import inject, started, submitted
 from helpers.project import dvc_project, run_checked
 from test_cluster_pipeline import slurm  # noqa: F401 (the local Slurm's fixture)
 
@@ -61,7 +61,7 @@ def _grid(items: list[str], epochs: int = EPOCHS, seconds: float = 0.4) -> dict:
 
 
 def _project(tmp_path: Path, raw: dict, items: list[str], **cluster) -> tuple[Path, dict[str, str], Path]:
-    from fake_slurm import install
+    from helpers.fake_slurm import install
 
     root = tmp_path / "repo"
     settings = {"poll_seconds": [0.2, 0.5], "default": {"cpus": 1, "mem": "1G", "time": "10"}, **cluster}
@@ -234,7 +234,7 @@ def test_a_retryable_ending_stops_being_retried_at_max_retries_or_without_progre
 
 
 def test_one_line_hints_and_the_site_submit_limit(tmp_path, monkeypatch):
-    from fake_slurm import install
+    from helpers.fake_slurm import install
 
     config = ClusterConfig.model_validate({"stages": {"train": {"time": "2-00:00:00", "mem": "64G"}}})
     assert ending_hint("train@x", "TIMEOUT", config).endswith(

@@ -1,4 +1,4 @@
-"""GPUs enforced and stores reachable on Slurm, with the stand-in Slurm (:mod:`fake_slurm`, whose jobs
+"""GPUs enforced and stores reachable on Slurm, with the stand-in Slurm (:mod:`helpers.fake_slurm`, whose jobs
 run on this machine: no GPU here).
 
 * a job that asked for a GPU runs with ``DMLBENCH_DEVICE=cuda``: on a node without a usable GPU its
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_slurm import inject, install, submitted
+from helpers.fake_slurm import inject, install, submitted
 from helpers.project import dvc_project
 
 from dmlbench import devices

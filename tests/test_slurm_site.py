@@ -1,4 +1,4 @@
-"""The Slurm executor on a real site's terms, with a stand-in Slurm (:mod:`fake_slurm`): per-kind
+"""The Slurm executor on a real site's terms, with a stand-in Slurm (:mod:`helpers.fake_slurm`): per-kind
 partition/account/QOS and GPU defaults on the sbatch line, presets forwarding every runner option
 and carrying ``cluster:``, a submit limit never exceeded, jobs that set their own environment
 (``--export=NONE``-like: no PATH of the venv, no variable of the submitting shell), jobs with the
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_slurm import install, submitted
 from helpers.archives import build_cub
+from helpers.fake_slurm import install, submitted
 from helpers.project import ROOT, dvc_project, run_checked
 
 from dmlbench.errors import DataError, DmlbenchError

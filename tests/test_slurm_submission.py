@@ -1,4 +1,4 @@
-"""The Slurm executor's submission (a stand-in Slurm, :mod:`fake_slurm`): tune@ stages of a protocol
+"""The Slurm executor's submission (a stand-in Slurm, :mod:`helpers.fake_slurm`): tune@ stages of a protocol
 that trains published values (which they are, that they only write a record) run by the executor
 itself, no job, with the trainings waiting for them submitted once they completed; and a stage
 that is only downstream of a re-run one is not run when its inputs came out the same."""
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_slurm import install, submitted
+from helpers.fake_slurm import install, submitted
 from helpers.project import run_checked
 
 from dmlbench.launch import write_job_environment

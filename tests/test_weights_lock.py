@@ -1,5 +1,5 @@
 """Hub weights pinned by the project's weights lock (:mod:`dmlbench.models.hub`), against a stand-in
-Hub on 127.0.0.1 (:mod:`fake_hub`) that answers with the Hub's headers: the first use pins the
+Hub on 127.0.0.1 (:mod:`helpers.fake_hub`) that answers with the Hub's headers: the first use pins the
 commit ``main`` resolves to and the sha256 the Hub publishes (its LFS id) and checks the downloaded
 bytes against it; later loads ask nothing; a failed commit lookup, a file outside LFS, bytes that
 differ from the published digest or from the lock, and an offline job without the file each fail in

@@ -24,6 +24,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+
 from helpers.archives import JPEG_SIZES, write_jpeg
 
 BOX_FIELDS = ("bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2")
@@ -308,6 +309,7 @@ def run_stage(project: Path, stage: str, dataset: str, section: dict) -> tuple[i
     import sys
 
     import yaml
+
     from helpers.project import ROOT
 
     (project / "params.yaml").write_text(yaml.safe_dump({"datasets": {dataset: section}}))
