@@ -1,17 +1,11 @@
 """The Slurm executor's jobs: submitted in order, watched, retried, recorded, taken over after a restart.
 
-:class:`Submission` submits the plan's stages in topological order (``afterok`` on the jobs of their
-upstream stages still queued or running; a stage whose upstream failed is not submitted), at most
-``max_jobs`` jobs queued or running at once, a tune job that runs its workers as an array counting
-for all of them. Every submission is written to the run's state file first
-(:mod:`dmlbench.pipeline.slurm_state`); a run started again takes over (:meth:`Submission.adopt`)
-what an earlier one left in Slurm's hands: a job still queued or running is watched, not submitted
-again; one that COMPLETED meanwhile is recorded when its inputs are still those it ran with.
-Endings (:mod:`dmlbench.pipeline.slurm_endings`): PREEMPTED, NODE_FAIL and BOOT_FAIL are submitted
-again (with what waits for them) within ``cluster.max_retries``, TIMEOUT and OUT_OF_MEMORY say which
-setting to raise; a refused ``sbatch`` is tried again after a growing pause while the rest of the
-grid goes on (one line after :data:`REFUSALS_TOLD` refusals), a refusal no retry can cure fails that
-stage; a job pending for a reason that never passes is told once while the run waits.
+:class:`Submission` submits the plan's stages in topological order (``afterok`` on the upstream
+jobs still in Slurm; a stage whose upstream failed is not submitted), at most ``max_jobs`` in
+flight (a tune job's worker array counts for all its tasks). Every submission is written to the
+state file first (:mod:`dmlbench.pipeline.slurm_state`), so a run started again takes over
+(:meth:`Submission.adopt`) instead of submitting twice. Endings, retries, refused ``sbatch`` and
+jobs that can never start: :mod:`dmlbench.pipeline.slurm_endings` and docs/cluster.md.
 """
 
 from __future__ import annotations
