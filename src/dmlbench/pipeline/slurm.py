@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,7 +40,7 @@ from dmlbench.pipeline.probe import probe_grid
 from dmlbench.pipeline.reachability import require_reachable_stores
 from dmlbench.pipeline.record import StageBook
 from dmlbench.pipeline.record_only import here_environment, record_only_stages
-from dmlbench.pipeline.slurm_command import Detached, Job, sbatch_command, waiting_resources
+from dmlbench.pipeline.slurm_command import Detached, Job, say, sbatch_command, waiting_resources
 from dmlbench.pipeline.slurm_endings import DONE, FAILED, ending_hint
 from dmlbench.pipeline.slurm_queries import cancel, gres_per_gpu, site_max_jobs, states
 from dmlbench.pipeline.slurm_state import STATE_FILE, RunState
@@ -123,15 +122,8 @@ def slurm_eta(params: Params, order: list[str], cluster: ClusterConfig) -> Runne
             shape = replace(shape, workers=max(1, min(cluster.max_jobs, len(order))))
         return runner_eta(Path("."), params, order, shape)
     except Exception as exc:  # an estimate must never stop a run
-        _say(f"warning: no ETA ({type(exc).__name__}: {exc})")
+        say(f"warning: no ETA ({type(exc).__name__}: {exc})", error=True)
         return None
-
-
-def _say(line: str) -> None:
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except OSError:  # the terminal is gone (SIGHUP)
-        pass
 
 
 def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX, *, attach: bool = False,
@@ -187,16 +179,17 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX, *, attach: bool 
         except Detached:
             in_flight, left = submission.in_flight(), [s for s in submission.pending if s not in submission.here]
             more = f"; {len(left)} stage(s) not submitted yet (submitted when re-attached)" if left else ""
-            _say(f"detached: {len(in_flight)} job(s) go on in Slurm{more}; re-attach with: {REATTACH}")
+            say(f"detached: {len(in_flight)} job(s) go on in Slurm{more}; re-attach with: {REATTACH}", error=True)
             return 0, plan, True
         except KeyboardInterrupt:
             in_flight_ids = [job.job_id for job in submission.in_flight()]
             cancel(in_flight_ids)  # nobody would record them, and a new run would race them for their outputs
             state.forget(*state.entries)
             stopped = submission.stopped_here  # (run() stopped them)
-            _say(
+            say(
                 f"interrupted: the stages recorded so far stay recorded; {len(in_flight_ids)} job(s) still queued "
-                f"or running cancelled" + (f", {len(stopped)} stage(s) running here stopped" if stopped else "")
+                f"or running cancelled" + (f", {len(stopped)} stage(s) running here stopped" if stopped else ""),
+                error=True,
             )
             raise
     if not state.entries:
@@ -204,5 +197,5 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX, *, attach: bool 
     jobs = list(submission.jobs.values())
     if all(state in DONE for state in final.values()):
         return 0, plan, False
-    _say("error: " + failure_report(jobs, final, config=cluster))
+    say("error: " + failure_report(jobs, final, config=cluster), error=True)
     return 1, plan, False
