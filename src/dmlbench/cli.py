@@ -1,9 +1,6 @@
-"""The one entry point of the thin ``stages/*.py`` scripts.
-
-:func:`stage_parser` builds a stage's arguments from the shared definitions below (every stage
-takes ``--params``); :func:`main` parses them, loads and validates what the stage reads with the
-loader it is given (so every stage rejects bad input before expensive work; a data stage loads
-its dataset's section only, :mod:`dmlbench.params.datasets`), runs the stage, and turns a
+"""The one entry point of the thin ``stages/*.py`` scripts: :func:`stage_parser` builds a stage's
+arguments from the shared definitions below; :func:`main` parses them, loads and validates what the
+stage reads (so every stage rejects bad input before expensive work), runs the stage, and turns a
 user-fixable error into one line on stderr and exit status 2.
 """
 

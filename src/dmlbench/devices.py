@@ -1,18 +1,5 @@
-"""Where work runs, and whether this machine's GPUs can run this torch build: the one place for both.
-
-* :func:`default_device`: the device every stage and library call uses when none is named. The
-  runner (``python -m dmlbench.pipeline``) exports the grid's device as ``DMLBENCH_DEVICE``
-  (the protocol's ``device`` key, or ``--device`` / ``make repro DEVICE=cpu``); on Slurm every job
-  that asked for a GPU runs with ``cuda`` (:func:`dmlbench.launch.job_script`). ``cuda`` refuses in
-  one line (:func:`cuda_problem`: no GPU seen, a driver too old for the build, a GPU the build has
-  no code for) instead of silently training on the CPU; ``cpu`` runs on the CPU even where a GPU
-  is; ``auto`` (or unset) takes a GPU when torch sees one, else the CPU.
-* :func:`gpu_share`: how many trainings share this process's GPU, read from Slurm inside a job
-  (its shards of the node's, its MPS percentage), else from the local executor.
-* :func:`cuda_facts`: what torch and the NVIDIA driver report, read in one function (tests fake
-  it), and :func:`cuda_problem`: the one-line refusal when the build, the driver and the GPUs do
-  not fit together, naming the fix (the CUDA build knob ``TORCH_BACKEND``, docs/gpu.md, or
-  ``DEVICE=cpu``).
+"""Where work runs (:func:`default_device`, :func:`gpu_share`), and whether this machine's GPUs can
+run this torch build (:func:`cuda_facts`, :func:`cuda_problem`): the one place for both.
 
 Compatibility rules (NVIDIA, CUDA C++ Programming Guide, "Binary Compatibility" and "PTX
 Compatibility"): a cubin built for ``sm_XY`` runs on compute capability X.Z with Z >= Y (same

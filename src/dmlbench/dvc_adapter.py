@@ -1,13 +1,9 @@
 """Every DVC internal dmlbench uses, behind named functions: one place to check when DVC changes.
 
-DVC's public API is its command line and ``dvc.api``; the batched recorder
-(:mod:`dmlbench.pipeline.record`), the planner and the inputs manifests need more: the stage objects
-``dvc repro`` drives (``dvc/stage/__init__.py``), its lock-file serialisation
-(``dvc/stage/serialize.py``), its YAML dumper (``dvc/utils/serialize``) and its ``dvc.yaml`` resolver
-(``dvc/parsing``). Each function below names the DVC code it stands for; ``tests/test_dvc_adapter.py``
-checks each against DVC's own behaviour. Importing this module checks the installed DVC against the
-versions these were tested with (:data:`TESTED`), reading the version from the package metadata
-(DVC itself is imported only when a function is called: it is slow to import).
+Each function names the DVC code it stands for (stage objects, lock-file serialisation, YAML
+dumper, ``dvc.yaml`` resolver); ``tests/test_dvc_adapter.py`` checks each against DVC's own
+behaviour. Importing this module checks the installed DVC's version (package metadata; DVC itself
+is imported only when a function is called: it is slow to import) against :data:`TESTED`.
 """
 
 from __future__ import annotations

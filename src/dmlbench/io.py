@@ -1,7 +1,6 @@
-"""Atomic file and directory writes: write to a temporary sibling, then rename.
-
-A crash never leaves a half-written file under the final name, and a previous good
-result stays in place until the new one is complete.
+"""Atomic file and directory writes: write to a temporary sibling, then rename. A crash never leaves
+a half-written file under the final name, and a previous good result stays until the new one is
+complete.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
 """Launching workers, the one place for it: the executors' stage processes and the tune stage's
-trial workers, here as processes or on Slurm as jobs and job arrays.
-
-* :func:`worker_environment` / :func:`threads_per_worker`: what a worker process runs with (this
-  interpreter's ``bin/`` first on ``PATH``, its share of the CPU threads, its GPU).
-* :func:`run_local_workers`: ``count`` spawned processes (no forked torch state) running one
-  function, the first failure stopping the rest (``tune@ --workers N`` on one machine).
-* :func:`resource_args`: a job's ``sbatch`` resource options, shared by the Slurm executor's stage
-  jobs (:mod:`dmlbench.pipeline.slurm`) and the worker arrays here.
-* :func:`run_array`: the workers of one tuning study as a Slurm job array (``sbatch --wait
-  --array=0-<N-1>``) on a shared RDB study, returning when the whole array has ended; each task
-  gets the tune stage kind's resources (``cluster.stages.tune``) and requeues on Slurm's warning
-  signal like any job; a trial a task leaves running is recovered by the workers' heartbeat check
-  (:func:`dmlbench.tune.study.recover_interrupted`).
-
-It sits below both the tune stage and the runner (:mod:`dmlbench.pipeline`), so both use it and
-imports still run downward.
+trial workers, here as processes (:func:`run_local_workers`) or on Slurm as jobs and job arrays
+(:func:`resource_args`, :func:`run_array`). It sits below both the tune stage and the runner, so
+both use it and imports still run downward.
 """
 
 from __future__ import annotations

@@ -1,29 +1,13 @@
 """A stage's inputs manifest: the code files and ``params.yaml`` keys one DVC stage reads, hashed.
 
-``dvc status`` cost grows with what every stage declares: DVC re-reads ``params.yaml`` for each
-stage with a ``params:`` entry (~15 ms a parse of ours, plus a key search) and checks each file
-dependency's hash (~57 code files per training). So a stage's DVC dependency for its code and
-params is one file, ``artifacts/inputs/<stage>.json``, written by the ``validate`` stage
-(:mod:`dmlbench.pipeline.manifests`, what each stage reads derived from the source by
-:mod:`dmlbench.pipeline.reads`), which depends on ``stages/``, ``src/dmlbench`` and the whole of
-``params.yaml``. The manifest holds the md5 of every code file and the value of every key, nothing
-else: editing a loss module or ``losses.<name>`` changes only that loss's manifests, so only its
-stages re-run; the stage's ``dvc.lock`` entry carries one md5 for all of it, the manifest itself
-(content-addressed in DVC's cache) the values.
-
-A registry package's ``__init__`` (``losses/__init__.py``: every member's import and its entry in
-``LOSSES``) is hashed, for a stage generated per item, as its projection onto the members the stage
-reaches (:func:`registry_projection`, listed under ``"projected"``): adding or removing another
-loss leaves the manifest of every other loss's stages as it was (a pulled grid stays up to date),
-while any other edit of the file still changes it. A file the projection cannot account for is
-hashed whole.
-
-:func:`check_manifest` runs in every stage before and after its work (:func:`dmlbench.cli.main`,
-when DVC or the runners name the stage in ``DVC_STAGE``): a manifest that no longer matches the
-code or ``params.yaml`` (an edit that validate has not seen yet, e.g. ``dvc repro --force
---single-item``, or an edit while the stage ran) fails the stage in one line, so a lock entry
-never says that results came from inputs they did not. :func:`inputs_fingerprint` keys what a stage
-keeps between runs (a training checkpoint, a tuning study) on the code its manifest lists.
+A stage's one DVC dependency for its code and params is ``artifacts/inputs/<stage>.json`` (written
+by ``validate``: :mod:`dmlbench.pipeline.manifests`, :mod:`dmlbench.pipeline.reads`): the md5 of
+every code file and the value of every key, nothing else, so ``dvc status`` stays cheap and an edit
+re-runs only the stages that read it (docs/pipeline.md, "Inputs manifests"). A registry package's
+``__init__`` is hashed, for a stage generated per item, as its projection onto the stage's own
+members (:func:`registry_projection`). :func:`check_manifest` refuses a stage whose manifest no
+longer matches, before and after its work; :func:`inputs_fingerprint` keys what a stage keeps
+between runs (a checkpoint, a tuning study) on the code its manifest lists.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """The weights lock (``weights.lock`` at the repository root, committed like ``dvc.lock``): the Hub
 commit and sha256 of every pinned Hub weights file, ``files: {<repo>/<file>: {sha256, url,
-revision}}``; torchvision's files are pinned in code (:mod:`dmlbench.models.weights`). Below
-the models, so that the inputs manifests (:mod:`dmlbench.stage_inputs`) read the pins without
-importing a backbone.
-
-Outside the package so that a read-only install works and pinning a file never changes the code
-hash in every inputs manifest. ``make fetch``, the pre-flight and ``validate`` pin what the grid
-needs, so stages only read it. Writes are atomic (temporary file, rename) under a file lock
-(``.weights.lock.lock``), so parallel writers lose no entry; an entry is never replaced by a
-writer (remove it by hand to re-pin). ``DMLBENCH_WEIGHTS_LOCK`` names another lock file."""
+revision}}``; torchvision's files are pinned in code (:mod:`dmlbench.models.weights`). Below the
+models, so that the inputs manifests read the pins without importing a backbone; outside the
+package, so that pinning a file changes no code hash. ``make fetch``, the pre-flight and
+``validate`` pin what the grid needs (stages only read it). Writes are atomic under a file lock
+(``.weights.lock.lock``); an entry is never replaced (remove it by hand to re-pin).
+``DMLBENCH_WEIGHTS_LOCK`` names another lock file.
+"""
 
 from __future__ import annotations
 

@@ -1,49 +1,13 @@
 """Run ``dvc repro`` with independent stages in parallel: ``python -m dmlbench.pipeline``.
 
-``dvc repro`` runs one stage at a time (treeverse/dvc#755). This runner asks DVC for its
-graph and for the stale stages, then runs every stale stage and everything downstream of
-it in a pool of ``--jobs`` workers, a stage starting as soon as all its upstream stages are
-done, and records them in DVC in batches (:mod:`dmlbench.pipeline.local`,
-:mod:`dmlbench.pipeline.record`): DVC's own bookkeeping (outputs removed, hashed, cached, lock
-entries DVC writes), one ``dvc.lock`` write per batch instead of one per stage. Lock entries of
-stages no longer in dvc.yaml are dropped first. It ends with a plain ``dvc repro``, which must find
-everything up to date.
-
-CPU: each worker gets ``cpu_count // jobs`` threads (``OMP_NUM_THREADS``), since small
-models gain nothing from more threads and oversubscription slows everything. GPU box:
-``--gpus 0,1,2,3`` runs one worker per GPU with ``CUDA_VISIBLE_DEVICES`` set per worker;
-``--gpu-slots N`` runs N per GPU (small trainings sharing a big GPU), side by side under CUDA MPS
-with ``--mps`` (:mod:`dmlbench.pipeline.mps`).
-Each stage's output goes to ``artifacts/logs/<stage>.log``; a failing stage's tail is
-printed and no new stage is started.
-
-Before any stage: ``params.yaml`` is validated, every pinned weights file the grid needs must
-be here or downloadable when the protocol is pretrained
-(:func:`dmlbench.pipeline.preflight.preflight`), and a grid that needs a GPU (the protocol's
-``device: cuda``, or ``--gpus``) must find one its torch build and driver can use: else nothing
-runs (:mod:`dmlbench.pipeline.device_check`). ``--device cpu`` (``make repro DEVICE=cpu``) runs it
-on the CPU knowingly; every stage gets the run's device as ``DMLBENCH_DEVICE``
-(:func:`dmlbench.devices.default_device`). Tracking records that earlier trainings left in their
-spools (the store did not answer when they ended) are sent first (:mod:`dmlbench.tracking.replay`).
-
-``--executor slurm`` hands the same plan to Slurm instead of the local pool: one job per stale
-stage (but ``validate``, which runs here first: it writes the inputs manifests that say which stages
-are stale), ordered by ``afterok`` dependencies, resources from ``params.yaml``'s ``cluster:`` section
-(:mod:`dmlbench.pipeline.slurm`); the command watches the jobs and reports a failed stage with its
-log, then checks with ``dvc status`` (never a ``dvc repro``, which would run a stale stage on the
-login node) that nothing is left. The run outlives the command: SIGTERM or SIGHUP detach (the jobs go
-on), ``--detach`` returns once what can be submitted now is, and the command started again (or
-``--attach``) takes over the jobs and records what completed meanwhile (without a new probe job
-when it submits nothing afresh).
-
-``--preset <name>`` runs ``presets/<name>.yaml`` (:mod:`dmlbench.params.presets`) the same way, after
-the same checks, in a workspace of its own (:mod:`dmlbench.pipeline.workspace`): the main checkout's
-params.yaml and dvc.lock stay as they are; every runner option (``--executor``, ``--jobs``,
-``--gpus``, ``--fetch-only``) is passed on to the run there.
-
-``--fetch-only`` (``make fetch``) downloads and verifies every archive and weights file the grid
-needs, then stops (:mod:`dmlbench.pipeline.fetch`): on a cluster's login node, so that no job
-needs the internet.
+Runs every stale stage and what follows it in a pool of ``--jobs`` workers
+(:mod:`dmlbench.pipeline.local`; ``dvc repro`` runs one at a time, treeverse/dvc#755), recorded in
+DVC in batches (:mod:`dmlbench.pipeline.record`), after the checks that refuse a bad run before any
+stage (params, weights: :mod:`dmlbench.pipeline.preflight`; a usable GPU:
+:mod:`dmlbench.pipeline.device_check`), and ends with a plain ``dvc repro``. ``--executor slurm``
+hands the plan to Slurm (:mod:`dmlbench.pipeline.slurm`), ``--preset`` runs a preset in its own
+workspace (:mod:`dmlbench.pipeline.workspace`), ``--fetch-only`` downloads what the grid needs
+(:mod:`dmlbench.pipeline.fetch`). Options: ``--help``; docs/pipeline.md and docs/cluster.md.
 """
 
 from __future__ import annotations

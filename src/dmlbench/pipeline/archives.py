@@ -1,9 +1,7 @@
-"""Pre-flight for dataset archives: before any stage runs, every archive the grid's datasets
-need is in the drop-box ``data/`` or downloadable now (an HTTP ``HEAD``, or a ranged ``GET``
-where HEAD is refused: :func:`dmlbench.models.weights.url_unreachable`), else the pipeline
-stops with one line per archive (:func:`dmlbench.data.archives.dataset_problems`). Generated
-datasets (glyphs) need nothing, so the offline demo makes no request. Checksums are verified
-by the download stage, which reads every byte.
+"""Pre-flight for dataset archives: every archive the grid's datasets need is in the drop-box
+``data/`` or downloadable now (:func:`dmlbench.models.weights.url_unreachable`), else one line per
+archive (:func:`dmlbench.data.archives.dataset_problems`). Generated datasets need nothing (the
+offline demo makes no request); checksums are verified by the download stage.
 """
 
 from __future__ import annotations

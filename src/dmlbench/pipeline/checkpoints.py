@@ -1,12 +1,9 @@
 """Whether a stage made progress: a fingerprint of what it resumes from, read from its job spec.
 
-A job that ends before its stage did (preempted, a node failure, Slurm's warning signal before the
-time limit) is worth starting again only if its next start begins further on: its checkpoint
-moved. What a stage resumes from: its persistent outputs (a tune stage's Optuna study, a baseline
-stage's seed checkpoints: ``persist: true`` in ``dvc.yaml``) and, for a ``train@`` stage, its
-checkpoint folder ``artifacts/checkpoints/<run>/`` (scratch, not an output), found from the
-``--dataset/--backbone/--loss/--dim/--seed`` of its command. :func:`progress` is None for a stage
-that keeps nothing to resume from (it starts over; only ``cluster.max_retries`` bounds it).
+A job that ended before its stage did is worth starting again only if its checkpoint moved. A
+stage resumes from its persistent outputs (a tune stage's study, a baseline's seed checkpoints)
+and, for ``train@``, from ``artifacts/checkpoints/<run>/`` (found from its command's arguments).
+:func:`progress` is None for a stage that keeps nothing (only ``cluster.max_retries`` bounds it).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The runner's device pre-flight, beside :func:`dmlbench.pipeline.preflight.preflight`.
 
-When the grid needs a GPU (the protocol's ``device: cuda``, :func:`dmlbench.params.device.needs_gpu`)
-or ``--gpus`` names some, torch must see a CUDA GPU that its build has code for, on a driver new
-enough for the build (:func:`dmlbench.devices.cuda_problem`, the query
-:func:`dmlbench.devices.cuda_facts`); else one line naming the mismatch and the fix (the CUDA
-build knob ``make setup TORCH_BACKEND=...``, or ``DEVICE=cpu``), listed after the weights and
-archive lines: all problems are reported at once, before any stage. Checked where the stages run:
-with the local executor here; with the Slurm executor on a compute node, by the probe job before the
-grid (:mod:`dmlbench.pipeline.probe`), and by each job that asked for a GPU, which runs with
-``DMLBENCH_DEVICE=cuda`` (:func:`dmlbench.launch.job_script`, :func:`dmlbench.devices.default_device`).
-:func:`export_device` then hands the run's device to every stage process as ``DMLBENCH_DEVICE``.
+When the grid needs a GPU (:func:`dmlbench.params.device.needs_gpu`) or ``--gpus`` names some,
+torch must be able to use one here (:func:`dmlbench.devices.cuda_problem`): else one line naming
+the mismatch and the fix, listed with the other pre-flight problems before any stage. On Slurm the
+probe job and each GPU job check it on the node instead. :func:`export_device` hands the run's
+device to every stage process as ``DMLBENCH_DEVICE``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """``make fetch`` (``python -m dmlbench.pipeline --fetch-only``): every file the grid downloads,
 downloaded and verified now, here (on a cluster: the login node, which has the internet).
 
-* Dataset archives go to the drop-box ``data/`` by the download stage's own code
-  (:func:`dmlbench.data.archives.ensure_archive`: the published URL, then the mirrors, the md5
-  the judge; a copy already there is verified), so the ``download@`` stage later only unpacks.
-  Then each dataset's pre-flight (:func:`dmlbench.data.archives.dataset_problems`) must find
-  every file it needs in ``data/`` (Cars196's alternative layouts included).
-* Pretrained weights (``pretrained: true`` protocols): every Hugging Face Hub file the grid's
-  trunks load (the modern trunks and every ``timm_<model>`` with a Hub copy) is pinned in the
-  project's weights lock (Hub commit and published sha256, :func:`dmlbench.models.hub.pin`) and
-  downloaded into the Hub cache at that commit, its sha256 checked
-  (:func:`dmlbench.models.hub.hub_file_problem`); torchvision's files go to torch's hub cache
-  (:func:`dmlbench.models.weights.resolve_weights`: sha256-checked); a ``timm_<model>`` whose
-  weights are only at a URL goes there too (where timm looks); files a package installs or
-  ``weights_path`` names are checked where they are.
-
-After it, no stage needs the network: the Slurm executor runs its jobs with
-``DMLBENCH_OFFLINE=1`` and ``HF_HUB_OFFLINE=1``, under which the download and weights code fail in
-one line naming the missing file and ``make fetch`` instead of downloading. Compute nodes must see
-the same caches (``HF_HOME``/``HF_HUB_CACHE``, ``TORCH_HOME``: a shared home or file system).
+Dataset archives go to ``data/`` by the download stage's own code
+(:func:`dmlbench.data.archives.ensure_archive`), then each dataset's pre-flight must find every
+file it needs; pretrained weights are pinned in the weights lock and fetched into the Hub or
+torch cache, sha256-checked (:mod:`dmlbench.models.hub`, :mod:`dmlbench.models.weights`). After it
+no stage needs the network: Slurm jobs run with ``DMLBENCH_OFFLINE=1`` and ``HF_HUB_OFFLINE=1``
+and must see the same caches (docs/cluster.md, "Login vs compute internet").
 """
 
 from __future__ import annotations

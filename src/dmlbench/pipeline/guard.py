@@ -1,23 +1,16 @@
 """One copy of a stage at a time, and a note that survives its runner: the command completed.
 
-A runner killed with ``kill -9`` (an ssh drop, a login node's OOM killer) leaves its stages
-running, each in a session of its own, and the stages it finished but had not yet written to
-``dvc.lock`` (the lock is written in batches, :mod:`dmlbench.pipeline.record`). A runner started
-again at once must neither start a second copy of a stage still running nor run a finished one
-again (a training would start over from epoch 0: its checkpoint is cleared once it completes).
+A runner killed with ``kill -9`` leaves its stages running and its last batch unwritten; started
+again, it must neither run a second copy of a stage nor re-run a finished one.
 
-* **Lock.** ``artifacts/logs/stages/<stage>.lock``, an ``flock`` taken by the runner before it
-  touches the stage's outputs and handed to the stage's process (an inherited descriptor: the lock is
-  held until the last process holding it has exited, whoever started it). A runner that finds it
-  taken waits for that copy to end (:func:`claim`). ``flock`` over NFS is an ``fcntl`` lock on
-  Linux (``man 2 flock``); where the file system has none, stages run unguarded, as before.
-* **Note.** ``artifacts/logs/stages/<stage>.json``: written by the runner before the command starts
-  (``running``: the command and its dependencies' hashes, :meth:`StageBook.snapshot
-  <dmlbench.pipeline.record.StageBook.snapshot>`), set to ``completed`` by the stage's own wrapper
-  (``python -m dmlbench.pipeline.guard``) once every command line exited 0, and removed once the
-  stage is in ``dvc.lock``. A runner that finds a ``completed`` note records the stage without
-  running it when its command and dependencies are the ones that ran
-  (:meth:`StageBook.adopt <dmlbench.pipeline.record.StageBook.adopt>`); otherwise it runs it.
+* **Lock.** ``artifacts/logs/stages/<stage>.lock``, an ``flock`` taken by the runner and inherited
+  by the stage's process (held until the last holder exits); a runner finding it taken waits
+  (:func:`claim`). ``flock`` over NFS is an ``fcntl`` lock on Linux (``man 2 flock``); where the
+  file system has none, stages run unguarded.
+* **Note.** ``artifacts/logs/stages/<stage>.json``: ``running`` (command and dependency hashes,
+  written by the runner), ``completed`` (by the stage's wrapper, ``python -m
+  dmlbench.pipeline.guard``, once every command line exited 0), removed once in ``dvc.lock``. A
+  ``completed`` stage whose command and dependencies are unchanged is recorded without running.
 
 This module imports nothing of dmlbench (the wrapper starts in milliseconds).
 """

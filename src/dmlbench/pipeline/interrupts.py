@@ -1,11 +1,7 @@
-"""Interrupts of the runner: a command run to the end through one (:func:`run_to_the_end`: a
-preset's run in its workspace, the sequential ``dvc repro`` get Ctrl-C, SIGTERM or SIGHUP once, as
-SIGINT, and are waited for while their stages stop at their checkpoints); SIGTERM raised as Ctrl-C
-in the local executor (:func:`interrupts_raised`) and passed on to its stages' process groups
-(:class:`InterruptibleCommands`).
-
-Kept in the runner's package, not in :mod:`dmlbench.launch`: the tune stage reads that module, so
-an edit there would make every ``tune@`` stage stale.
+"""Interrupts of the runner: a command run to the end through one (:func:`run_to_the_end`), SIGTERM
+raised as Ctrl-C in the local executor (:func:`interrupts_raised`) and passed on to its stages'
+process groups (:class:`InterruptibleCommands`). Not in :mod:`dmlbench.launch`: the tune stage
+reads that module, so an edit there would make every ``tune@`` stage stale.
 """
 
 from __future__ import annotations

@@ -1,25 +1,16 @@
 """One Slurm job: ``python -m dmlbench.pipeline.job <stage>`` runs that stage's command.
 
-Who records: not the job. The executor on the login node wrote the stage's job spec at submission
-(``artifacts/logs/specs/<stage>.json``: command, working directory, outputs to remove first:
-:meth:`dmlbench.pipeline.record.StageBook.job_spec`); the job runs it without DVC, and the
-executor records the stage in ``dvc.lock`` (hashes, cache, lock entry; in batches) once Slurm says
-the job COMPLETED. So jobs ending out of order, or requeued (a requeued job runs the command again
-from its checkpoint; it is recorded only when it finally completes), never race for DVC's lock, and
-an unfinished stage is never recorded.
+The job runs the spec written at submission (``artifacts/logs/specs/<stage>.json``:
+:meth:`dmlbench.pipeline.record.StageBook.job_spec`) without DVC; the executor records the stage
+once Slurm says it COMPLETED, so jobs never race for DVC's lock and an unfinished stage is never
+recorded. The stage's lock (:mod:`dmlbench.pipeline.guard`) is taken first.
 
-The command runs in its own process group. Slurm's warning signal (``USR1``, ``--signal=B:USR1@<s>``
-before the time limit or a preemption) and ``TERM`` (``scancel``) reach that group as ``SIGINT``,
-which Python raises as ``KeyboardInterrupt``: a training stops with its
-last epoch checkpoint on disk, a tuning study leaves its running trial to be re-run (both
-resume on the next run). After ``USR1`` the job requeues itself (``scontrol requeue``), so Slurm starts it again
-later and it continues from the checkpoint; its dependents keep waiting for it. It does so only while
-the stage's checkpoint moved during this start (:mod:`dmlbench.pipeline.checkpoints`; a stage with
-no checkpoint: at most ``cluster.max_retries`` times, counted by Slurm's ``SLURM_RESTART_COUNT``), so
-a stage that cannot finish a checkpoint within the time limit ends, with one line, instead of looping.
-
-The stage's lock (:mod:`dmlbench.pipeline.guard`) is taken first and held by the stage's process: a
-second copy of the stage (a local run meanwhile) waits for it instead of running beside it.
+The command runs in its own process group. Slurm's warning signal (``USR1``,
+``--signal=B:USR1@<s>``) and ``TERM`` (``scancel``) reach it as ``SIGINT`` (a training stops at its
+last checkpoint, a study leaves its running trial to be re-run). After ``USR1`` the job requeues
+itself (``scontrol requeue``) only while its checkpoint moved during this start
+(:mod:`dmlbench.pipeline.checkpoints`; without a checkpoint: at most ``cluster.max_retries`` times,
+by ``SLURM_RESTART_COUNT``), so a stage that cannot reach a checkpoint ends instead of looping.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """The local executor: the planned stages' commands in a pool of ``jobs`` workers, a stage starting
 as soon as all its upstream stages are done, recorded in DVC in batches.
 
-``dvc repro`` runs one stage at a time (treeverse/dvc#755), and one ``dvc repro --single-item``
-per stage rewrites the whole ``dvc.lock`` each time under DVC's repository lock (per-stage cost
-growing with the grid: treeverse/dvc#10629). Here one process does DVC's bookkeeping for all
-stages (:class:`dmlbench.pipeline.record.StageBook`: outputs removed before, hashed and cached
-after, exactly as ``dvc repro`` does), the commands run in parallel, and a recorder thread writes
-the finished stages' lock entries in batches: one lock-file rewrite per batch, at most one every
-``record_every`` seconds, and a last one when the run ends or is interrupted (Ctrl-C, SIGTERM).
-A stage that is stale only because something upstream re-ran is skipped when its dependencies came
-out the same (as ``dvc repro`` skips it).
-
-CPU: each worker gets ``cpu_count // jobs`` threads (:func:`dmlbench.launch.worker_environment`).
-GPU box: ``gpus`` ids, ``gpu_slots`` workers per GPU (several small trainings share one big GPU;
-each is told the share in ``DMLBENCH_GPU_SHARE`` and sizes its GPU-resident data to it), with
-``CUDA_VISIBLE_DEVICES`` set per worker. Each stage's output goes to ``artifacts/logs/<stage>.log``;
-a failing stage's tail is printed and no new stage is started.
+One process does DVC's bookkeeping for all stages (:class:`dmlbench.pipeline.record.StageBook`);
+a recorder thread writes the lock entries at most once every ``record_every`` seconds, and once
+more when the run ends or is interrupted. A stage stale only because something upstream re-ran is
+skipped when its dependencies came out the same (as ``dvc repro``). Each worker gets its share of
+the CPU threads (:func:`dmlbench.launch.worker_environment`), or a GPU slot (``gpus`` ids x
+``gpu_slots``, the share in ``DMLBENCH_GPU_SHARE``). Why and what is kept: docs/pipeline.md.
 """
 
 from __future__ import annotations

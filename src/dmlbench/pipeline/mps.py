@@ -1,19 +1,13 @@
-"""CUDA MPS for the local executor's GPU slots (``--mps``, ``make repro GPUS=0 GPU_SLOTS=8 MPS=1``).
-
-Several processes on one GPU without MPS take turns on it (time-slicing: one context at a time);
-under NVIDIA's Multi-Process Service their kernels run side by side. Measured on one H100
-(``benchmarks/gpu_packing.py``, docs/gpu.md): eight Reality-Check trainings (BN-Inception,
-batch 32) gave 1,913 img/s together time-sliced and 3,441 img/s under MPS, one alone 621.
+"""CUDA MPS for the local executor's GPU slots (``--mps``, ``make repro GPUS=0 GPU_SLOTS=8 MPS=1``):
+kernels of several processes on one GPU run side by side instead of time-sliced (measured in
+docs/gpu.md, "Several trainings on one GPU").
 
 :func:`mps_daemon` starts a control daemon of this user for the run (``nvidia-cuda-mps-control
--d``, shipped with the driver; no root needed in the GPU's default compute mode) with a pipe
-directory of its own, so that only this run's stages connect to it, and shuts it down when the
-run ends (``quit``), also after a failed stage or an interrupt. The daemon is started without
-``CUDA_VISIBLE_DEVICES``, so it sees every GPU in the machine's numbering, which is the numbering
-each worker's ``CUDA_VISIBLE_DEVICES`` (``--gpus``) uses without MPS too (a server started with
-a subset renumbers the devices its clients see: NVIDIA's MPS documentation, section 4.2.1
-``CUDA_VISIBLE_DEVICES``). Its logs go to ``artifacts/logs/mps/``. A site that runs MPS itself needs none of
-this (``cluster.shared_gres: mps`` on Slurm).
+-d``; no root needed in the GPU's default compute mode) with a pipe directory of its own, and
+shuts it down (``quit``) when the run ends, also after a failure or an interrupt. It is started
+without ``CUDA_VISIBLE_DEVICES``, so it sees the machine's numbering, which each worker's
+``CUDA_VISIBLE_DEVICES`` uses (a server started with a subset renumbers its clients' devices:
+NVIDIA's MPS documentation, section 4.2.1). Logs: ``artifacts/logs/mps/``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """What a stage's code reads of ``params.yaml``, from the source (:mod:`dmlbench.pipeline.source`).
 
 From each function the stage's script calls with the validated ``Params`` (a parameter annotated
-``Params``), every call that hands it on is followed (by position or keyword), and every expression
-rooted at it is a read: attribute chains, subscripts with a constant, ``.get("key")`` and local
-aliases, narrowed down to the deepest key ``params.yaml`` has. Handing ``Params`` where this cannot
-follow (a call it cannot resolve, a data structure) reads the whole file. What each member of
-``Params`` reads, the loaders of one section, the guards and the narrowed keys are declared in
-:mod:`dmlbench.params.declared_reads`; in the sections keyed by registry entries a stage that
-iterates the section reads its own entry, and listing the keys or testing membership reads nothing.
+``Params``), every call that hands it on is followed, and every expression rooted at it is a read
+(attribute chains, constant subscripts, ``.get("key")``, local aliases), narrowed to the deepest key
+``params.yaml`` has; handing it where this cannot follow reads the whole file. Members of ``Params``,
+section loaders, guards and narrowed keys are declared in :mod:`dmlbench.params.declared_reads`. In
+a section keyed by registry entries, a stage that iterates it reads its own entry; listing the keys
+or testing membership reads nothing.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Pre-flight: what must be in place before any stage runs (``make repro`` and the ``validate``
-stage call it), so that a missing input fails in seconds, not after download and prepare.
-
-* Every pinned pretrained weights file the grid needs, when the protocol is pretrained
-  (:meth:`dmlbench.models.base.BackboneParams.weights_files`), is here with its sha256 or its
-  URL answers (:func:`dmlbench.models.weights.weights_file_problem`); a Hugging Face Hub file is
-  pinned in the weights lock first when it is not yet (:func:`dmlbench.models.hub.hub_file_problem`),
-  so the lock is complete before any stage runs and no stage writes it.
-* Every dataset archive the grid needs is in the drop-box ``data/`` or downloadable
-  (:func:`dmlbench.pipeline.archives.missing_archives`); generated datasets (glyphs) need
-  nothing, so the offline demo makes no request.
-* ``evaluate.backend: faiss`` has the faiss module installed (:func:`require_backend`), so a
-  missing extra fails before training, not when the first evaluation starts.
-
-The runner adds the device check (:mod:`dmlbench.pipeline.device_check`, kept apart so that the
-``validate`` stage, which runs these checks, does not depend on the device code).
+stage call it), so that a missing input fails in seconds, not after download and prepare: every
+pinned weights file of a pretrained grid (Hub files pinned in the weights lock first, so no stage
+writes it), every dataset archive (in ``data/`` or downloadable; generated datasets need nothing),
+and faiss when ``evaluate.backend: faiss``. The device check is apart
+(:mod:`dmlbench.pipeline.device_check`), so that ``validate`` does not depend on the device code.
 """
 
 from __future__ import annotations

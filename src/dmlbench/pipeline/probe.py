@@ -1,22 +1,11 @@
 """The probe: one short Slurm job, before the grid, that checks a compute node can run it.
 
-A week-long grid whose jobs land on nodes without a usable GPU, or that cannot reach the tracking
-store, fails (or worse, trains on the CPU) job after job. So before any of the grid's jobs, the
-Slurm executor submits one small job with the resources of the grid's GPU kind (its partition,
-account, QOS, ``--gres``, CPUs and memory; a time limit of :data:`PROBE_TIME` minutes, not requeued)
-and waits for it; the grid is submitted only when it passed, else one line says what it found and
-where its log is. In the job (``python -m dmlbench.pipeline.probe``):
-
-* the GPU (when the job asked for one): torch must see a CUDA GPU its build has code for, on a driver
-  new enough for the build (:func:`dmlbench.devices.cuda_problem`, the runner's own device
-  pre-flight); reported with the share of it this job got (:func:`dmlbench.devices.gpu_share`);
-* the MLflow store: it must answer and hold the run's experiment (created by the executor before
-  the probe: a store without it is another store, e.g. a SQLite file of the node's own);
-* the Optuna storage (``tuning.storage``), when set: a connection is opened.
-
-The probe runs when a compute node must reach something this machine cannot check for it: a job
-of the plan asks for a GPU, or the tracking store or the tuning storage is a server. A grid of CPU
-jobs on a SQLite store on a single-node cluster has nothing to probe.
+Submitted with the resources of the grid's GPU kind (a time limit of :data:`PROBE_TIME` minutes,
+not requeued) when a compute node must reach what this machine cannot check for it (a GPU, a
+tracking or tuning server); the grid is submitted only when it passed. In the job
+(``python -m dmlbench.pipeline.probe``): a usable GPU (:func:`dmlbench.devices.cuda_problem`) and
+its share (:func:`dmlbench.devices.gpu_share`), an MLflow store that answers and holds the run's
+experiment (else it is another store, e.g. a node's own SQLite file), the Optuna storage when set.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Publish a grid to a DVC remote and pull it elsewhere: ``make publish REMOTE=...`` and ``make pull``.
 
-Thin over DVC: ``push`` names the remote (a remote configured in ``.dvc/config``, or a folder or URL,
-then added as the default remote ``published``, so that a clone of the commit finds it) and runs
-``dvc push`` on the pipeline's stages; ``pull`` runs ``dvc pull --allow-missing``. What travels is
-every stage's DVC outputs: the download records, the prepared caches of the datasets whose terms
-allow it (:attr:`~dmlbench.data.base.DatasetSpec.redistributable`; the others' stay here, and a
-puller re-creates them from their own archives in ``data/``), tuning records and studies, models
-(without them a pulled training's stage would not be up to date), embeddings, per-query evaluations,
-metrics and the report. Not ``data.dvc`` once it tracks archives (the datasets' terms), not the scratch
-extractions (``artifacts/raw``), checkpoints or run logs, which are no DVC outputs.
-
-Usage: ``python -m dmlbench.pipeline.publish push REMOTE`` / ``python -m dmlbench.pipeline.publish pull [REMOTE]``.
+Thin over DVC: ``push`` names the remote (one of ``.dvc/config``, or a folder or URL, then added
+as the default remote ``published`` so that a clone finds it) and runs ``dvc push`` on the
+pipeline's stages; ``pull`` runs ``dvc pull --allow-missing``. Every stage's DVC outputs travel
+but the prepared caches of datasets whose terms forbid it
+(:attr:`~dmlbench.data.base.DatasetSpec.redistributable`); never ``data.dvc``'s archives, the
+scratch extractions, checkpoints or run logs.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """What the compute nodes must reach, refused in one line before anything is submitted to Slurm.
 
-A job writes its tracking records to ``MLFLOW_TRACKING_URI`` and a tuning study to
-``tuning.storage`` from a compute node, where ``127.0.0.1``/``localhost``/``::1`` is the node itself
-and a local disk is the node's own. So with the Slurm executor:
-
-* a loopback MLflow server (``http://127.0.0.1:5001``, what a server started for this machine
-  alone answers on) or a loopback (or UNIX-socket) Optuna database is refused;
-* an MLflow SQLite or file store is accepted only where the jobs see that very file and may write
-  it: on a network file system SQLite's locking is unsafe (refused by
-  :func:`dmlbench.pipeline.cluster_checks.require_tracking_for_cluster`), and on this machine's own
-  disk the other nodes see no such file (a job would create a store of its own there). A SQLite
-  store therefore suits a single-node cluster only, where every Slurm node is this machine;
-
-except on a cluster whose every node is this machine (``make cluster-up``'s single node, the test
-suite's stand-in), where loopback and local disk are what the jobs see too. The nodes are those
-``sinfo`` lists (their host names). The probe job (:mod:`dmlbench.pipeline.probe`) then checks
-from a compute node that the store answers.
+On a compute node ``127.0.0.1``/``localhost``/``::1`` is the node itself and a local disk the
+node's own. So a loopback MLflow server or a loopback (or UNIX-socket) Optuna database is refused,
+and an MLflow SQLite or file store only suits a cluster whose every node is this machine (on a
+network file system SQLite's locking is unsafe:
+:func:`dmlbench.pipeline.cluster_checks.require_tracking_for_cluster`; on this machine's own disk
+the other nodes see no such file). The nodes are those ``sinfo`` lists; the probe job
+(:mod:`dmlbench.pipeline.probe`) then checks from a node that the store answers.
 """
 
 from __future__ import annotations

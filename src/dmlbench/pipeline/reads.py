@@ -1,22 +1,14 @@
-"""What each pipeline stage reads, derived from the source: the code files its script runs and the
-``params.yaml`` keys that code reads. The validate stage hashes both into the stage's inputs
-manifest (:mod:`dmlbench.pipeline.manifests`). Everything is read with :mod:`ast`, nothing is
-imported; each file is parsed once (:mod:`dmlbench.pipeline.source`).
+"""What each pipeline stage reads, derived from the source with :mod:`ast` (nothing imported, each
+file parsed once: :mod:`dmlbench.pipeline.source`): the code files its script runs, and the
+``params.yaml`` keys that code reads (:mod:`dmlbench.pipeline.params_flow`); the validate stage
+hashes both into the stage's inputs manifest (:mod:`dmlbench.pipeline.manifests`).
 
-**Code.** From the stage's script (``stages/<name>.py``) every import is followed through
-``src/dmlbench``, module-level and function-level alike (only ``if TYPE_CHECKING:`` blocks are
-skipped); importing ``dmlbench.a.b`` runs ``dmlbench/__init__.py`` and ``dmlbench/a/__init__.py``,
-so those count too, and so do a module started as ``python -m dmlbench.x`` (a ``"-m"`` followed by
-its name in a list) and a data file a module names next to itself (``"literature.csv"``). A
-registry package's ``__init__`` (:data:`~dmlbench.params.declared_reads.REGISTRIES`) imports every
-member; through it a stage generated per item reaches only the member of its own item of a section
-it iterates (``losses/<loss>.py``, the module named as the entry; else the one the registry's
-``__missing__`` delegates to, ``timm_<model>`` -> ``models/timm_models.py``), none of a section it
-does not iterate; a stage not generated per item (``report``) reaches them all. A member imported
-directly is an ordinary import.
-
-**Params.** What the code reads of ``params.yaml`` through the validated ``Params``:
-:mod:`dmlbench.pipeline.params_flow`.
+**Code.** Every import from ``stages/<name>.py`` followed through ``src/dmlbench`` (not ``if
+TYPE_CHECKING:`` blocks), with the package ``__init__`` files an import runs, modules started as
+``python -m dmlbench.x`` and data files a module names next to itself. Through a registry package
+(:data:`~dmlbench.params.declared_reads.REGISTRIES`) a stage generated per item reaches only the
+member of its own item (the entry's module, else the one ``__missing__`` delegates to), and none of
+a section it does not iterate; ``report`` reaches them all. Details: docs/pipeline.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
 """DVC's bookkeeping around stage commands, done once for many stages: what ``dvc repro`` does for
-each stage, with the ``dvc.lock`` write batched.
+each stage (``Stage.run``, ``dvc/stage/__init__.py``), with the ``dvc.lock`` write batched.
 
-``dvc repro --single-item <stage>`` per stage (the old runner) rebuilds DVC's index, then re-reads
-and rewrites the whole ``dvc.lock`` under the repository lock: its cost grows with the grid, so a
-grid's total grows with its square and is serialised whatever the number of workers
-(treeverse/dvc#10629; measured in ``benchmarks/pipeline_scale.py``). :class:`StageBook` loads the
-index once, holds the repository lock for the whole run (as ``dvc repro`` does), and around each
-command does what ``Stage.run`` does (``dvc/stage/__init__.py``):
-
-- before: remove the stage's non-persistent outputs and hash its dependencies
-  (:meth:`StageBook.start`);
-- after: hash dependencies and outputs again and move the outputs into DVC's cache
-  (``Stage.save`` + ``Stage.commit``, :meth:`StageBook.finish`); a dependency that changed while
-  the command ran makes the run unrecordable (the stage stays stale: nothing claims an output
-  came from inputs it did not see; code and params, which a stage's inputs manifest stands for, are
-  checked by the stage itself before and after its work, :func:`dmlbench.stage_inputs.check_manifest`).
-  The stage's lock entry (``dvc.stage.serialize.to_lockfile``) is queued;
-- :meth:`StageBook.flush` writes every queued entry in one rewrite of the lock file (as
-  ``dvc commit`` of many stages does, ``dvc/repo/commit.py``), to a temporary file renamed over
-  ``dvc.lock``: a run killed at any moment leaves the old or the new lock, never half of one.
-
-A stage's entry is written only after its command succeeded and its outputs are in the cache, so a
-killed run leaves the lock consistent: finished stages recorded (or, if killed before their batch,
-stale and re-run next time), nothing recorded for an unfinished one. The entry is DVC's own: a
-later ``dvc status``/``dvc repro`` reads it as if ``dvc repro`` had written it. Thread-safe: one
-lock guards the DVC objects; the lock-file write runs outside it, so stages start and finish while
-a batch is written. Run cache: not written (``dvc repro --no-run-cache``'s behaviour for outputs).
+``dvc repro`` rewrites the whole lock per stage, so a grid's bookkeeping grows with its square
+(treeverse/dvc#10629). :class:`StageBook` loads DVC's index once and holds the repository lock for
+the run; :meth:`~StageBook.start` removes a stage's non-persistent outputs and hashes its
+dependencies, :meth:`~StageBook.finish` hashes and caches (``Stage.save`` + ``Stage.commit``) and
+queues DVC's own lock entry (a dependency changed meanwhile: unrecordable), :meth:`~StageBook.flush`
+writes the queued entries in one lock write renamed over ``dvc.lock`` (as ``dvc commit``,
+``dvc/repo/commit.py``). Thread-safe; no run cache. Guarantees: docs/pipeline.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Stages that only write a record: the ``tune@`` cells of a protocol that trains published values.
 
-Such a stage searches nothing: it writes ``best.yaml`` saying ``hyperparameters: published`` (and
-empty trial files) in one Python start (``dmlbench.tune.stage.tune_stage`` returns before loading
-any data). dvc.yaml still has it: a DVC matrix is the full product of its lists, and whether the
-grid searches is ``protocols.<protocol>.hyperparameters``, which dvc.yaml cannot read (an
-interpolation inside an interpolation is refused) and which ``train@``'s dependency on
-``best.yaml`` could not follow either (a list cannot be interpolated into ``deps``). Leaving them
-out would take two more keys in params.yaml that must agree with the protocol.
-
-On Slurm each would otherwise be a job with the tune kind's resources (typically a GPU for days),
-queued for hours in front of the trainings that wait for it. The Slurm executor runs them here
-instead (:class:`HereStages`), from the same job spec a job would run, and records them like a
-completed job: the lock says the same, no job is queued.
+Such a stage writes ``best.yaml: hyperparameters: published`` in one Python start. It stays in
+dvc.yaml because whether the grid searches is ``protocols.<protocol>.hyperparameters``, which
+neither a DVC matrix nor ``train@``'s ``deps`` can read (docs/tuning.md). On Slurm each would be a
+job with the tune kind's resources queued in front of the trainings that wait for it, so the Slurm
+executor runs them here (:class:`HereStages`), from the job spec a job would run, and records them
+like a completed job.
 """
 
 from __future__ import annotations

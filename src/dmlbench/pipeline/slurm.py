@@ -1,54 +1,22 @@
 """Stale DVC stages as Slurm jobs: Slurm schedules them, its ``afterok`` dependencies order them.
 
-Every stage the plan holds (:func:`dmlbench.pipeline.local.plan_after_validate`: the stale stages and
-what follows them, once a stale ``validate`` has run here) becomes one ``sbatch`` job on the shared
-checkout (but the record-only ``tune@`` stages, run here, and those found unchanged: below), submitted
-in topological order with
-``--dependency=afterok:<the jobs of its upstream stages still queued or running>`` and
-``--kill-on-invalid-dep=yes``, so a failed job's dependents are cancelled by Slurm itself
-(:mod:`dmlbench.pipeline.slurm_submission`). At most ``cluster.max_jobs`` jobs are queued or running
-at once (default: what ``sacctmgr`` allows this user, else :data:`DEFAULT_MAX_JOBS`; a tune job's
-worker array counts for its tasks): the rest are submitted as jobs end. Each job runs
-``python -m dmlbench.pipeline.job <stage>`` (:mod:`dmlbench.pipeline.job`) and sets its own
-environment (:func:`dmlbench.launch.job_script`: the venv's ``bin/`` first on ``PATH``, the
-variables of :func:`job_environment`, ``DMLBENCH_OFFLINE=1``), so it needs neither the
-submitting shell's environment (``SBATCH_EXPORT=NONE`` works) nor the internet: before
-submitting, every archive and weights file is fetched here (:mod:`dmlbench.pipeline.fetch`).
-Who records: this process. The jobs run their stages' commands without DVC (from the job spec
-written at submission, :mod:`dmlbench.pipeline.job`); when Slurm reports a job COMPLETED, its stage
-is recorded here (:class:`dmlbench.pipeline.record.StageBook`: hashes, cache, lock entry), all the
-stages one poll found in one ``dvc.lock`` write. A stage stale now is submitted at once; one
-only downstream of those is held back until they ended, then not run at all when its inputs came
-out the same (as ``dvc repro``; e.g. ``tune@`` records re-run after an edit of ``tuning:``, and no
-training after them). ``tune@`` stages that search nothing run here, not as jobs
-(:mod:`dmlbench.pipeline.record_only`).
-
-The run outlives this process. Each submission is first written to the run's state file
-(:mod:`dmlbench.pipeline.slurm_state`); started again (``make repro EXECUTOR=slurm``, or
-``--attach``), the command takes over what is queued or running and records what COMPLETED while
-nobody watched; nothing is submitted twice. SIGTERM and SIGHUP (a closed terminal, an ssh drop, a
-login node shutting down) detach: the jobs go on, one line says how to re-attach; ``--detach``
-returns once everything that can be submitted now is. Ctrl-C cancels the run's jobs (nobody would
-record them). Endings, refusals and jobs that can never start: :mod:`dmlbench.pipeline.slurm_endings`.
-The command watches the jobs (one ``squeue`` per poll for all of them, then ``sacct`` /
-``scontrol`` for the ended; polls ``cluster.poll_seconds`` apart, the wait growing while nothing
-ends) to report which stage failed, its state and its log (``artifacts/logs/<stage>.log``), and
-which were cancelled because of it; each stage's line ends with the ETA of the local runner's cost
-model (:func:`slurm_eta`), corrected by the stages done. Refused in one line before anything is submitted: no Slurm, an
-MLflow SQLite store on a network file system (:mod:`dmlbench.pipeline.cluster_checks`), or a store
-the compute nodes cannot reach (:mod:`dmlbench.pipeline.reachability`); then, when there is
-something to submit, one short probe job with the GPU kind's resources checks a compute node's GPU,
-driver, torch build and tracking store before the grid is submitted (:mod:`dmlbench.pipeline.probe`;
-no probe when a re-attached run only adopts jobs already in Slurm). A job that asked for a GPU runs
-with ``DMLBENCH_DEVICE=cuda``: it refuses in one line where it finds none
-(:func:`dmlbench.launch.job_script`).
+Every stage of the plan (:func:`dmlbench.pipeline.local.plan_after_validate`) becomes one
+``sbatch`` job on the shared checkout running ``python -m dmlbench.pipeline.job <stage>``, but the
+record-only ``tune@`` stages (run here: :mod:`dmlbench.pipeline.record_only`) and those whose
+inputs came out the same (not run, as ``dvc repro``); submitted, watched, retried and taken over by
+:mod:`dmlbench.pipeline.slurm_submission`. A job sets its own environment (:func:`job_environment`,
+:func:`dmlbench.launch.job_script`) and needs no internet (archives and weights are fetched here
+first). This process records each COMPLETED stage (:class:`dmlbench.pipeline.record.StageBook`).
+Refused in one line before anything is submitted: no Slurm, an SQLite store on a network file
+system (:mod:`dmlbench.pipeline.cluster_checks`), a store the nodes cannot reach
+(:mod:`dmlbench.pipeline.reachability`), a compute node's GPU or store failing the probe job
+(:mod:`dmlbench.pipeline.probe`). SIGTERM/SIGHUP detach, Ctrl-C cancels: docs/cluster.md.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,7 +40,7 @@ from dmlbench.pipeline.probe import probe_grid
 from dmlbench.pipeline.reachability import require_reachable_stores
 from dmlbench.pipeline.record import StageBook
 from dmlbench.pipeline.record_only import here_environment, record_only_stages
-from dmlbench.pipeline.slurm_command import Detached, Job, sbatch_command, waiting_resources
+from dmlbench.pipeline.slurm_command import Detached, Job, say, sbatch_command, waiting_resources
 from dmlbench.pipeline.slurm_endings import DONE, FAILED, ending_hint
 from dmlbench.pipeline.slurm_queries import cancel, gres_per_gpu, site_max_jobs, states
 from dmlbench.pipeline.slurm_state import STATE_FILE, RunState
@@ -154,15 +122,8 @@ def slurm_eta(params: Params, order: list[str], cluster: ClusterConfig) -> Runne
             shape = replace(shape, workers=max(1, min(cluster.max_jobs, len(order))))
         return runner_eta(Path("."), params, order, shape)
     except Exception as exc:  # an estimate must never stop a run
-        _say(f"warning: no ETA ({type(exc).__name__}: {exc})")
+        say(f"warning: no ETA ({type(exc).__name__}: {exc})", error=True)
         return None
-
-
-def _say(line: str) -> None:
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except OSError:  # the terminal is gone (SIGHUP)
-        pass
 
 
 def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX, *, attach: bool = False,
@@ -218,16 +179,17 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX, *, attach: bool 
         except Detached:
             in_flight, left = submission.in_flight(), [s for s in submission.pending if s not in submission.here]
             more = f"; {len(left)} stage(s) not submitted yet (submitted when re-attached)" if left else ""
-            _say(f"detached: {len(in_flight)} job(s) go on in Slurm{more}; re-attach with: {REATTACH}")
+            say(f"detached: {len(in_flight)} job(s) go on in Slurm{more}; re-attach with: {REATTACH}", error=True)
             return 0, plan, True
         except KeyboardInterrupt:
             in_flight_ids = [job.job_id for job in submission.in_flight()]
             cancel(in_flight_ids)  # nobody would record them, and a new run would race them for their outputs
             state.forget(*state.entries)
             stopped = submission.stopped_here  # (run() stopped them)
-            _say(
+            say(
                 f"interrupted: the stages recorded so far stay recorded; {len(in_flight_ids)} job(s) still queued "
-                f"or running cancelled" + (f", {len(stopped)} stage(s) running here stopped" if stopped else "")
+                f"or running cancelled" + (f", {len(stopped)} stage(s) running here stopped" if stopped else ""),
+                error=True,
             )
             raise
     if not state.entries:
@@ -235,5 +197,5 @@ def run_on_slurm(params: Params, dropbox: Path = paths.DROPBOX, *, attach: bool 
     jobs = list(submission.jobs.values())
     if all(state in DONE for state in final.values()):
         return 0, plan, False
-    _say("error: " + failure_report(jobs, final, config=cluster))
+    say("error: " + failure_report(jobs, final, config=cluster), error=True)
     return 1, plan, False

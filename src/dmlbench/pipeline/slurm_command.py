@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,14 @@ class Job:
     def describe(self) -> str:
         """``job 123``, ``run here`` or ``not submitted``."""
         return {Where.SLURM: f"job {self.job_id}", Where.HERE: "run here", Where.NOWHERE: "not submitted"}[self.where]
+
+
+def say(line: str, error: bool = False) -> None:
+    """Print one line (to stderr when ``error``); a terminal gone (SIGHUP) is no reason to stop."""
+    try:
+        print(line, file=sys.stderr if error else sys.stdout, flush=True)
+    except OSError:
+        pass
 
 
 class Detached(Exception):  # noqa: N818 (an outcome, not an error)

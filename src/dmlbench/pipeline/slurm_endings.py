@@ -1,14 +1,7 @@
-"""How each way a Slurm job ends, or never starts, is handled and told (one line each).
-
-* Retryable (:data:`RETRYABLE`: PREEMPTED, NODE_FAIL, BOOT_FAIL): the job is submitted again, at
-  most ``cluster.max_retries`` times, the second retry and later only while its checkpoint made
-  progress since the previous attempt (:mod:`dmlbench.pipeline.checkpoints`). A job an administrator
-  requeues is back in Slurm's queue under its id: it is waited for, never submitted twice.
-* TIMEOUT and OUT_OF_MEMORY: final, with the setting to raise and the value it had
-  (:func:`ending_hint`).
-* A pending reason that means the job can never start as asked (:data:`NEVER`: a time limit above
-  the partition's or QOS's, more than a job may ask, a hold): said once while the run waits
-  (:func:`never_hint`); the job stays queued (a held job may be released).
+"""How each way a Slurm job ends, or never starts, is handled and told (one line each): retried
+(:data:`RETRYABLE`, within ``cluster.max_retries`` and while its checkpoint moves), final with the
+setting to raise (TIMEOUT, OUT_OF_MEMORY: :func:`ending_hint`), or pending for a reason that never
+passes (:data:`NEVER`: said once, :func:`never_hint`). Behaviour: docs/cluster.md, "Endings".
 
 Slurm's codes: https://slurm.schedmd.com/job_state_codes.html, https://slurm.schedmd.com/squeue.html
 (JOB REASON CODES), https://slurm.schedmd.com/resource_limits.html.

@@ -1,17 +1,5 @@
-"""What the Slurm executor asks Slurm, and how it reads the answers.
-
-* :func:`poll`: each job's state, with the pending reason and whether Slurm still holds it in its
-  queue (``squeue``, then accounting: ``sacct``, or ``scontrol`` where accounting is off).
-* :func:`sbatch`: one submission; a refusal comes back with Slurm's reason and whether trying
-  again can help (a full queue, a controller that timed out) or not (an unknown partition or
-  account, a request no node can meet).
-* :func:`find_jobs`: this checkout's jobs of one name submitted since a moment (``squeue --me``
-  and ``sacct``), for an entry of the state file written just before a ``sbatch`` whose answer
-  was lost (:mod:`dmlbench.pipeline.slurm_state`).
-* :func:`site_max_jobs`: the most jobs this user may have queued, as ``sacctmgr`` says
-  (``MaxSubmitJobs`` of the association, ``MaxSubmitJobsPerUser`` of its QOS), less those queued now.
-* :func:`gres_per_gpu`: how many shards (or MPS units) the site configured per GPU (``sinfo``'s
-  ``%G``), so that a job asks for its share of a GPU in the site's units.
+"""What the Slurm executor asks Slurm (``squeue``, ``sacct``, ``scontrol``, ``sbatch``, ``sacctmgr``,
+``sinfo``), and how it reads the answers.
 
 Job states and reasons: https://slurm.schedmd.com/job_state_codes.html,
 https://slurm.schedmd.com/resource_limits.html (the ``squeue`` reason codes).

@@ -1,23 +1,11 @@
 """The state file of a run on Slurm, ``artifacts/logs/slurm-run.json``: what is in Slurm's hands.
 
-The submitting process may die at any moment (an ssh drop, a login node's reboot, ``kill -9``) or
-be told to detach; the jobs go on. What a later run needs to take them over without running
-anything twice is written here, one entry per stage whose job is queued or running:
-
-* ``job``: its Slurm job id; ``null`` while its ``sbatch`` runs (the entry is written **before**
-  the submission, so a crash between ``sbatch`` and the write leaves an entry without an id, which
-  :func:`dmlbench.pipeline.slurm_queries.find_jobs` resolves by job name, working directory and
-  submission time);
-* ``snapshot``: its command and the hashes of its inputs at submission (its inputs manifest among
-  them, :meth:`StageBook.snapshot <dmlbench.pipeline.record.StageBook.snapshot>`): a job that
-  COMPLETED while nobody watched is recorded only when they are the same now
-  (:meth:`StageBook.adopt <dmlbench.pipeline.record.StageBook.adopt>`);
-* ``attempts`` and ``progress`` (its checkpoint's fingerprint when submitted,
-  :func:`dmlbench.pipeline.checkpoints.progress`): retries stay bounded across restarts;
-* ``weight``: the jobs it stands for (a tune job that runs its workers as an array: 1 + workers).
-
-An entry leaves once its stage ended (recorded, or failed and reported). Every change rewrites the
-file in one rename (a kill leaves the old or the new file); it holds at most ``max_jobs`` entries.
+One entry per stage whose job is queued or running, written **before** its ``sbatch`` (an entry
+without a ``job`` id is resolved by :func:`dmlbench.pipeline.slurm_queries.find_jobs`), with the
+command and input hashes at submission (``snapshot``: a job that COMPLETED while nobody watched is
+recorded only when they are the same now), ``attempts`` and ``progress`` (retries stay bounded
+across restarts) and ``weight`` (a tune job with a worker array: 1 + workers). An entry leaves once
+its stage ended; every change is one rename (a kill leaves the old or the new file).
 """
 
 from __future__ import annotations

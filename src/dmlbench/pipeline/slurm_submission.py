@@ -1,17 +1,11 @@
 """The Slurm executor's jobs: submitted in order, watched, retried, recorded, taken over after a restart.
 
-:class:`Submission` submits the plan's stages in topological order (``afterok`` on the jobs of their
-upstream stages still queued or running; a stage whose upstream failed is not submitted), at most
-``max_jobs`` jobs queued or running at once, a tune job that runs its workers as an array counting
-for all of them. Every submission is written to the run's state file first
-(:mod:`dmlbench.pipeline.slurm_state`); a run started again takes over (:meth:`Submission.adopt`)
-what an earlier one left in Slurm's hands: a job still queued or running is watched, not submitted
-again; one that COMPLETED meanwhile is recorded when its inputs are still those it ran with.
-Endings (:mod:`dmlbench.pipeline.slurm_endings`): PREEMPTED, NODE_FAIL and BOOT_FAIL are submitted
-again (with what waits for them) within ``cluster.max_retries``, TIMEOUT and OUT_OF_MEMORY say which
-setting to raise; a refused ``sbatch`` is tried again after a growing pause while the rest of the
-grid goes on (one line after :data:`REFUSALS_TOLD` refusals), a refusal no retry can cure fails that
-stage; a job pending for a reason that never passes is told once while the run waits.
+:class:`Submission` submits the plan's stages in topological order (``afterok`` on the upstream
+jobs still in Slurm; a stage whose upstream failed is not submitted), at most ``max_jobs`` in
+flight (a tune job's worker array counts for all its tasks). Every submission is written to the
+state file first (:mod:`dmlbench.pipeline.slurm_state`), so a run started again takes over
+(:meth:`Submission.adopt`) instead of submitting twice. Endings, retries, refused ``sbatch`` and
+jobs that can never start: :mod:`dmlbench.pipeline.slurm_endings` and docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -31,20 +25,12 @@ from dmlbench.pipeline.guard import stage_filename
 from dmlbench.pipeline.job import spec_path
 from dmlbench.pipeline.record import RecordError, StageBook
 from dmlbench.pipeline.record_only import HereStages
-from dmlbench.pipeline.slurm_command import Detached, Job, Where, sbatch_command
+from dmlbench.pipeline.slurm_command import Detached, Job, Where, say, sbatch_command
 from dmlbench.pipeline.slurm_endings import DONE, FAILED, RETRYABLE, UNCHANGED, ending_hint, never_hint
 from dmlbench.pipeline.slurm_queries import JobState, Submitted, cancel, find_jobs, poll, sbatch
 from dmlbench.pipeline.slurm_state import Entry, RunState
 
 REFUSALS_TOLD = 3  # a stage's sbatch refused this many times: one line with Slurm's reason
-
-
-def _say(line: str, error: bool = False) -> None:
-    """Print one line; a terminal gone (SIGHUP) is no reason to stop."""
-    try:
-        print(line, file=sys.stderr if error else sys.stdout, flush=True)
-    except OSError:
-        pass
 
 
 class Submission:
@@ -156,7 +142,7 @@ class Submission:
                 self.jobs[stage], self.final[stage] = Job.nowhere(stage, log), UNCHANGED
                 self._note(stage, None)
                 if not self.quiet:
-                    _say(f"{'same':<9} {stage} (its inputs came out the same: not run)")
+                    say(f"{'same':<9} {stage} (its inputs came out the same: not run)")
                 continue
             spec = self._spec(stage)
             if stage in self.here:
@@ -213,7 +199,7 @@ class Submission:
             log.write_text(f"sbatch refused it: {result.reason}\n")
             self.jobs[stage], self.final[stage] = Job.nowhere(stage, log), "FAILED"
             self._note(stage, None)
-            _say(f"error: sbatch refused {stage}: {result.reason} (check cluster.partition, account, qos and "
+            say(f"error: sbatch refused {stage}: {result.reason} (check cluster.partition, account, qos and "
                  f"cluster.stages.{kind}; the rest of the grid goes on)", error=True)  # fmt: skip
             return
         self.pending = sorted([*self.pending, stage], key=self.order.index)
@@ -222,7 +208,7 @@ class Submission:
         self.backoff = min(longest * 5, max(first, self.backoff * 2))
         self.sbatch_after = time.monotonic() + self.backoff
         if self.refusals[stage] == REFUSALS_TOLD:
-            _say(f"warning: sbatch refused {stage} {REFUSALS_TOLD} times: {result.reason}; trying again after "
+            say(f"warning: sbatch refused {stage} {REFUSALS_TOLD} times: {result.reason}; trying again after "
                  f"pauses of up to {longest * 5:g} s, the rest of the grid goes on", error=True)  # fmt: skip
 
     def _ended(self, stage: str, state: str, where: str) -> None:
@@ -230,7 +216,7 @@ class Submission:
             try:  # hashes, cache, lock entry (written in the next batch)
                 self.book.finish(stage)
             except RecordError as exc:
-                _say(f"error: {exc}", error=True)
+                say(f"error: {exc}", error=True)
                 state = "FAILED"
         self.final[stage] = state
         if state != "COMPLETED" or self.book is None:  # (a recorded stage: once it is in dvc.lock, _written)
@@ -240,7 +226,7 @@ class Submission:
         ran = time.monotonic() - since if state == "COMPLETED" and since is not None else None
         note = self._note(stage, ran)
         if not self.quiet:
-            _say(f"{'done  ' if state in DONE else state:<9} {stage} ({where})" + (f": {hint}" if hint else "")
+            say(f"{'done  ' if state in DONE else state:<9} {stage} ({where})" + (f": {hint}" if hint else "")
                  + (f" [{len(self.final)}/{len(self.order)} ended; {note}]" if note else ""))  # fmt: skip
 
     def _note(self, stage: str | None, seconds: float | None) -> str:
@@ -271,7 +257,7 @@ class Submission:
         elif attempts > 1 and moved is not None and moved == self.progress_at.get(stage):
             why = f"its checkpoint made no progress in attempt {attempts}"
         if why:
-            _say(f"{state:<9} {stage} (job {job.job_id}): not submitted again: {why}", error=True)
+            say(f"{state:<9} {stage} (job {job.job_id}): not submitted again: {why}", error=True)
             return False
         after = [s for s in self._downstream(stage) if s not in self.pending]
         cancel([self.jobs[s].job_id for s in after if s in self.jobs and s not in self.final and self.jobs[s].in_slurm])
@@ -281,7 +267,7 @@ class Submission:
         self.state.forget(stage, *after)
         self.pending = sorted({*self.pending, stage, *after}, key=self.order.index)
         self.attempts[stage] = attempts + 1
-        _say(f"{state:<9} {stage} (job {job.job_id}): submitted again (attempt {attempts + 1} of at most "
+        say(f"{state:<9} {stage} (job {job.job_id}): submitted again (attempt {attempts + 1} of at most "
              f"{self.config.max_retries + 1})")  # fmt: skip
         return True
 
@@ -309,7 +295,7 @@ class Submission:
                 hint = never_hint(job.stage, job_id, found.reason, self.config) if found.state == "PENDING" else None
                 if hint and job_id not in self.told:
                     self.told.add(job_id)
-                    _say(f"warning: {hint}", error=True)
+                    say(f"warning: {hint}", error=True)
                 continue
             if found.state != "COMPLETED" and self.seen.get(job_id) != found.state:
                 self.seen[job_id] = found.state  # an ending but success, seen twice: Slurm may be requeueing it
@@ -355,7 +341,7 @@ class Submission:
                 self.state.forget(entry.stage)
                 if entry.job is not None and found is not None and found.queued:  # no longer to run
                     cancel([entry.job])
-                    _say(f"cancelled job {entry.job} ({entry.stage}): the stage is no longer to run")
+                    say(f"cancelled job {entry.job} ({entry.stage}): the stage is no longer to run")
                 continue
             if (found.queued or found.state == "COMPLETED") and self._take(entry, found):
                 taken.append(entry.stage)  # (its entry stays until the stage is in dvc.lock)
@@ -364,7 +350,7 @@ class Submission:
             if found.state in RETRYABLE:
                 self.attempts[entry.stage] = entry.attempts + 1
             elif not found.queued and found.state != "COMPLETED":
-                _say(f"{found.state:<9} {entry.stage} (job {entry.job}, while nobody watched): submitted again")
+                say(f"{found.state:<9} {entry.stage} (job {entry.job}, while nobody watched): submitted again")
         return taken
 
     def _take(self, entry: Entry, found: JobState) -> bool:
@@ -374,7 +360,7 @@ class Submission:
         if book is not None and not book.matches(stage, entry.snapshot):
             if found.queued:
                 cancel([job_id])
-            _say(f"cancelled job {job_id} ({stage}): its inputs changed since it was submitted; submitted again")
+            say(f"cancelled job {job_id} ({stage}): its inputs changed since it was submitted; submitted again")
             return False
         job = Job(stage, job_id, log)
         if found.queued:
@@ -382,16 +368,16 @@ class Submission:
                 book.expect(stage, entry.snapshot)
             self.state.save()  # (its job id, where it was found by name)
             self.attempts[stage], self.progress_at[stage] = entry.attempts, entry.progress
-            _say(f"{'adopted':<9} {stage} (job {entry.job}, {found.state.lower()})")
+            say(f"{'adopted':<9} {stage} (job {entry.job}, {found.state.lower()})")
         else:
             try:
                 if book is not None:
                     book.adopt(stage, entry.snapshot)
             except RecordError as exc:
-                _say(f"error: {exc}; submitted again", error=True)
+                say(f"error: {exc}; submitted again", error=True)
                 return False
             self.final[stage] = "COMPLETED"
-            _say(f"{'done':<9} {stage} (job {entry.job}: completed while nobody watched; recorded now)")
+            say(f"{'done':<9} {stage} (job {entry.job}: completed while nobody watched; recorded now)")
         self.pending.remove(stage)
         self.jobs[stage] = job
         return True
@@ -418,13 +404,13 @@ class Submission:
             full = bool(self.in_flight()) and self._load() >= self.limit
             why = f"cluster.max_jobs: {self.limit}" if full else "after what they wait for"
             rest = f"; {len(later)} more as jobs end ({why})" if later else ""
-            _say(f"{len(submitted)} stage(s) submitted to Slurm as jobs {submitted[0]}..{submitted[-1]}{rest} "
+            say(f"{len(submitted)} stage(s) submitted to Slurm as jobs {submitted[0]}..{submitted[-1]}{rest} "
                  f"(squeue --me to watch; logs in {self.log_dir}/)")  # fmt: skip
         if not self.quiet and self.here:
-            _say(f"{len(self.here)} stage(s) only record published values (tune@ of a protocol that searches "
+            say(f"{len(self.here)} stage(s) only record published values (tune@ of a protocol that searches "
                  "nothing): run here, no job")  # fmt: skip
         if not self.quiet and (note := self._note(None, None)):
-            _say(f"{len(self.final)}/{total} ended; {note}")
+            say(f"{len(self.final)}/{total} ended; {note}")
         first, longest = self.config.poll_seconds
         delay, asked = first, time.monotonic()
         while len(self.final) < total:

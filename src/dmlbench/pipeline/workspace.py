@@ -1,23 +1,10 @@
-"""A workspace of its own for a preset: ``artifacts/presets/<name>/``, a git worktree of the main
-checkout.
+"""A workspace of its own for a preset: ``artifacts/presets/<name>/``, a detached git worktree of the
+main checkout's HEAD (DVC reads only ``params.yaml`` and keeps one ``dvc.lock`` per workspace).
 
-DVC reads only ``params.yaml`` and keeps one ``dvc.lock`` per workspace, so a preset cannot run
-in the main checkout without rewriting the demo's params.yaml and dvc.lock. Instead each preset
-gets a detached ``git worktree`` of the main checkout's HEAD under ``artifacts/presets/``
-(ignored by git; DVC treats a directory with its own ``.git`` and ``.dvc`` as a sub-repository
-and leaves it out of the main pipeline), with
-
-* its own ``params.yaml`` (the preset over params.yaml) and its own ``dvc.lock``, report,
-  ``artifacts/`` and stage logs;
-* the main checkout's DVC cache (``.dvc/config.local``: ``cache.dir``), so outputs are stored
-  once and a stage another workspace already ran is restored from DVC's run cache;
-* ``data/`` a link to the main checkout's drop-box, so dataset archives are never copied or
-  downloaded twice.
-
-The workspace runs the committed code of HEAD (the worktree's ``src/`` first on
-``PYTHONPATH``, so the code DVC hashes is the code that runs). Re-running a preset re-uses its
-workspace; when HEAD moved, the worktree follows it and keeps its ``dvc.lock``, so only stale
-stages run.
+It has its own ``params.yaml`` (the preset over params.yaml), ``dvc.lock``, report and
+``artifacts/``; the main checkout's DVC cache (``.dvc/config.local``) and ``data/`` drop-box (a
+link). It runs HEAD's committed code (its ``src/`` first on ``PYTHONPATH``); when HEAD moved, the
+worktree follows it and keeps its ``dvc.lock``, so only stale stages run. See docs/presets.md.
 """
 
 from __future__ import annotations
