@@ -368,6 +368,8 @@ def test_a_repinned_weights_file_changes_only_the_manifests_of_the_stages_that_l
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     lock = root / "elsewhere.lock"
     monkeypatch.setenv(LOCK_ENV, str(lock))
+    tracked = root / "weights.lock"
+    assert not tracked.exists()  # the copy holds no lock of its own
     name = "timm/test_vit.r160_in1k/model.safetensors"
     first = LockEntry("a" * 64, "https://hub.test/a", "1" * 40)
     record(name, first, lock)
@@ -390,12 +392,21 @@ def test_a_repinned_weights_file_changes_only_the_manifests_of_the_stages_that_l
         lock.unlink()
         second = LockEntry("b" * 64, "https://hub.test/b", "2" * 40)
         record(name, second, lock)  # re-pinned by hand
-        with pytest.raises(ConfigError, match=rf"the entry {name} of .*elsewhere.lock changed after the validate"):
+        # the lock is not the weights.lock dvc.yaml tracks: the fix forces validate
+        refused = rf"the entry {name} of .*elsewhere.lock changed after the validate .*dvc repro --force validate"
+        with pytest.raises(ConfigError, match=refused):
             check_manifest(trained, root)
+        monkeypatch.delenv(LOCK_ENV)
+        monkeypatch.setenv("DVC_ROOT", str(root))  # as DVC runs the stage
+        shutil.copy(lock, tracked)  # the tracked lock: a plain `dvc repro` re-runs validate
+        with pytest.raises(ConfigError, match=r"weights.lock changed after the validate stage wrote it; run `dvc repro`"):
+            check_manifest(trained, root)
+        monkeypatch.setenv(LOCK_ENV, str(lock))
         check_manifest(cnn_trainings[0], root)  # a stage that does not load it: still fresh
         write_manifests(root, params, pins={"tiny_vit": {name: f"{second.sha256}@{second.revision}"}})
         assert _changed(before, _manifests(root)) == loading
         check_manifest(trained, root)
     finally:
+        tracked.unlink(missing_ok=True)
         shutil.copy(ROOT / "params.yaml", root / "params.yaml")
         write_manifests(root)

@@ -25,7 +25,7 @@ import yaml
 
 from dmlbench.errors import ConfigError
 from dmlbench.io import md5_file
-from dmlbench.weights_lock import lock_path, read_lock
+from dmlbench.weights_lock import LOCK_ENV, LOCK_NAME, lock_path, read_lock
 
 MANIFEST_DIR = Path("artifacts/inputs")
 PARAMS_FILE = "params.yaml"
@@ -197,6 +197,8 @@ def check_manifest(stage: str, root: Path = Path("."), after_run: bool = False) 
                 raise ConfigError(f"{path}: {PARAMS_FILE} key {key!r} changed {when}; {fix}")
     if manifest.get("weights"):
         lock = read_lock()
+        if lock_path().resolve() != (root / LOCK_NAME).resolve():  # dvc.yaml tracks weights.lock only
+            fix = f"run `dvc repro --force validate` ({LOCK_ENV} names a lock DVC does not track), then `dvc repro`"
         for name, pin in manifest["weights"].items():
             entry = lock.get(name)
             if entry is None or f"{entry.sha256}@{entry.revision}" != pin:
