@@ -399,7 +399,8 @@ def test_a_repinned_weights_file_changes_only_the_manifests_of_the_stages_that_l
         monkeypatch.delenv(LOCK_ENV)
         monkeypatch.setenv("DVC_ROOT", str(root))  # as DVC runs the stage
         shutil.copy(lock, tracked)  # the tracked lock: a plain `dvc repro` re-runs validate
-        with pytest.raises(ConfigError, match=r"weights.lock changed after the validate stage wrote it; run `dvc repro`"):
+        plain = r"weights.lock changed after the validate stage wrote it; run `dvc repro`"
+        with pytest.raises(ConfigError, match=plain):
             check_manifest(trained, root)
         monkeypatch.setenv(LOCK_ENV, str(lock))
         check_manifest(cnn_trainings[0], root)  # a stage that does not load it: still fresh
