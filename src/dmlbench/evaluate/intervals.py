@@ -54,16 +54,11 @@ def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -
 def bounded_t_interval(
     values: Sequence[float] | np.ndarray, confidence: float = 0.95, lower: float = 0.0, upper: float = math.inf
 ) -> Interval:
-    """Mean and its t-interval clipped to the quantity's range ``[lower, upper]``.
-
-    interval = [max(lower, mean - t_{(1+c)/2, n-1} s/sqrt(n)), min(upper, mean + t s/sqrt(n))]: the
-    t-interval over independent runs that the Reality Check's intervals are (powerful-benchmarker),
-    cut where it leaves the range. Clipping never lowers coverage (the mean lies in the range) and is
-    continuous in the data; a delta-method interval on the logit explodes near a bound and needs a
-    second method on it, whose switch makes the interval jump. With few runs of a skewed quantity
-    next to a bound the clipped t covers a little less than it says (Beta(1, 12), 5 runs: ~89% for
-    95%), as the t-interval does. Every value equal: zero width; n = 1: NaN bounds.
-    :func:`interval_method` names it."""
+    """Mean and its t-interval (the Reality Check's, over independent runs) clipped to ``[lower, upper]``:
+    [max(lower, mean - t_{(1+c)/2, n-1} s/sqrt(n)), min(upper, mean + t s/sqrt(n))]. Clipping never
+    lowers coverage and is continuous in the data (a logit delta-method interval explodes near a
+    bound). Few runs of a skewed quantity next to a bound cover a little less than stated (Beta(1, 12),
+    5 runs: ~89% for 95%), as the t-interval does. All values equal: zero width; n = 1: NaN bounds."""
     data = np.asarray(values, dtype=np.float64)
     if data.size and (data.min() < lower or data.max() > upper):
         raise ValueError(f"values outside [{lower:g}, {upper:g}]: {data.min():g} to {data.max():g}")

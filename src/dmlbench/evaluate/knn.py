@@ -1,14 +1,10 @@
 """Exact nearest-neighbour ranking by cosine similarity, never building an n x n matrix.
 
-Backends (the same results; tested): ``faiss`` (``IndexFlatIP`` on L2-normalised vectors, on the
-GPUs of :func:`faiss_gpus` for k <= 2048, the GPU k-selection limit, as PML falls back), ``torch``
-(chunked ``query @ reference.T`` + ``topk``, fp32, TF32 off) and ``screened`` (CPU: a certified
-bf16 screen, :mod:`dmlbench.evaluate.screen`; the default on CPUs with native bf16).
-
-Ties are broken *pessimistically*: among equally similar references, those of another class
-rank first, so a metric never profits from ties (a collapsed embedding scores 0) and the ranking
-depends on the similarity values only. When the reference set is the query set, each query's own
-row is excluded."""
+Backends (the same results; tested): ``faiss`` (``IndexFlatIP``, on GPUs for k <= 2048, the GPU
+k-selection limit), ``torch`` (chunked products + ``topk``, fp32, TF32 off) and ``screened`` (a
+certified bf16 screen on the CPU, :mod:`dmlbench.evaluate.screen`). Ties are broken
+*pessimistically* (other-class references first among equals, :mod:`dmlbench.evaluate.ranking`);
+in self-retrieval each query's own row is excluded. docs/evaluation.md says more."""
 
 from __future__ import annotations
 
