@@ -1,10 +1,7 @@
-"""Batched image transforms on tensors, so augmentation runs wherever the batch lives (CPU or GPU).
-
-Inputs: uint8 ``N x L x L x 3`` canvases from the prepared cache, ``sizes`` (int ``N x 2``) the valid
-``(h, w)`` at the top-left (None: the whole canvas). Outputs: float ``N x 3 x O x O`` in [0, 1];
-normalisation belongs to the model; bicubic results are clamped to [0, 1], as PIL's 8-bit resampling.
-Reality Check eval: ``Resize(256) -> CenterCrop(227)``; ``squash`` and RandAugment: Berton et al. 2025
-(gmberton/image-retrieval ``utils.py``).
+"""Batched image transforms on tensors, wherever the batch lives (CPU or GPU): uint8 ``N x L x L x 3``
+canvases with ``sizes`` (``N x 2`` valid ``(h, w)`` at the top-left; None: the whole canvas) to float
+``N x 3 x O x O`` in [0, 1] (bicubic clamped, as PIL's 8-bit resampling). ``squash`` and RandAugment:
+Berton et al. 2025 (gmberton/image-retrieval ``utils.py``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""What a dataset's files hold, checked before anything is trusted.
-
-Download runs :func:`content_check` before keeping files (or recording a sha256); prepare counts
-again (:func:`check_counts`, :func:`prepared_counts`). Fewer images or classes than the release
-are refused unless ``source.allow_subset: true``; a listed image missing fails prepare unless
-``skip_corrupt: true``.
+"""What a dataset's files hold, checked before anything is trusted: download runs :func:`content_check`
+before keeping files, prepare counts again. Fewer images or classes than the release are refused
+unless ``source.allow_subset: true`` (docs/datasets.md, "Content checks").
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""HTTP download with resume (Range), retries with exponential back-off, md5 check and atomic rename:
-the file grows as ``.<name>.part`` and is renamed once size and md5 match; a dropped connection
-resumes with ``Range``; transient failures (408/429/5xx, timeouts) retry ``RETRIES`` times after
-``BACKOFF_SECONDS * 2**attempt``. Google Drive's virus-scan page is followed through its download
-form or ``/uc?export=download`` link with its cookies (as gdown's ``get_url_from_gdrive_confirmation``);
-a Drive page without one fails with Drive's message. ``DMLBENCH_OFFLINE=1`` (Slurm jobs): nothing
-is downloaded; a missing file fails naming it and ``make fetch``.
+"""HTTP download into ``.<name>.part``, resumed with ``Range``, retried with exponential back-off on
+transient failures, renamed once size and md5 match (docs/datasets.md, "Download"). Google Drive's
+virus-scan page is followed through its form or ``/uc?export=download`` link with its cookies (as
+gdown's ``get_url_from_gdrive_confirmation``). ``DMLBENCH_OFFLINE=1``: nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -41,6 +38,14 @@ OFFLINE = "DMLBENCH_OFFLINE"
 def offline() -> bool:
     """``DMLBENCH_OFFLINE`` set (not empty, not 0): this process must not touch the network."""
     return os.environ.get(OFFLINE, "").strip() not in ("", "0")
+
+
+def offline_error(name: str, folder: Path) -> DataError:
+    """``name`` is not in ``folder`` and this process must not download it."""
+    return DataError(
+        f"{name} is not in {folder}/ and this job runs offline ({OFFLINE}=1): run `make fetch` where the internet "
+        "is (the login node), then run again"
+    )
 
 
 class TransientError(Exception):
@@ -204,10 +209,7 @@ def download(
     backoff = BACKOFF_SECONDS if backoff is None else backoff
     dest = Path(dest)
     if offline():
-        raise DataError(
-            f"{dest.name} is not in {dest.parent}/ and this job runs offline ({OFFLINE}=1): run `make fetch` "
-            "where the internet is (the login node), then run again"
-        )
+        raise offline_error(dest.name, dest.parent)
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = partial_path(dest)
     for attempt in range(retries + 1):

@@ -1,9 +1,6 @@
-"""Offline built-in dataset: glyphs rendered from the fonts that matplotlib ships.
-
-Each class is one character (many scripts and symbols); each image draws it in a random font, size,
-pose, stroke, blur, ink and paper. Ink is always darker than paper, so the demo's few epochs learn
-shapes, not polarity. Deterministic from ``seed``, offline. 200 classes by default, half ``train``,
-half ``test`` (after a fixed shuffle); not flip-invariant ('b' vs 'd').
+"""Offline built-in dataset: glyphs rendered from the fonts that matplotlib ships, deterministic from
+``seed``. A class is one character; an image draws it in a random font, size, pose, stroke, blur, ink
+and paper (ink always darker, so the demo learns shapes, not polarity). Not flip-invariant ('b', 'd').
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """DeepFashion In-Shop Clothes Retrieval (Liu et al., CVPR 2016): 52,712 images of 7,982 items.
 
-Split from ``Eval/list_eval_partition.txt``: 3,997 training items (25,882 images); the 3,985 test
-items are queried (14,218 images) against a gallery (12,612), as in Proxy-Anchor's ``Inshop.py``.
-Images: ``Img/img.zip`` (what most DML code uses), or ``img_highres.zip`` (OML) when placed in
-``data/`` (password-protected: the stage says how to get it). Files come from Google Drive; no
-checksum is published, so they are recorded on first use."""
+Split from ``Eval/list_eval_partition.txt`` (train / query / gallery, as Proxy-Anchor's ``Inshop.py``).
+Images: ``Img/img.zip``, or ``img_highres.zip`` (OML) when placed in ``data/``; from Google Drive, no
+published checksum (recorded on first use)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
-"""Decode every image once into a memory-mappable cache that training and evaluation read fast:
-each image is decoded as RGB (EXIF orientation ignored, as every DML loader does), resized like
-torchvision's ``Resize(S)`` (antialiased bilinear; JPEGs DCT-downscaled first while >= the target)
-and its long side centre-cropped to ``L = ceil(S * max_aspect)`` px. Outputs: ``images.npy`` (uint8
-``N x L x L x 3``, image ``i`` at ``[:h_i, :w_i]``, the rest 0), ``sizes.npy`` (int32 ``N x 2``),
-``manifest.csv`` (``path,label,class_name,split,fold`` in cache order) and ``info.json`` (splits,
-folds, archive md5s, counts, images left out). A listed image missing fails before decoding, an
-unreadable one after, unless ``skip_corrupt``. Rows are written at their own index: ``workers`` change nothing.
+"""Decode every image once into a memory-mappable cache: RGB (EXIF orientation ignored, as DML loaders
+do), torchvision's ``Resize(S)``, the long side centre-cropped to ``L = ceil(S * max_aspect)``
+(docs/datasets.md, "Prepared cache"). ``images.npy`` (uint8 ``N x L x L x 3``, image ``i`` at
+``[:h_i, :w_i]``, the rest 0), ``sizes.npy`` (int32 ``N x 2``), ``manifest.csv`` and ``info.json``.
+Rows are written at their own index: ``workers`` change nothing.
 """
 
 from __future__ import annotations
