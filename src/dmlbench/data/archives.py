@@ -107,16 +107,12 @@ def file_digests(path: Path) -> tuple[str, str]:
     return md5.hexdigest(), sha256.hexdigest()
 
 
-def tree_files(root: Path) -> list[Path]:
-    """Every file under ``root`` (links followed), sorted by relative path."""
-    files = [Path(top) / name for top, _, names in os.walk(root, followlinks=True) for name in names]
-    return sorted(files, key=lambda file: file.relative_to(root).as_posix())
-
-
 def tree_sha256(root: Path) -> str:
-    """sha256 of a directory: of the ``sha256sum`` lines (``<sha256>  <relative path>``) of its files, sorted."""
+    """sha256 of a directory: of the ``sha256sum`` lines (``<sha256>  <relative path>``) of its files
+    (links followed), sorted by relative path."""
     digest = hashlib.sha256()
-    for file in tree_files(root):
+    files = [Path(top) / name for top, _, names in os.walk(root, followlinks=True) for name in names]
+    for file in sorted(files, key=lambda file: file.relative_to(root).as_posix()):
         with open(file, "rb") as handle:
             line = f"{hashlib.file_digest(handle, 'sha256').hexdigest()}  {file.relative_to(root).as_posix()}\n"
         digest.update(line.encode())

@@ -76,16 +76,11 @@ def eval_transform(
     """``Resize(eval_resize) -> CenterCrop(crop_size)`` of each image (its valid region if ``sizes``);
     ``squash``: ``Resize((eval_resize, eval_resize)) -> CenterCrop(crop_size)``."""
     mode = check_interpolation(interpolation)
-    if squash:
-        images = squash_resize(batch, eval_resize, sizes, mode)
-        top = int(round((eval_resize - crop_size) / 2.0))  # torchvision's CenterCrop offset
-        return images[:, :, top : top + crop_size, top : top + crop_size].contiguous()
-    if sizes is not None:
+    if sizes is not None and not squash:
         return _eval_transform_sized(batch, eval_resize, crop_size, as_sizes(sizes, batch), mode)
-    images = to_float(batch)
-    if images.shape[-1] != eval_resize or images.shape[-2] != eval_resize:
-        images = _resize(images, (eval_resize, eval_resize), mode)
-    top = (eval_resize - crop_size) // 2
+    images = squash_resize(batch, eval_resize, sizes, mode)  # a whole square canvas: the same resize
+    margin = eval_resize - crop_size
+    top = int(round(margin / 2.0)) if squash else margin // 2  # squash: torchvision's CenterCrop offset
     return images[:, :, top : top + crop_size, top : top + crop_size].contiguous()
 
 

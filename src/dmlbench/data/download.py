@@ -73,10 +73,6 @@ def drive_view_url(file_id: str, resource_key: str | None = None) -> str:
     return f"https://drive.google.com/file/d/{file_id}/view{key}"
 
 
-def is_drive_url(url: str) -> bool:
-    return urllib.parse.urlsplit(url).hostname in DRIVE_HOSTS
-
-
 class _DrivePage(HTMLParser):
     """The download form (action and hidden inputs), ``/uc?export=download`` link and error text of a Drive page."""
 
@@ -119,13 +115,9 @@ def drive_confirmed_url(url: str, page: str) -> str:
         host = urllib.parse.urlsplit(url).netloc
         raise DataError(f"{host}: Google Drive sent a page, not the file ({message})")
     query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
-    if parser.action is not None:
-        target = urllib.parse.urljoin(url, parser.action)
-        query.update(urllib.parse.parse_qsl(urllib.parse.urlsplit(target).query))
-        query.update(parser.inputs)
-    else:
-        target = urllib.parse.urljoin(url, parser.link)
-        query.update(urllib.parse.parse_qsl(urllib.parse.urlsplit(target).query))
+    target = urllib.parse.urljoin(url, parser.link if parser.action is None else parser.action)
+    query.update(urllib.parse.parse_qsl(urllib.parse.urlsplit(target).query))
+    query.update(parser.inputs)  # the form's hidden fields (none without a form)
     return urllib.parse.urlunsplit(urllib.parse.urlsplit(target)._replace(query=urllib.parse.urlencode(query)))
 
 
@@ -135,7 +127,7 @@ _COOKIES = http.cookiejar.CookieJar()  # the cookies Drive sets with its confirm
 def _open(url: str, headers: dict[str, str]):
     """The response that carries the file: Drive's confirmation pages are followed (see the module doc)."""
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(_COOKIES))
-    drive = is_drive_url(url)
+    drive = urllib.parse.urlsplit(url).hostname in DRIVE_HOSTS
     for _ in range(DRIVE_PAGES + 1):
         response = opener.open(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_SECONDS)
         if not (drive and response.headers.get_content_type() == "text/html"):

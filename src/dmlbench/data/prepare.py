@@ -98,17 +98,12 @@ def _decode_chunk(task: tuple[str, int, list[str], int, int]) -> tuple[int, np.n
     return start, sizes, failures
 
 
-def _process_context():
-    """``fork`` on Linux (workers run only PIL and numpy, as DataLoader's do), ``spawn`` elsewhere."""
-    import multiprocessing
-
-    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-
-
 def decode_images(
     paths: list[str], images_path: Path, size: int, long_max: int, workers: int = 1, desc: str = "decode"
 ) -> tuple[np.ndarray, list[tuple[int, str]]]:
-    """Fill the existing ``N x L x L x 3`` ``.npy`` at ``images_path``; return sizes (N x 2) and failures."""
+    """Fill the existing ``N x L x L x 3`` ``.npy`` at ``images_path``; return sizes (N x 2) and failures.
+    Workers are forked on Linux (they run only PIL and numpy, as DataLoader's do), spawned elsewhere."""
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
@@ -121,6 +116,7 @@ def decode_images(
         for start in range(0, len(paths), CHUNK_ROWS)
     ]
     workers = max(1, min(workers, len(tasks)))
+    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
 
     def collect(result) -> None:
         start, chunk_sizes, chunk_failures = result
@@ -134,7 +130,7 @@ def decode_images(
                 collect(_decode_chunk(task))
         else:  # a worker that dies raises BrokenProcessPool (multiprocessing.Pool would hang)
             try:
-                with ProcessPoolExecutor(workers, mp_context=_process_context()) as pool:
+                with ProcessPoolExecutor(workers, mp_context=context) as pool:
                     for future in as_completed([pool.submit(_decode_chunk, task) for task in tasks]):
                         collect(future.result())
             except BrokenProcessPool as exc:
