@@ -185,28 +185,21 @@ def _split_empty_clusters(centroids: np.ndarray, counts: np.ndarray, n: int) -> 
 
 def _kmeans_lloyd(x: np.ndarray, k: int, niter: int, seed: int, device: str) -> np.ndarray:
     """Without faiss: Lloyd's algorithm; initial centroids = k distinct random points; empty clusters keep
-    their centroid. Assignment = argmax(x.c - |c|^2 / 2) = nearest centroid in L2."""
+    their centroid; assignments by :class:`ExactNearestCentroids`."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
-    points = torch.from_numpy(x).to(device)
+    nearest_centroids = ExactNearestCentroids(x, device, budget_bytes=1 << 28)
+    points = nearest_centroids.points
     centroids = points[torch.randperm(len(x), generator=generator)[:k].to(device)].clone()
-    chunk = max(1, (1 << 26) // k)
-
-    def assign() -> torch.Tensor:
-        half_norms = 0.5 * (centroids * centroids).sum(dim=1)
-        return torch.cat(
-            [(points[s : s + chunk] @ centroids.T - half_norms).argmax(dim=1) for s in range(0, len(points), chunk)]
-        )
-
-    with torch.no_grad(), full_fp32_matmul():
+    with torch.no_grad():
         for _ in range(niter):
-            labels = assign()
+            labels = torch.from_numpy(nearest_centroids(centroids.cpu().numpy())).to(device)
             sums = torch.zeros_like(centroids).index_add_(0, labels, points)
             counts = torch.bincount(labels, minlength=k)
             filled = counts > 0
             centroids[filled] = sums[filled] / counts[filled, None].to(sums.dtype)
-        return assign().cpu().numpy().astype(np.int64)
+        return nearest_centroids(centroids.cpu().numpy())
 
 
 def clustering_metrics(

@@ -1,9 +1,6 @@
-"""Confidence intervals: the t-interval over repeated runs (Reality Check protocol), clipped to the
-quantity's range, and the bootstrap over the query classes of one run.
-
-interval = mean -/+ t_{(1+c)/2, n-1} * s / sqrt(n), s = sample standard deviation; this is
-``scipy.stats.t.interval(c, n - 1, loc=mean, scale=sem)``. With n = 1 there is no interval
-(bounds are NaN) and reports say so.
+"""Confidence intervals: the t-interval over repeated runs (Reality Check protocol), mean -/+
+t_{(1+c)/2, n-1} s / sqrt(n) clipped to the quantity's range (n = 1: NaN bounds), and the bootstrap
+over the query classes of one run.
 """
 
 from __future__ import annotations
@@ -92,15 +89,11 @@ def bootstrap_intervals(
 ) -> dict[str, Interval]:
     """Mean of each per-query metric of one run and its bootstrap interval over the query classes.
 
-    The queries of one class share its difficulty (a new test set is a new sample of classes), so
-    whole ``clusters`` (the queries' class labels) are resampled with replacement: the cluster
-    bootstrap of Field & Welsh (2007, JRSS-B 69), statistic sum_c w_c S_c / sum_c w_c n_c (w_c: times
-    class c is drawn, S_c and n_c: its sum and query count); ``clusters=None`` resamples queries.
-    ``scipy.stats.bootstrap`` draws the class indices (``n_resamples``, ``default_rng(seed)``) and
-    gives the ``method``'s interval; all metrics share each resample (paired), computed from per-class
-    sums in one matrix product (O(classes) per resample, batches of at most ``max_batch_elements``).
-    ``n`` = classes (queries when ``clusters`` is None). A constant metric gets zero width; one class:
-    NaN bounds."""
+    The queries of a class share its difficulty, so whole ``clusters`` (the queries' class labels;
+    None: the queries) are resampled: the cluster bootstrap of Field & Welsh (2007, JRSS-B 69),
+    statistic sum_c w_c S_c / sum_c w_c n_c (w_c: times class c is drawn, S_c and n_c: its sum and
+    query count), by ``scipy.stats.bootstrap`` with ``default_rng(seed)``; all metrics share each
+    resample (paired). ``n`` = classes. A constant metric gets zero width; one class: NaN bounds."""
     from scipy import stats
 
     if method not in BOOTSTRAP_METHODS:

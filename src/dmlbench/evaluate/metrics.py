@@ -32,10 +32,6 @@ def metric_range(metric: str) -> tuple[float, float]:
     return (-math.inf, 1.0) if metric == "ami" else (0.0, 1.0)
 
 
-def recall_names(recall_ks: Sequence[int]) -> list[str]:
-    return [f"recall_at_{k}" for k in recall_ks]
-
-
 def _check_embeddings(name: str, x: np.ndarray, labels: np.ndarray) -> None:
     if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
         raise ValueError(f"{name} must be a non-empty 2-D array (n x dim), got shape {x.shape}")
@@ -124,16 +120,13 @@ def per_query_metrics(
         device=device,
         chunk_size=chunk_size,
     )
-    if progress:
-        from tqdm import tqdm
+    from tqdm import tqdm
 
-        with tqdm(total=len(valid), desc="ranking neighbours", unit="query", leave=False) as bar:
-            ranking = rank_neighbours(replace(task, progress=bar.update))
-    else:
-        ranking = rank_neighbours(task)
+    with tqdm(total=len(valid), desc="ranking neighbours", unit="query", leave=False, disable=not progress) as bar:
+        ranking = rank_neighbours(replace(task, progress=bar.update))
     values = list_metrics(ranking.hits, r)
-    for kk, name in zip(recall_ks, recall_names(recall_ks), strict=True):
-        values[name] = (ranking.first_positive < kk).astype(np.float64)
+    for recall_k in recall_ks:
+        values[f"recall_at_{recall_k}"] = (ranking.first_positive < recall_k).astype(np.float64)
     return PerQuery(values, r, valid, q_labels[valid])
 
 

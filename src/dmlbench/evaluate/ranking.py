@@ -131,11 +131,8 @@ def first_in_lists(hits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def canonical_hits(values: np.ndarray, hits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Order each row by similarity descending, different-class first among equals; keep ``k``.
-
-    Returns the hits and a mask of rows whose k-th and (k+1)-th values are equal: for those the
-    set of k items itself depends on ties outside the list, so they are recomputed exactly.
-    """
+    """Order each row by similarity descending, different-class first among equals; keep ``k``. Returns
+    the hits and the rows whose k-th and (k+1)-th values are equal (to be recomputed exactly)."""
     order = np.lexsort((hits, -values), axis=1)
     ordered = np.take_along_axis(hits, order, axis=1)[:, :k]
     if values.shape[1] > k:

@@ -102,11 +102,8 @@ def _norms(x: Any, x16: Any, block: int = 4096) -> tuple[np.ndarray, np.ndarray,
 
 
 def fast_bf16_matmul() -> bool:
-    """True when this CPU has native bf16 dot products (AVX512-BF16 or AMX tiles).
-
-    ``DMLBENCH_CPU_BF16=1`` / ``0`` in the environment forces the answer (and so the CPU path
-    that ``auto`` takes: ``screened`` / faiss), e.g. for tests run in a subprocess; unset or
-    empty: detect."""
+    """True when this CPU has native bf16 dot products (AVX512-BF16 or AMX tiles); ``DMLBENCH_CPU_BF16=1``
+    / ``0`` forces the answer (and so the CPU path of ``auto``), e.g. for tests in a subprocess."""
     import os
 
     import torch
