@@ -56,9 +56,13 @@ def evaluate_arrays(
         raise DataError(f"{dataset}: the embeddings have no test split")
     split = "query" if query_gallery else "test"
     queries, labels = arrays[f"{split}_embeddings"], arrays[f"{split}_labels"]
-    gallery = (arrays["gallery_embeddings"], arrays["gallery_labels"]) if query_gallery else (None, None)
+    gallery, gallery_labels = (
+        (arrays["gallery_embeddings"], arrays["gallery_labels"]) if query_gallery else (None, None)
+    )
     recall_ks = settings.recall_ks(dataset)
-    values = per_query_metrics(queries, labels, *gallery, recall_ks, backend=settings.backend, progress=True)
+    values = per_query_metrics(
+        queries, labels, gallery, gallery_labels, recall_ks, backend=settings.backend, progress=True
+    )
     mode = "query->gallery" if query_gallery else "test"
     metrics = values.means()
     if settings.clustering_for(dataset):
