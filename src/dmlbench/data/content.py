@@ -24,10 +24,6 @@ def allow_subset(params: DatasetParams) -> bool:
     return bool(getattr(params.source, "allow_subset", False))
 
 
-def _line(message: str) -> str:
-    return " ".join(str(message).split())
-
-
 def check_counts(dataset: str, found: Counts, published: Counts | None, subset_allowed: bool, where: str) -> dict:
     """``found`` against the release: equal, or (with ``subset_allowed``) within it; else one line.
     Returns what info.json records: ``{"published", "listed", "allow_subset", "subset"}``."""
@@ -60,7 +56,7 @@ def read_checked(dataset: str, read: ReadAnnotations, params: DatasetParams, roo
     try:
         return check_annotations(read(params, root), dataset)
     except DataError as exc:
-        message = _line(str(exc))
+        message = " ".join(str(exc).split())
         prefix = "" if message.startswith(f"{dataset}:") else f"{dataset}: {where}: "
         raise DataError(prefix + message) from None
 

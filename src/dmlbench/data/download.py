@@ -56,11 +56,6 @@ def partial_path(dest: Path) -> Path:
     return dest.with_name(f".{dest.name}.part")
 
 
-def _content_range_start(value: str | None) -> int | None:
-    match = re.match(r"bytes (\d+)-\d+/(\d+|\*)", value or "")
-    return int(match.group(1)) if match else None
-
-
 def drive_url(file_id: str, resource_key: str | None = None) -> str:
     """The direct download URL of a Google Drive file (``confirm=t`` skips the virus-scan page)."""
     key = f"&resourcekey={resource_key}" if resource_key else ""
@@ -162,7 +157,8 @@ def _transfer(url: str, part: Path, size: int | None) -> None:
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         raise TransientError(str(getattr(exc, "reason", exc))) from None
     with response:
-        if have and response.status == 206 and _content_range_start(response.headers.get("Content-Range")) == have:
+        resumed = re.match(r"bytes (\d+)-\d+/(\d+|\*)", response.headers.get("Content-Range") or "")
+        if have and response.status == 206 and resumed and int(resumed.group(1)) == have:
             mode = "ab"
         else:  # first request, or the server ignored the Range header: start over
             have, mode = 0, "wb"

@@ -135,14 +135,6 @@ def _benchmark_of(header: list[str], declared: str, first_image: str) -> str | N
     return None
 
 
-def _other_benchmark(benchmark: str) -> DataError:
-    return DataError(
-        f"{PARTITION} is the partition file of DeepFashion's {benchmark} benchmark; In-Shop needs the In-shop "
-        f"Clothes Retrieval Benchmark's Eval/{PARTITION} (header '{' '.join(HEADER)}', status train / query / "
-        f"gallery; {HOMEPAGE})"
-    )
-
-
 def read_annotations(params: InshopParams, raw_dir: Path) -> pd.DataFrame:
     """Every row of the partition file; label = item number, split = train / query / gallery."""
     raw_dir = Path(raw_dir)
@@ -155,7 +147,11 @@ def read_annotations(params: InshopParams, raw_dir: Path) -> pd.DataFrame:
     for header, count, image in ((first, "", (second or [""])[0]), (second, "".join(first), (third or [""])[0])):
         benchmark = _benchmark_of(header, count, image)
         if benchmark:
-            raise _other_benchmark(benchmark)
+            raise DataError(
+                f"{PARTITION} is the partition file of DeepFashion's {benchmark} benchmark; In-Shop needs the "
+                f"In-shop Clothes Retrieval Benchmark's Eval/{PARTITION} (header '{' '.join(HEADER)}', status "
+                f"train / query / gallery; {HOMEPAGE})"
+            )
     if len(first) != 1 or not first[0].isdigit():
         shown = " ".join(first)
         what = "In-Shop's header line" if first == HEADER else repr(shown[:60])
