@@ -116,10 +116,7 @@ def rank_symmetric(task: RankingTask, bf16: bool, rank_rows: Callable[[RankingTa
     held = 0
     with torch.no_grad():
         thresholds = arithmetic.thresholds(_row_thresholds(arithmetic, k, base, gamma))
-        if bf16:
-            buffer = torch.empty(block * n, dtype=torch.bfloat16)
-        else:
-            buffer = np.empty(block * n, dtype=np.float32)
+        buffer = torch.empty(block * n, dtype=torch.bfloat16) if bf16 else np.empty(block * n, dtype=np.float32)
         for a in range(0, n, block):
             b = min(a + block, n)
             width = n - a
