@@ -1,9 +1,7 @@
 """Dataset archives: params overrides, mirrors, first-use checksums, the shared ``fetch``, pre-flight.
-
-:func:`archive_fetcher` takes each archive from the drop-box ``data/`` (md5 verified) or downloads it
-there, then unpacks or copies it into ``artifacts/raw/<dataset>/`` atomically, kept only once
-:func:`dmlbench.data.content.content_check` passes. An archive with no md5 is trusted on first use:
-its sha256 goes to ``data/<file>.sha256`` and a differing copy later fails in one line."""
+Each archive comes from the drop-box ``data/`` (verified) or is downloaded there, then is unpacked into
+``artifacts/raw/<dataset>/`` atomically once its content check passes; one without md5 is trusted on
+first use (its sha256 in ``data/<file>.sha256``: docs/datasets.md, "Checksums recorded on first use")."""
 
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ from pydantic import Field
 
 from dmlbench.data.base import Archive, Counts, DatasetParams, DatasetSpec, SourceParams, UrlCheck
 from dmlbench.data.content import ReadAnnotations, content_check
-from dmlbench.data.download import CHUNK_BYTES, OFFLINE, download, offline
+from dmlbench.data.download import CHUNK_BYTES, download, offline, offline_error
 from dmlbench.data.extract import EncryptedArchive, extract_archive
 from dmlbench.errors import DataError
 from dmlbench.io import atomic_dir, atomic_path, md5_file, write_json
@@ -109,16 +107,12 @@ def file_digests(path: Path) -> tuple[str, str]:
     return md5.hexdigest(), sha256.hexdigest()
 
 
-def tree_files(root: Path) -> list[Path]:
-    """Every file under ``root`` (links followed), sorted by relative path."""
-    files = [Path(top) / name for top, _, names in os.walk(root, followlinks=True) for name in names]
-    return sorted(files, key=lambda file: file.relative_to(root).as_posix())
-
-
 def tree_sha256(root: Path) -> str:
-    """sha256 of a directory: of the ``sha256sum`` lines (``<sha256>  <relative path>``) of its files, sorted."""
+    """sha256 of a directory: of the ``sha256sum`` lines (``<sha256>  <relative path>``) of its files
+    (links followed), sorted by relative path."""
     digest = hashlib.sha256()
-    for file in tree_files(root):
+    files = [Path(top) / name for top, _, names in os.walk(root, followlinks=True) for name in names]
+    for file in sorted(files, key=lambda file: file.relative_to(root).as_posix()):
         with open(file, "rb") as handle:
             line = f"{hashlib.file_digest(handle, 'sha256').hexdigest()}  {file.relative_to(root).as_posix()}\n"
         digest.update(line.encode())
@@ -191,10 +185,7 @@ def ensure_archive(dataset: str, item: ResolvedArchive, dropbox: Path) -> tuple[
     elif not item.urls:
         raise missing_archives_error(dataset, [item], Path(dropbox))
     elif offline():  # said once, not once per URL
-        raise DataError(
-            f"{dataset}: {item.filename} is not in {dropbox}/ and this job runs offline ({OFFLINE}=1): run "
-            "`make fetch` where the internet is (the login node), then run again"
-        )
+        raise offline_error(f"{dataset}: {item.filename}", dropbox)
     else:
         failures = []
         for url in item.urls:  # the published URL, then the mirrors: the md5 decides

@@ -1,10 +1,7 @@
-"""Batched image transforms on tensors, so augmentation runs wherever the batch lives (CPU or GPU).
-
-Inputs: uint8 ``N x L x L x 3`` canvases from the prepared cache, ``sizes`` (int ``N x 2``) the valid
-``(h, w)`` at the top-left (None: the whole canvas). Outputs: float ``N x 3 x O x O`` in [0, 1];
-normalisation belongs to the model; bicubic results are clamped to [0, 1], as PIL's 8-bit resampling.
-Reality Check eval: ``Resize(256) -> CenterCrop(227)``; ``squash`` and RandAugment: Berton et al. 2025
-(gmberton/image-retrieval ``utils.py``).
+"""Batched image transforms on tensors, wherever the batch lives (CPU or GPU): uint8 ``N x L x L x 3``
+canvases with ``sizes`` (``N x 2`` valid ``(h, w)`` at the top-left; None: the whole canvas) to float
+``N x 3 x O x O`` in [0, 1] (bicubic clamped, as PIL's 8-bit resampling). ``squash`` and RandAugment:
+Berton et al. 2025 (gmberton/image-retrieval ``utils.py``).
 """
 
 from __future__ import annotations
@@ -79,16 +76,11 @@ def eval_transform(
     """``Resize(eval_resize) -> CenterCrop(crop_size)`` of each image (its valid region if ``sizes``);
     ``squash``: ``Resize((eval_resize, eval_resize)) -> CenterCrop(crop_size)``."""
     mode = check_interpolation(interpolation)
-    if squash:
-        images = squash_resize(batch, eval_resize, sizes, mode)
-        top = int(round((eval_resize - crop_size) / 2.0))  # torchvision's CenterCrop offset
-        return images[:, :, top : top + crop_size, top : top + crop_size].contiguous()
-    if sizes is not None:
+    if sizes is not None and not squash:
         return _eval_transform_sized(batch, eval_resize, crop_size, as_sizes(sizes, batch), mode)
-    images = to_float(batch)
-    if images.shape[-1] != eval_resize or images.shape[-2] != eval_resize:
-        images = _resize(images, (eval_resize, eval_resize), mode)
-    top = (eval_resize - crop_size) // 2
+    images = squash_resize(batch, eval_resize, sizes, mode)  # a whole square canvas: the same resize
+    margin = eval_resize - crop_size
+    top = int(round(margin / 2.0)) if squash else margin // 2  # squash: torchvision's CenterCrop offset
     return images[:, :, top : top + crop_size, top : top + crop_size].contiguous()
 
 

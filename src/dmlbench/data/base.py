@@ -1,8 +1,5 @@
-"""What a dataset module declares: its parameters, its archives, how to fetch it, how to read its labels.
-
-``fetch`` puts the files under ``raw_dir``; ``read_annotations`` lists every image as
-``path,label,class_name,split`` (``split``: the official class-disjoint halves). Validation classes
-and folds are carved out of ``train`` by :mod:`dmlbench.data.splits`.
+"""What a dataset module declares: its parameters, its archives, how to fetch it (into ``raw_dir``) and
+how to read its labels (``path,label,class_name,split``, ``split`` the official class-disjoint halves).
 """
 
 from __future__ import annotations
@@ -28,13 +25,10 @@ UrlCheck = Callable[[str], str | None]  # why a URL cannot be downloaded now, or
 
 
 class SplitConfig(StrictModel):
-    """How validation classes are carved from the training classes (never from test classes):
-    ``standard``: no validation split (papers; selection falls back to the last epoch);
-    ``fixed_val``: a random ``val_fraction`` of the classes (thesis §5.2, Table 14: 90/10 best);
-    ``last_val``: the last ``val_fraction`` of the sorted classes (Berton et al. 2025, 80/20);
-    ``rc_cv``: ``num_folds`` (4) contiguous blocks, as powerful-benchmarker's ``MLRCSplitManager``;
-    ``kfold``: ``num_folds`` (10) folds of random classes (thesis §5.1). ``seed`` draws the random ones.
-    """
+    """How validation classes are carved from the training classes (never from test classes): none
+    (``standard``), a random (``fixed_val``, thesis §5.2) or the last (``last_val``, Berton et al. 2025)
+    ``val_fraction``, or ``num_folds`` folds (``rc_cv``: powerful-benchmarker's ``MLRCSplitManager``;
+    ``kfold``: thesis §5.1). docs/datasets.md, "Splits"."""
 
     scheme: Literal["standard", "fixed_val", "last_val", "rc_cv", "kfold"] = "fixed_val"
     val_fraction: float = Field(0.1, gt=0, lt=1)
@@ -66,13 +60,9 @@ class SourceParams(StrictModel):
 
 
 class DatasetParams(StrictModel):
-    """Parameters every dataset has.
-
-    ``source``: what ``download`` depends on (written in params.yaml, ``{}`` for defaults: DVC tracks it);
-    ``image_size``: short side ``S`` in px; the long side is centre-cropped to ``L = ceil(S * max_aspect)``
-    (the cache's square canvas); ``skip_corrupt``: leave out unreadable or missing images (counted in
-    ``info.json``) instead of failing; ``split``: validation classes / folds.
-    """
+    """Parameters every dataset has: ``source`` (what ``download`` depends on, written in params.yaml),
+    ``image_size`` (short side ``S``, px; the long side is cropped to ``L = ceil(S * max_aspect)``),
+    ``skip_corrupt`` (leave out unreadable or missing images, counted, instead of failing), ``split``."""
 
     source: SourceParams = SourceParams()
     image_size: PositiveInt = 256
@@ -95,13 +85,9 @@ class DatasetParams(StrictModel):
 
 @dataclass(frozen=True)
 class Archive:
-    """One file a dataset needs.
-
-    ``key``: its name under ``datasets.<name>.source`` (empty: none); ``url``: ``None`` where the file
-    must be placed in ``data/``; ``mirrors``: tried after ``url`` (the md5 decides); ``md5``: ``None``
-    if unpublished (sha256 recorded on first use); ``size`` in bytes; ``extract``: unpack tar/zip;
-    ``how_to_get``: a hint for the user; ``encrypted_hint``: what to do with a password-protected zip.
-    """
+    """One file a dataset needs: ``key`` under ``datasets.<name>.source`` (empty: none); ``url`` (None:
+    placed in ``data/`` by hand), then ``mirrors``; ``md5`` (None: sha256 recorded on first use);
+    ``size`` in bytes; ``extract``: unpack tar/zip; ``how_to_get`` and ``encrypted_hint``: for the user."""
 
     key: str
     filename: str
@@ -156,14 +142,11 @@ class Counts:
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """A registry entry. ``hflip_invariant``: may training flip images horizontally?
-
-    ``query_gallery``: the test half splits into query and gallery (In-Shop); ``preflight``: the
-    dataset's own ``(params, dropbox, unreachable) -> lines`` check (Cars196's layouts), else every
-    archive must be in ``data/`` or downloadable; ``archives_for``: the archives a run needs given
-    ``(params, dropbox)`` (None: all); ``counts``: the published figures (None when generated);
-    ``synthetic``: never a block beside real datasets; ``redistributable``: its terms allow
-    ``make publish`` (docs/datasets.md, "Terms of use").
+    """A registry entry. ``hflip_invariant``: may training flip images? ``query_gallery``: the test half
+    is query + gallery (In-Shop); ``preflight``: the dataset's own ``(params, dropbox, unreachable) ->
+    lines`` check (else every archive in ``data/`` or downloadable); ``archives_for``: the archives a run
+    needs (None: all); ``counts``: the published figures; ``synthetic``: never beside real datasets;
+    ``redistributable``: ``make publish`` allowed (docs/datasets.md, "Terms of use").
     """
 
     name: str

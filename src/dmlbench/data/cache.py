@@ -1,8 +1,6 @@
-"""Read a prepared dataset (see :mod:`dmlbench.data.prepare`) and slice it by split and fold.
-
-``split("train", fold=f)`` / ``split("val", fold=f)``: the rows whose class does not / does validate
-in fold ``f``. The cache is memory-mapped (one copy per box through the page cache); a contiguous
-split is a slice, any other a :class:`RowView` that gathers rows when a batch asks."""
+"""Read a prepared dataset (:mod:`dmlbench.data.prepare`), memory-mapped, and slice it by split and fold
+(``split("val", fold=f)``: the rows whose class validates in fold ``f``); a contiguous split is a
+slice, any other a :class:`RowView` that gathers rows when a batch asks."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""CARS196 / Stanford Cars (Krause et al., 3dRR 2013): 16,185 photos of 196 car models.
-
-DML split: classes 1-98 train, 99-196 test. Stanford's URLs are 404 since 2023 (pytorch/vision#7545):
-files go into ``data/`` by hand in one of three layouts (docs/datasets.md#cars196-layouts):
-``stanford`` (md5s published), ``devkit`` and ``folders`` (:mod:`dmlbench.data.cars_layouts`, sha256
-recorded on first use); with several present the first is used and one line names the others."""
+"""CARS196 / Stanford Cars (Krause et al., 3dRR 2013): 16,185 photos of 196 car models; DML split:
+classes 1-98 train, 99-196 test. Stanford's URLs are 404 since 2023 (pytorch/vision#7545): files go
+into ``data/`` by hand in one of the layouts ``stanford``, ``devkit``, ``folders``
+(docs/datasets.md#cars196-layouts, :mod:`dmlbench.data.cars_layouts`)."""
 
 from __future__ import annotations
 

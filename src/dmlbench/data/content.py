@@ -1,9 +1,6 @@
-"""What a dataset's files hold, checked before anything is trusted.
-
-Download runs :func:`content_check` before keeping files (or recording a sha256); prepare counts
-again (:func:`check_counts`, :func:`prepared_counts`). Fewer images or classes than the release
-are refused unless ``source.allow_subset: true``; a listed image missing fails prepare unless
-``skip_corrupt: true``.
+"""What a dataset's files hold, checked before anything is trusted: download runs :func:`content_check`
+before keeping files, prepare counts again. Fewer images or classes than the release are refused
+unless ``source.allow_subset: true`` (docs/datasets.md, "Content checks").
 """
 
 from __future__ import annotations
@@ -25,10 +22,6 @@ SHOWN = 2  # example paths in a line
 def allow_subset(params: DatasetParams) -> bool:
     """``datasets.<name>.source.allow_subset`` (archive datasets; False where the source has no such key)."""
     return bool(getattr(params.source, "allow_subset", False))
-
-
-def _line(message: str) -> str:
-    return " ".join(str(message).split())
 
 
 def check_counts(dataset: str, found: Counts, published: Counts | None, subset_allowed: bool, where: str) -> dict:
@@ -63,7 +56,7 @@ def read_checked(dataset: str, read: ReadAnnotations, params: DatasetParams, roo
     try:
         return check_annotations(read(params, root), dataset)
     except DataError as exc:
-        message = _line(str(exc))
+        message = " ".join(str(exc).split())
         prefix = "" if message.startswith(f"{dataset}:") else f"{dataset}: {where}: "
         raise DataError(prefix + message) from None
 

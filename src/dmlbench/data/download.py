@@ -1,10 +1,7 @@
-"""HTTP download with resume (Range), retries with exponential back-off, md5 check and atomic rename:
-the file grows as ``.<name>.part`` and is renamed once size and md5 match; a dropped connection
-resumes with ``Range``; transient failures (408/429/5xx, timeouts) retry ``RETRIES`` times after
-``BACKOFF_SECONDS * 2**attempt``. Google Drive's virus-scan page is followed through its download
-form or ``/uc?export=download`` link with its cookies (as gdown's ``get_url_from_gdrive_confirmation``);
-a Drive page without one fails with Drive's message. ``DMLBENCH_OFFLINE=1`` (Slurm jobs): nothing
-is downloaded; a missing file fails naming it and ``make fetch``.
+"""HTTP download into ``.<name>.part``, resumed with ``Range``, retried with exponential back-off on
+transient failures, renamed once size and md5 match (docs/datasets.md, "Download"). Google Drive's
+virus-scan page is followed through its form or ``/uc?export=download`` link with its cookies (as
+gdown's ``get_url_from_gdrive_confirmation``). ``DMLBENCH_OFFLINE=1``: nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -43,17 +40,20 @@ def offline() -> bool:
     return os.environ.get(OFFLINE, "").strip() not in ("", "0")
 
 
+def offline_error(name: str, folder: Path) -> DataError:
+    """``name`` is not in ``folder`` and this process must not download it."""
+    return DataError(
+        f"{name} is not in {folder}/ and this job runs offline ({OFFLINE}=1): run `make fetch` where the internet "
+        "is (the login node), then run again"
+    )
+
+
 class TransientError(Exception):
     """A failure worth retrying (the partial file is kept)."""
 
 
 def partial_path(dest: Path) -> Path:
     return dest.with_name(f".{dest.name}.part")
-
-
-def _content_range_start(value: str | None) -> int | None:
-    match = re.match(r"bytes (\d+)-\d+/(\d+|\*)", value or "")
-    return int(match.group(1)) if match else None
 
 
 def drive_url(file_id: str, resource_key: str | None = None) -> str:
@@ -66,10 +66,6 @@ def drive_view_url(file_id: str, resource_key: str | None = None) -> str:
     """The page of a Google Drive file, to download it in a browser."""
     key = f"?resourcekey={resource_key}" if resource_key else ""
     return f"https://drive.google.com/file/d/{file_id}/view{key}"
-
-
-def is_drive_url(url: str) -> bool:
-    return urllib.parse.urlsplit(url).hostname in DRIVE_HOSTS
 
 
 class _DrivePage(HTMLParser):
@@ -114,13 +110,9 @@ def drive_confirmed_url(url: str, page: str) -> str:
         host = urllib.parse.urlsplit(url).netloc
         raise DataError(f"{host}: Google Drive sent a page, not the file ({message})")
     query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
-    if parser.action is not None:
-        target = urllib.parse.urljoin(url, parser.action)
-        query.update(urllib.parse.parse_qsl(urllib.parse.urlsplit(target).query))
-        query.update(parser.inputs)
-    else:
-        target = urllib.parse.urljoin(url, parser.link)
-        query.update(urllib.parse.parse_qsl(urllib.parse.urlsplit(target).query))
+    target = urllib.parse.urljoin(url, parser.link if parser.action is None else parser.action)
+    query.update(urllib.parse.parse_qsl(urllib.parse.urlsplit(target).query))
+    query.update(parser.inputs)  # the form's hidden fields (none without a form)
     return urllib.parse.urlunsplit(urllib.parse.urlsplit(target)._replace(query=urllib.parse.urlencode(query)))
 
 
@@ -130,7 +122,7 @@ _COOKIES = http.cookiejar.CookieJar()  # the cookies Drive sets with its confirm
 def _open(url: str, headers: dict[str, str]):
     """The response that carries the file: Drive's confirmation pages are followed (see the module doc)."""
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(_COOKIES))
-    drive = is_drive_url(url)
+    drive = urllib.parse.urlsplit(url).hostname in DRIVE_HOSTS
     for _ in range(DRIVE_PAGES + 1):
         response = opener.open(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_SECONDS)
         if not (drive and response.headers.get_content_type() == "text/html"):
@@ -165,7 +157,8 @@ def _transfer(url: str, part: Path, size: int | None) -> None:
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         raise TransientError(str(getattr(exc, "reason", exc))) from None
     with response:
-        if have and response.status == 206 and _content_range_start(response.headers.get("Content-Range")) == have:
+        resumed = re.match(r"bytes (\d+)-\d+/(\d+|\*)", response.headers.get("Content-Range") or "")
+        if have and response.status == 206 and resumed and int(resumed.group(1)) == have:
             mode = "ab"
         else:  # first request, or the server ignored the Range header: start over
             have, mode = 0, "wb"
@@ -204,10 +197,7 @@ def download(
     backoff = BACKOFF_SECONDS if backoff is None else backoff
     dest = Path(dest)
     if offline():
-        raise DataError(
-            f"{dest.name} is not in {dest.parent}/ and this job runs offline ({OFFLINE}=1): run `make fetch` "
-            "where the internet is (the login node), then run again"
-        )
+        raise offline_error(dest.name, dest.parent)
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = partial_path(dest)
     for attempt in range(retries + 1):

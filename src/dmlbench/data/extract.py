@@ -1,9 +1,6 @@
-"""Safe extraction of dataset archives (a tar of any compression, or a zip) into a directory.
-
-Every entry is checked first: absolute paths, ``..``, escapes, links and special files are refused.
-PEP 706's ``data`` filter is a second line where ``tarfile`` has it; else (Python 3.11.2) this
-module writes contents only, mode 0o644/0o755. A file that does not unpack says why in one line:
-truncated, password-protected (:class:`EncryptedArchive`), or neither zip nor tar."""
+"""Safe extraction of a tar (any compression) or zip: absolute paths, ``..``, escapes, links and special
+files are refused; PEP 706's ``data`` filter is a second line where ``tarfile`` has it, else only
+contents are written (mode 0o644/0o755). A file that does not unpack says why in one line."""
 
 from __future__ import annotations
 
@@ -52,10 +49,8 @@ def check_member_name(archive: Path, name: str, dest: Path) -> Path:
     pure = PurePosixPath(name.replace("\\", "/"))
     if pure.is_absolute() or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
         raise DataError(f"{archive}: entry {name!r} has an absolute path; refusing to extract")
-    if ".." in pure.parts:
-        raise DataError(f"{archive}: entry {name!r} would be written outside {dest}; refusing to extract")
     target = (dest / pure).resolve()
-    if not target.is_relative_to(dest.resolve()):
+    if ".." in pure.parts or not target.is_relative_to(dest.resolve()):
         raise DataError(f"{archive}: entry {name!r} would be written outside {dest}; refusing to extract")
     return target
 

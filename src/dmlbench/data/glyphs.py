@@ -1,9 +1,6 @@
-"""Offline built-in dataset: glyphs rendered from the fonts that matplotlib ships.
-
-Each class is one character (many scripts and symbols); each image draws it in a random font, size,
-pose, stroke, blur, ink and paper. Ink is always darker than paper, so the demo's few epochs learn
-shapes, not polarity. Deterministic from ``seed``, offline. 200 classes by default, half ``train``,
-half ``test`` (after a fixed shuffle); not flip-invariant ('b' vs 'd').
+"""Offline built-in dataset: glyphs rendered from the fonts that matplotlib ships, deterministic from
+``seed``. A class is one character; an image draws it in a random font, size, pose, stroke, blur, ink
+and paper (ink always darker, so the demo learns shapes, not polarity). Not flip-invariant ('b', 'd').
 """
 
 from __future__ import annotations
@@ -118,7 +115,7 @@ def render_glyph(char: str, size: int, rng: np.random.Generator) -> np.ndarray:
     font = _font(candidates[rng.integers(len(candidates))], int(big * rng.uniform(0.42, 0.7)))
 
     background = _background(big, rng)
-    foreground = _ink(rng)
+    foreground = rng.uniform(0, 110, size=3).astype(np.float32)  # dark ink of a random hue (luminance <= ~100)
 
     layer = Image.new("L", (big, big), 0)
     draw = ImageDraw.Draw(layer)
@@ -165,11 +162,6 @@ def _background(size: int, rng: np.random.Generator) -> np.ndarray:
     channels = [Image.fromarray(coarse[..., c]) for c in range(3)]
     upsampled = np.stack([np.asarray(c.resize((size, size), Image.BICUBIC)) for c in channels], axis=-1)
     return np.clip(base + upsampled, 130, 255).astype(np.float32)
-
-
-def _ink(rng: np.random.Generator) -> np.ndarray:
-    """Dark ink of a random hue (luminance <= ~100), like print or pen on paper."""
-    return rng.uniform(0, 110, size=3).astype(np.float32)
 
 
 def fetch(params: GlyphsParams, raw_dir: Path, dropbox_dir: Path) -> None:

@@ -1,10 +1,8 @@
 """DeepFashion In-Shop Clothes Retrieval (Liu et al., CVPR 2016): 52,712 images of 7,982 items.
 
-Split from ``Eval/list_eval_partition.txt``: 3,997 training items (25,882 images); the 3,985 test
-items are queried (14,218 images) against a gallery (12,612), as in Proxy-Anchor's ``Inshop.py``.
-Images: ``Img/img.zip`` (what most DML code uses), or ``img_highres.zip`` (OML) when placed in
-``data/`` (password-protected: the stage says how to get it). Files come from Google Drive; no
-checksum is published, so they are recorded on first use."""
+Split from ``Eval/list_eval_partition.txt`` (train / query / gallery, as Proxy-Anchor's ``Inshop.py``).
+Images: ``Img/img.zip``, or ``img_highres.zip`` (OML) when placed in ``data/``; from Google Drive, no
+published checksum (recorded on first use)."""
 
 from __future__ import annotations
 
@@ -137,14 +135,6 @@ def _benchmark_of(header: list[str], declared: str, first_image: str) -> str | N
     return None
 
 
-def _other_benchmark(benchmark: str) -> DataError:
-    return DataError(
-        f"{PARTITION} is the partition file of DeepFashion's {benchmark} benchmark; In-Shop needs the In-shop "
-        f"Clothes Retrieval Benchmark's Eval/{PARTITION} (header '{' '.join(HEADER)}', status train / query / "
-        f"gallery; {HOMEPAGE})"
-    )
-
-
 def read_annotations(params: InshopParams, raw_dir: Path) -> pd.DataFrame:
     """Every row of the partition file; label = item number, split = train / query / gallery."""
     raw_dir = Path(raw_dir)
@@ -157,7 +147,11 @@ def read_annotations(params: InshopParams, raw_dir: Path) -> pd.DataFrame:
     for header, count, image in ((first, "", (second or [""])[0]), (second, "".join(first), (third or [""])[0])):
         benchmark = _benchmark_of(header, count, image)
         if benchmark:
-            raise _other_benchmark(benchmark)
+            raise DataError(
+                f"{PARTITION} is the partition file of DeepFashion's {benchmark} benchmark; In-Shop needs the "
+                f"In-shop Clothes Retrieval Benchmark's Eval/{PARTITION} (header '{' '.join(HEADER)}', status "
+                f"train / query / gallery; {HOMEPAGE})"
+            )
     if len(first) != 1 or not first[0].isdigit():
         shown = " ".join(first)
         what = "In-Shop's header line" if first == HEADER else repr(shown[:60])

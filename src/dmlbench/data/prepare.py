@@ -1,11 +1,8 @@
-"""Decode every image once into a memory-mappable cache that training and evaluation read fast:
-each image is decoded as RGB (EXIF orientation ignored, as every DML loader does), resized like
-torchvision's ``Resize(S)`` (antialiased bilinear; JPEGs DCT-downscaled first while >= the target)
-and its long side centre-cropped to ``L = ceil(S * max_aspect)`` px. Outputs: ``images.npy`` (uint8
-``N x L x L x 3``, image ``i`` at ``[:h_i, :w_i]``, the rest 0), ``sizes.npy`` (int32 ``N x 2``),
-``manifest.csv`` (``path,label,class_name,split,fold`` in cache order) and ``info.json`` (splits,
-folds, archive md5s, counts, images left out). A listed image missing fails before decoding, an
-unreadable one after, unless ``skip_corrupt``. Rows are written at their own index: ``workers`` change nothing.
+"""Decode every image once into a memory-mappable cache: RGB (EXIF orientation ignored, as DML loaders
+do), torchvision's ``Resize(S)``, the long side centre-cropped to ``L = ceil(S * max_aspect)``
+(docs/datasets.md, "Prepared cache"). ``images.npy`` (uint8 ``N x L x L x 3``, image ``i`` at
+``[:h_i, :w_i]``, the rest 0), ``sizes.npy`` (int32 ``N x 2``), ``manifest.csv`` and ``info.json``.
+Rows are written at their own index: ``workers`` change nothing.
 """
 
 from __future__ import annotations
@@ -101,17 +98,12 @@ def _decode_chunk(task: tuple[str, int, list[str], int, int]) -> tuple[int, np.n
     return start, sizes, failures
 
 
-def _process_context():
-    """``fork`` on Linux (workers run only PIL and numpy, as DataLoader's do), ``spawn`` elsewhere."""
-    import multiprocessing
-
-    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-
-
 def decode_images(
     paths: list[str], images_path: Path, size: int, long_max: int, workers: int = 1, desc: str = "decode"
 ) -> tuple[np.ndarray, list[tuple[int, str]]]:
-    """Fill the existing ``N x L x L x 3`` ``.npy`` at ``images_path``; return sizes (N x 2) and failures."""
+    """Fill the existing ``N x L x L x 3`` ``.npy`` at ``images_path``; return sizes (N x 2) and failures.
+    Workers are forked on Linux (they run only PIL and numpy, as DataLoader's do), spawned elsewhere."""
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
@@ -124,6 +116,7 @@ def decode_images(
         for start in range(0, len(paths), CHUNK_ROWS)
     ]
     workers = max(1, min(workers, len(tasks)))
+    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
 
     def collect(result) -> None:
         start, chunk_sizes, chunk_failures = result
@@ -137,7 +130,7 @@ def decode_images(
                 collect(_decode_chunk(task))
         else:  # a worker that dies raises BrokenProcessPool (multiprocessing.Pool would hang)
             try:
-                with ProcessPoolExecutor(workers, mp_context=_process_context()) as pool:
+                with ProcessPoolExecutor(workers, mp_context=context) as pool:
                     for future in as_completed([pool.submit(_decode_chunk, task) for task in tasks]):
                         collect(future.result())
             except BrokenProcessPool as exc:

@@ -1,9 +1,6 @@
-"""The download stage's record of a dataset's extracted files, and their re-creation where missing.
-
-``artifacts/raw/<dataset>/`` is scratch (terms seldom allow pushing images); DVC tracks the record
-``artifacts/downloaded/<dataset>.json`` (archive md5s, a digest of the extracted tree). ``prepare``
-re-creates a missing or stale extraction (:data:`MARKER`) with the dataset's ``fetch`` and refuses
-in one line when the result differs from the record.
+"""The download stage's record ``artifacts/downloaded/<dataset>.json`` (archive md5s, a digest of the
+extracted tree), which DVC tracks instead of the scratch ``artifacts/raw/<dataset>/`` (terms seldom
+allow pushing images); ``prepare`` re-creates a missing or stale extraction and checks it.
 """
 
 from __future__ import annotations

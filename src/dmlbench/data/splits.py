@@ -1,10 +1,7 @@
-"""Carve validation classes (or folds) out of the training classes, deterministically, whole classes.
-Per scheme (:class:`dmlbench.data.base.SplitConfig`):
-``fixed_val`` draws ``round(val_fraction * T)`` classes; ``last_val`` takes them from index
-``int(T * (1 - val_fraction))`` (Berton, Musgrave & Masone 2025, gmberton/image-retrieval
-``split_dataset_by_classes``); ``rc_cv``: :func:`rc_cv_classes`; ``kfold``: a random permutation cut
-into ``k`` near-equal folds (thesis §5.1). CV rows stay ``train``; ``fold`` lists (``;``) the folds
-in which the row's class validates.
+"""Carve validation classes (or folds) out of the training classes, deterministically, whole classes
+(schemes: :class:`dmlbench.data.base.SplitConfig`, docs/datasets.md "Splits"). ``last_val``: Berton,
+Musgrave & Masone 2025, gmberton/image-retrieval ``split_dataset_by_classes``. CV rows stay ``train``;
+``fold`` lists (``;``) the folds in which the row's class validates.
 """
 
 from __future__ import annotations

@@ -23,6 +23,4 @@ def prepare_stage(dataset: str, dataset_params: DatasetParams, workers: int | No
     """Decode, resize and split into ``artifacts/prepared/<dataset>`` (a missing extraction re-created first)."""
     spec = DATASETS[dataset]
     ensure_extracted(spec, dataset_params, paths.raw_dir(dataset), paths.downloaded_record(dataset), paths.DROPBOX)
-    return prepare_dataset(
-        DATASETS[dataset], dataset_params, paths.raw_dir(dataset), paths.prepared_dir(dataset), workers=workers
-    )
+    return prepare_dataset(spec, dataset_params, paths.raw_dir(dataset), paths.prepared_dir(dataset), workers=workers)

@@ -1,22 +1,12 @@
 """Clustering quality: NMI, AMI and F1 of k-means clusters against the class labels.
 
 As PML's ``AccuracyCalculator``: k-means with k = number of classes on the L2-normalised
-embeddings, ``faiss.Kmeans(d, k, niter=20, seed=1234)``, each point assigned to its nearest
-centroid, then scikit-learn's NMI and AMI (arithmetic normalisation); F1 (:func:`pairwise_f1`,
-Oh Song et al., CVPR 2016; not in PML) from the same assignment. Backends for the k-means:
-
-* ``faiss``: ``faiss.Kmeans`` itself.
-* ``screened`` (CPUs with native bf16): faiss's Lloyd iterations re-done step for step (same
-  initial centroids from ``faiss.rand_perm``, same update and empty-cluster split), so the same
-  clusters, with (a) certified bf16 assignment steps (:mod:`dmlbench.evaluate.screen`), (b) only
-  moved centroids compared once few move (``NearestCentroids.update``), (c) a stop at the first
-  repeated assignment (a fixed point).
-* ``torch`` (CUDA without faiss-gpu): the same iterations with exact fp32 assignments (TF32 off)
-  on ``device``, centroid updates on the CPU (a GPU ``index_add`` is nondeterministic). Without
-  faiss: plain Lloyd with a seeded random initialisation.
-
-Cost: ``iterations x n x k x dim`` multiply-adds: at SOP scale one iteration costs a fifth of the
-neighbour search."""
+embeddings, ``faiss.Kmeans(d, k, niter=20, seed=1234)``, then scikit-learn's NMI and AMI
+(arithmetic normalisation); F1 (:func:`pairwise_f1`) from the same assignment. Backends:
+``faiss`` (``faiss.Kmeans`` itself); ``screened`` (faiss's Lloyd iterations re-done step for step
+with certified bf16 assignments, :mod:`dmlbench.evaluate.screen`, and a stop at a fixed point);
+``torch`` (the same iterations with exact fp32 assignments on ``device``; without faiss, plain
+Lloyd from a seeded start). docs/evaluation.md, "Metrics", says more."""
 
 from __future__ import annotations
 
@@ -195,28 +185,21 @@ def _split_empty_clusters(centroids: np.ndarray, counts: np.ndarray, n: int) -> 
 
 def _kmeans_lloyd(x: np.ndarray, k: int, niter: int, seed: int, device: str) -> np.ndarray:
     """Without faiss: Lloyd's algorithm; initial centroids = k distinct random points; empty clusters keep
-    their centroid. Assignment = argmax(x.c - |c|^2 / 2) = nearest centroid in L2."""
+    their centroid; assignments by :class:`ExactNearestCentroids`."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
-    points = torch.from_numpy(x).to(device)
+    nearest_centroids = ExactNearestCentroids(x, device, budget_bytes=1 << 28)
+    points = nearest_centroids.points
     centroids = points[torch.randperm(len(x), generator=generator)[:k].to(device)].clone()
-    chunk = max(1, (1 << 26) // k)
-
-    def assign() -> torch.Tensor:
-        half_norms = 0.5 * (centroids * centroids).sum(dim=1)
-        return torch.cat(
-            [(points[s : s + chunk] @ centroids.T - half_norms).argmax(dim=1) for s in range(0, len(points), chunk)]
-        )
-
-    with torch.no_grad(), full_fp32_matmul():
+    with torch.no_grad():
         for _ in range(niter):
-            labels = assign()
+            labels = torch.from_numpy(nearest_centroids(centroids.cpu().numpy())).to(device)
             sums = torch.zeros_like(centroids).index_add_(0, labels, points)
             counts = torch.bincount(labels, minlength=k)
             filled = counts > 0
             centroids[filled] = sums[filled] / counts[filled, None].to(sums.dtype)
-        return assign().cpu().numpy().astype(np.int64)
+        return nearest_centroids(centroids.cpu().numpy())
 
 
 def clustering_metrics(
@@ -246,14 +229,10 @@ def clustering_metrics(
 
 
 def pair_counts(labels_true: Any, labels_pred: Any) -> tuple[int, int, int]:
-    """``(TP, TP + FP, TP + FN)`` over the n (n - 1) / 2 unordered pairs of points: pairs in
-    the same class and the same cluster, pairs in the same cluster, pairs in the same class.
-
-    From the contingency table n_ij (cluster i x class j) with cluster sizes a_i and class sizes
-    b_j: TP = sum_ij C(n_ij, 2), TP + FP = sum_i C(a_i, 2), TP + FN = sum_j C(b_j, 2). Only the
-    non-zero n_ij are formed (one sort of n keys), so SOP (60k points, 11k classes) costs
-    milliseconds. Exact integers (Python ``int``).
-    """
+    """``(TP, TP + FP, TP + FN)`` over the unordered pairs of points, exact Python ints: pairs in the
+    same class and cluster, in the same cluster, in the same class. From the non-zero cells n_ij of
+    the cluster x class table (sizes a_i, b_j): TP = sum_ij C(n_ij, 2), TP + FP = sum_i C(a_i, 2),
+    TP + FN = sum_j C(b_j, 2)."""
     labels_true, labels_pred = np.asarray(labels_true).reshape(-1), np.asarray(labels_pred).reshape(-1)
     if len(labels_true) != len(labels_pred):
         raise ValueError(f"{len(labels_true)} class labels but {len(labels_pred)} cluster labels")
@@ -272,22 +251,16 @@ def pair_counts(labels_true: Any, labels_pred: Any) -> tuple[int, int, int]:
 
 
 def pairwise_f1(labels_true: Any, labels_pred: Any) -> float:
-    """Clustering F1 of Oh Song et al., "Deep Metric Learning via Lifted Structured Feature
-    Embedding", CVPR 2016: a fraction in [0, 1], 1 for a perfect clustering.
+    """Clustering F1 of Oh Song et al. (CVPR 2016) in [0, 1]: the pair-counting F measure (Manning
+    et al., *Introduction to Information Retrieval*, 2008, Sec. 16.3) over unordered pairs, positive =
+    same class, predicted positive = same cluster (:func:`pair_counts`):
 
-    Over unordered pairs, *positive* = same class, *predicted positive* = same cluster
-    (:func:`pair_counts`); the pair-counting F measure (Manning et al., *Introduction to Information
-    Retrieval*, 2008, Sec. 16.3):
+        F1 = 2 P R / (P + R) = 2 TP / (2 TP + FP + FN)
 
-        P = TP / (TP + FP),  R = TP / (TP + FN),  F1 = 2 P R / (P + R) = 2 TP / (2 TP + FP + FN)
-
-    The right-hand form (exact integer counts, one division) settles P or R = 0 / 0: TP = 0 with
-    FP + FN > 0 gives 0.0; FP = FN = 0 (identical partitions) gives 1.0, as scikit-learn's
-    ``adjusted_rand_score`` does. Symmetric in the two labellings.
-
-    The same pairwise F1 as rksltnl/Deep-Metric-Learning-CVPR16 ``compute_clutering_metric.m``
-    and Confusezius/Revisiting_Deep_Metric_Learning_PyTorch ``metrics/f1.py`` (both NaN on 0 / 0);
-    their k-means differs, so F1s compare across papers only up to the k-means."""
+    The right-hand form settles 0 / 0: identical partitions give 1.0 (as scikit-learn's
+    ``adjusted_rand_score``). The same F1 as rksltnl/Deep-Metric-Learning-CVPR16
+    ``compute_clutering_metric.m`` and Confusezius/Revisiting_Deep_Metric_Learning_PyTorch
+    ``metrics/f1.py`` (both NaN on 0 / 0), up to their k-means."""
     tp, same_cluster, same_class = pair_counts(labels_true, labels_pred)
     fp, fn = same_cluster - tp, same_class - tp
     if fp == 0 and fn == 0:
@@ -328,11 +301,8 @@ def expected_mutual_information(class_sizes: np.ndarray, cluster_sizes: np.ndarr
         sum_i sum_j sum_{n=max(1, a_i+b_j-N)}^{min(a_i, b_j)} (n/N) log(N n / (a_i b_j))
             a_i! b_j! (N-a_i)! (N-b_j)! / (N! n! (a_i-n)! (b_j-n)! (N-a_i-b_j+n)!)
 
-    The term depends on (a_i, b_j) only, so it is summed once per pair of distinct sizes,
-    weighted by how often each size occurs: the same sum as scikit-learn's
-    ``expected_mutual_information``, in O(distinct sizes^2 x largest size) instead of
-    O(classes x clusters x size).
-    """
+    summed once per pair of distinct sizes, weighted by their counts: scikit-learn's
+    ``expected_mutual_information`` in O(distinct sizes^2 x largest size)."""
     from scipy.special import gammaln
 
     class_sizes = np.asarray(class_sizes, dtype=np.int64)

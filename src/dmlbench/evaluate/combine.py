@@ -1,19 +1,10 @@
-"""Cross-validation models evaluated two ways (Reality Check, section "cross validation").
-
-With a k-fold protocol every fold trains its own model; on the test set:
-
-* **separated**: each fold model's embedding is evaluated on its own and the metrics are
-  averaged over the folds (the "128-dim" columns of the Reality Check);
-* **concatenated**: each fold model's embedding is L2-normalised, the k embeddings of a test
-  image are concatenated (k x dim) and the result is L2-normalised again, then evaluated once
-  (the "512-dim" columns). Equal-weighted ensemble: cosine similarity of the concatenation =
-  mean of the fold models' cosine similarities.
-
-Works for self-retrieval (``reference_*`` omitted) and query/gallery datasets alike.
-
-:func:`fold_spread` is how the thesis reports its 10-fold cross-validation (Psomas 2020,
-Table 12): the mean and the sample standard deviation (ddof = 1) of the fold models' test
-scores; from its Table 13 (MS, 10 folds) it gives Table 12's 63.61 +/- 0.59.
+"""Cross-validation models evaluated two ways (Reality Check, section "cross validation"):
+**separated** (each fold model's metrics, averaged over the folds: the "128-dim" columns) and
+**concatenated** (the k L2-normalised fold embeddings of an image concatenated and normalised again,
+evaluated once: the "512-dim" columns; its cosine similarity is the mean of the fold models').
+Self-retrieval (``reference_*`` omitted) and query/gallery alike. :func:`fold_spread`: the thesis's
+form (Psomas 2020, Table 12), mean and sample std (ddof = 1) of the fold models' test scores; from
+its Table 13 (MS, 10 folds) it gives Table 12's 63.61 +/- 0.59.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
-"""Embeddings with the evaluation transform, and the ``embed@<run>`` / ``embed_pretrained@<ds>-<bb>`` stages.
+"""Embeddings with the evaluation transform (the Reality Check's Resize(256) -> CenterCrop(227)),
+and the ``embed@<run>`` / ``embed_pretrained@<ds>-<bb>`` stages.
 
-Evaluation transform: resize to ``eval_resize`` and centre crop ``crop_size`` (the Reality
-Check's Resize(256) -> CenterCrop(227)), model in eval mode, batches of ``eval_batch_size``.
-
-``artifacts/embeddings/<run>/embeddings.npz`` holds ``<split>_embeddings`` (float32, unit L2
-norm, rows in manifest order) and ``<split>_labels`` for every non-empty split among test, val,
-query and gallery; ``meta.json`` holds run, fold, grid_key and config_hash (the training's
-identity, by which the evaluate stage finds its MLflow run), model_md5, splits (row counts), dim.
-
-The "Pretrained" baseline (``embed_pretrained``): the pooled trunk features of the untrained
-trunk (its pretrained weights, else its seeded initialisation), same transform and layout under
-``artifacts/embeddings/<ds>/<bb>/pretrained/``. Non-finite embeddings are never written
-(:func:`require_finite`).
+``artifacts/embeddings/<run>/embeddings.npz``: ``<split>_embeddings`` (float32, unit L2 norm, manifest
+order) and ``<split>_labels`` of each non-empty split among test, val, query, gallery; ``meta.json``:
+run, fold, grid_key and config_hash (how the evaluate stage finds the MLflow run), model_md5, splits
+(row counts), dim. ``embed_pretrained``: the untrained trunk's pooled features, same layout under
+``artifacts/embeddings/<ds>/<bb>/pretrained/``. Non-finite embeddings are never written.
 """
 
 from __future__ import annotations
@@ -55,15 +49,11 @@ AFTER_MMAP_THRESHOLD, AFTER_TRIM_THRESHOLD = 32 << 20, 64 << 20
 
 @contextlib.contextmanager
 def heap_kept() -> Iterator[str]:
-    """Inside: glibc serves large blocks from the heap and keeps freed memory for reuse.
-
-    Activations above glibc's mmap threshold (32 MiB at most) are each a fresh ``mmap``,
-    page-faulted and unmapped per pass, so a CPU embed spends about as much system time as
-    compute (benchmarks/embed_memory.py). ``mallopt(M_MMAP_MAX, 0)`` + ``M_TRIM_THRESHOLD -1``
-    reuse the pages; on exit mmap and trimming resume above ``AFTER_MMAP_THRESHOLD`` /
-    ``AFTER_TRIM_THRESHOLD`` (mallopt(3)) and ``malloc_trim`` returns free memory. Not for nesting
-    or threads. Yields what was done; a no-op outside Linux glibc.
-    """
+    """Inside: glibc serves large blocks from the heap and keeps freed memory for reuse
+    (``mallopt(M_MMAP_MAX, 0)``, ``M_TRIM_THRESHOLD -1``): activations above the mmap threshold are
+    otherwise a fresh, page-faulted ``mmap`` per pass, as much system time as compute on the CPU
+    (benchmarks/embed_memory.py). On exit mmap and trimming resume and ``malloc_trim`` returns free
+    memory. Not for nesting or threads; yields what was done; a no-op outside Linux glibc."""
     libc: Any = None  # ctypes.CDLL of the C library where it is glibc
     if sys.platform.startswith("linux") and "glibc" in _confstr("CS_GNU_LIBC_VERSION"):
         import ctypes
@@ -95,14 +85,11 @@ def _confstr(name: str) -> str:
 
 
 class _InputBatches:
-    """uint8 image batches on ``device``, without a fresh host buffer per batch.
-
-    CPU: a C-contiguous slice (an in-memory array or a memmap of the prepared cache) is used
-    as it is (``torch.from_numpy``, no copy); anything else is copied into one reused staging
-    buffer. CUDA: every batch goes through one pinned staging buffer into one device buffer
-    (``non_blocking`` copy; the blocking copy of the previous batch's result back to the host
-    has finished that copy before the staging buffer is written again). PyTorch notes on pinned
-    memory: https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers
+    """uint8 image batches on ``device``, without a fresh host buffer per batch: on the CPU a
+    C-contiguous slice as it is (no copy), else one reused staging buffer; on CUDA one pinned staging
+    buffer and one device buffer (``non_blocking``: the blocking copy of the previous result to the
+    host has finished it before the staging buffer is reused). Pinned memory:
+    https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers
     """
 
     def __init__(self, images: np.ndarray, batch_size: int, device: torch.device):
@@ -155,12 +142,8 @@ def compute_embeddings(
     interpolation: str = "weights",
 ) -> np.ndarray:
     """``images``: uint8 ``N x S x S x 3`` -> float32 ``N x dim`` (model in eval mode).
-
-    ``features=True``: the pooled trunk features instead of the head's output. ``sizes`` (N x 2
-    valid height/width), ``squash`` (``augment.eval``) and ``interpolation``
-    (``augment.interpolation``; ``weights``: the model's) go to the eval transform. Each batch is
-    written into one preallocated output.
-    """
+    ``features=True``: the pooled trunk features instead of the head's output. ``sizes`` (N x 2 valid
+    h/w), ``squash`` and ``interpolation`` (``weights``: the model's) go to the eval transform."""
     count = len(images)
     if count == 0:
         return np.zeros((0, 0), dtype=np.float32)
@@ -240,12 +223,10 @@ def embed_splits(
     fold: int | None = None,
     who: str | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """Unit-norm embeddings and labels of every non-empty evaluation split of ``dataset``, with
-    the eval transform of ``augment`` in batches of ``batch_size`` (the protocol's
-    ``eval_batch_size``; ``fold``: the validation split is that fold's validation classes);
-    :class:`~dmlbench.errors.NonFiniteEmbeddings` naming ``who`` (the run) if any is not finite; on the CPU in
-    :func:`heap_kept` (no system time for page faults, at the price of a higher peak RSS: ResNet50,
-    224 px, batch 256: 3.95 -> 8.40 GB, benchmarks/embed_memory.py)."""
+    """Unit-norm embeddings and labels of every non-empty evaluation split of ``dataset`` (``fold``: that
+    fold's validation classes); :class:`~dmlbench.errors.NonFiniteEmbeddings` naming ``who`` if any is
+    not finite. On the CPU in :func:`heap_kept` (peak RSS up: ResNet50, 224 px, batch 256:
+    3.95 -> 8.40 GB, benchmarks/embed_memory.py)."""
     from dmlbench.data.cache import PreparedDataset
     from dmlbench.evaluate.knn import normalize_rows
 

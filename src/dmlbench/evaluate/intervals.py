@@ -1,9 +1,6 @@
-"""Confidence intervals: the t-interval over repeated runs (Reality Check protocol), clipped to the
-quantity's range, and the bootstrap over the query classes of one run.
-
-interval = mean -/+ t_{(1+c)/2, n-1} * s / sqrt(n), s = sample standard deviation; this is
-``scipy.stats.t.interval(c, n - 1, loc=mean, scale=sem)``. With n = 1 there is no interval
-(bounds are NaN) and reports say so.
+"""Confidence intervals: the t-interval over repeated runs (Reality Check protocol), mean -/+
+t_{(1+c)/2, n-1} s / sqrt(n) clipped to the quantity's range (n = 1: NaN bounds), and the bootstrap
+over the query classes of one run.
 """
 
 from __future__ import annotations
@@ -54,16 +51,11 @@ def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -
 def bounded_t_interval(
     values: Sequence[float] | np.ndarray, confidence: float = 0.95, lower: float = 0.0, upper: float = math.inf
 ) -> Interval:
-    """Mean and its t-interval clipped to the quantity's range ``[lower, upper]``.
-
-    interval = [max(lower, mean - t_{(1+c)/2, n-1} s/sqrt(n)), min(upper, mean + t s/sqrt(n))]: the
-    t-interval over independent runs that the Reality Check's intervals are (powerful-benchmarker),
-    cut where it leaves the range. Clipping never lowers coverage (the mean lies in the range) and is
-    continuous in the data; a delta-method interval on the logit explodes near a bound and needs a
-    second method on it, whose switch makes the interval jump. With few runs of a skewed quantity
-    next to a bound the clipped t covers a little less than it says (Beta(1, 12), 5 runs: ~89% for
-    95%), as the t-interval does. Every value equal: zero width; n = 1: NaN bounds.
-    :func:`interval_method` names it."""
+    """Mean and its t-interval (the Reality Check's, over independent runs) clipped to ``[lower, upper]``:
+    [max(lower, mean - t_{(1+c)/2, n-1} s/sqrt(n)), min(upper, mean + t s/sqrt(n))]. Clipping never
+    lowers coverage and is continuous in the data (a logit delta-method interval explodes near a
+    bound). Few runs of a skewed quantity next to a bound cover a little less than stated (Beta(1, 12),
+    5 runs: ~89% for 95%), as the t-interval does. All values equal: zero width; n = 1: NaN bounds."""
     data = np.asarray(values, dtype=np.float64)
     if data.size and (data.min() < lower or data.max() > upper):
         raise ValueError(f"values outside [{lower:g}, {upper:g}]: {data.min():g} to {data.max():g}")
@@ -97,15 +89,11 @@ def bootstrap_intervals(
 ) -> dict[str, Interval]:
     """Mean of each per-query metric of one run and its bootstrap interval over the query classes.
 
-    The queries of one class share its difficulty (a new test set is a new sample of classes), so
-    whole ``clusters`` (the queries' class labels) are resampled with replacement: the cluster
-    bootstrap of Field & Welsh (2007, JRSS-B 69), statistic sum_c w_c S_c / sum_c w_c n_c (w_c: times
-    class c is drawn, S_c and n_c: its sum and query count); ``clusters=None`` resamples queries.
-    ``scipy.stats.bootstrap`` draws the class indices (``n_resamples``, ``default_rng(seed)``) and
-    gives the ``method``'s interval; all metrics share each resample (paired), computed from per-class
-    sums in one matrix product (O(classes) per resample, batches of at most ``max_batch_elements``).
-    ``n`` = classes (queries when ``clusters`` is None). A constant metric gets zero width; one class:
-    NaN bounds."""
+    The queries of a class share its difficulty, so whole ``clusters`` (the queries' class labels;
+    None: the queries) are resampled: the cluster bootstrap of Field & Welsh (2007, JRSS-B 69),
+    statistic sum_c w_c S_c / sum_c w_c n_c (w_c: times class c is drawn, S_c and n_c: its sum and
+    query count), by ``scipy.stats.bootstrap`` with ``default_rng(seed)``; all metrics share each
+    resample (paired). ``n`` = classes. A constant metric gets zero width; one class: NaN bounds."""
     from scipy import stats
 
     if method not in BOOTSTRAP_METHODS:

@@ -1,14 +1,10 @@
 """Exact nearest-neighbour ranking by cosine similarity, never building an n x n matrix.
 
-Backends (the same results; tested): ``faiss`` (``IndexFlatIP`` on L2-normalised vectors, on the
-GPUs of :func:`faiss_gpus` for k <= 2048, the GPU k-selection limit, as PML falls back), ``torch``
-(chunked ``query @ reference.T`` + ``topk``, fp32, TF32 off) and ``screened`` (CPU: a certified
-bf16 screen, :mod:`dmlbench.evaluate.screen`; the default on CPUs with native bf16).
-
-Ties are broken *pessimistically*: among equally similar references, those of another class
-rank first, so a metric never profits from ties (a collapsed embedding scores 0) and the ranking
-depends on the similarity values only. When the reference set is the query set, each query's own
-row is excluded."""
+Backends (the same results; tested): ``faiss`` (``IndexFlatIP``, on GPUs for k <= 2048, the GPU
+k-selection limit), ``torch`` (chunked products + ``topk``, fp32, TF32 off) and ``screened`` (a
+certified bf16 screen on the CPU, :mod:`dmlbench.evaluate.screen`). Ties are broken
+*pessimistically* (other-class references first among equals, :mod:`dmlbench.evaluate.ranking`);
+in self-retrieval each query's own row is excluded. docs/evaluation.md says more."""
 
 from __future__ import annotations
 
@@ -61,12 +57,8 @@ def faiss_cuda_major() -> int | None:
 
 
 def faiss_gpu_usable(faiss_gpu_count: int, faiss_cuda: int | None, torch_cuda: str | None) -> int:
-    """The GPUs faiss may use: its own count, but only when its CUDA major is torch's.
-
-    A faiss wheel for another CUDA major (the ``gpu`` extra's faiss-gpu is CUDA 12; torch's default
-    build CUDA 13) brings a second CUDA runtime, memory pool and minimum driver into the process.
-    The torch backends give the same exact ranking, so only faiss's speed is given up.
-    """
+    """The GPUs faiss may use: its own count, but only when its CUDA major is torch's (another major
+    brings a second CUDA runtime, memory pool and minimum driver; torch ranks the same, only slower)."""
     if faiss_gpu_count <= 0 or faiss_cuda is None or not torch_cuda:
         return 0
     return faiss_gpu_count if faiss_cuda == int(torch_cuda.split(".")[0]) else 0
@@ -85,10 +77,8 @@ def faiss_gpus() -> int:
 
 
 def resolve_backend(backend: str = "auto", device: str | None = None) -> tuple[str, str]:
-    """``(backend, torch device)`` to use. ``auto``: faiss if it has GPUs of torch's CUDA major
-    (:func:`faiss_gpus`); else torch on CUDA if available; on the CPU ``screened`` where it has
-    native bf16, else faiss (measured faster than fp32 torch at SOP scale), else torch.
-    ``screened`` asked for on CUDA runs ``torch``."""
+    """``(backend, torch device)`` to use: ``auto`` as docs/evaluation.md says (faiss on the CPU is
+    measured faster than fp32 torch at SOP scale); ``screened`` asked for on CUDA runs ``torch``."""
     check_backend(backend)
     device = str(default_device(device))
     if backend == "auto":
@@ -105,11 +95,9 @@ def resolve_backend(backend: str = "auto", device: str | None = None) -> tuple[s
 
 
 def ranking_schedule(backend: str, device: str | None, self_retrieval: bool, n_references: int) -> tuple[str, str, str]:
-    """``(backend, device, schedule)`` of a ranking: :func:`resolve_backend`'s pair, and
-    ``symmetric bf16`` / ``symmetric fp32`` where each similarity is computed once for both of its rows
-    (:mod:`dmlbench.evaluate.symmetric`: self-retrieval on the CPU with ``screened`` or ``torch``,
-    or ``auto`` where it resolves to faiss-cpu, from ``symmetric.MIN_REFERENCES`` references on),
-    else ``rows`` (each query's row of similarities)."""
+    """``(backend, device, schedule)``: :func:`resolve_backend`'s pair, and ``symmetric bf16`` / ``fp32``
+    (:mod:`dmlbench.evaluate.symmetric`: self-retrieval on the CPU, from ``symmetric.MIN_REFERENCES``
+    references) or ``rows`` (each query's row of similarities)."""
     requested = backend
     backend, device = resolve_backend(backend, device)
     half = backend in ("screened", "torch") or (requested == "auto" and backend == "faiss" and faiss_gpus() == 0)
@@ -207,11 +195,8 @@ def knn(
     exclude_self: bool = False,
     backend: str = "auto",
 ) -> np.ndarray:
-    """Indices (``n_query x k``) of the ``k`` most cosine-similar reference rows, best first.
-
-    A plain label-free search (ties in the backend's order), chunked; ``exclude_self``:
-    ``reference`` is ``query`` and row ``i``'s own index is dropped.
-    """
+    """Indices (``n_query x k``) of the ``k`` most cosine-similar reference rows, best first (ties in the
+    backend's order); ``exclude_self``: ``reference`` is ``query`` and row ``i``'s own index is dropped."""
     query, reference = normalize_rows(query), normalize_rows(reference)
     available = len(reference) - (1 if exclude_self else 0)
     if not 0 < k <= available:

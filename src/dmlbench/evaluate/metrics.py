@@ -1,20 +1,16 @@
 """Retrieval metrics as defined in "A Metric Learning Reality Check" (Musgrave et al., 2020).
 
-For a query with R same-class references (its own row excluded when the query set is the
-reference set) and references ranked by cosine similarity (ties broken pessimistically, see
-:mod:`dmlbench.evaluate.knn`):
+For a query with R same-class references (its own row excluded in self-retrieval), ranked by
+cosine similarity with pessimistic ties (:mod:`dmlbench.evaluate.knn`):
 
 * Precision@1 = 1 if the nearest reference has the query's class;
-* Recall@K    = 1 if any of the K nearest references has the query's class (the DML sense,
-  not information-retrieval recall; Recall@1 = Precision@1);
+* Recall@K    = 1 if any of the K nearest has the query's class (the DML sense; K beyond the
+  reference set means all of it);
 * R-Precision = r / R, r = same-class references among the R nearest;
 * MAP@R       = (1/R) sum_{i=1..R} P(i), P(i) = precision of the top i if the i-th
   reference has the query's class, else 0.
 
-Queries with R = 0 (no other image of their class) are left out of the means. The ranked list
-always covers the largest R, so MAP@R and R-Precision are exact; Recall@K is exact for every K
-(K larger than the reference set means the whole set). NMI and AMI (clustering quality, as in
-PML): :mod:`dmlbench.evaluate.clustering`.
+Queries with R = 0 are left out of the means. All are exact (the list covers the largest R).
 """
 
 from __future__ import annotations
@@ -34,10 +30,6 @@ def metric_range(metric: str) -> tuple[float, float]:
     """Where a metric's values lie, for intervals that respect it: [0, 1] for every retrieval
     score, NMI and F1; AMI is chance-adjusted and can fall below 0, so it has no lower bound."""
     return (-math.inf, 1.0) if metric == "ami" else (0.0, 1.0)
-
-
-def recall_names(recall_ks: Sequence[int]) -> list[str]:
-    return [f"recall_at_{k}" for k in recall_ks]
 
 
 def _check_embeddings(name: str, x: np.ndarray, labels: np.ndarray) -> None:
@@ -128,16 +120,13 @@ def per_query_metrics(
         device=device,
         chunk_size=chunk_size,
     )
-    if progress:
-        from tqdm import tqdm
+    from tqdm import tqdm
 
-        with tqdm(total=len(valid), desc="ranking neighbours", unit="query", leave=False) as bar:
-            ranking = rank_neighbours(replace(task, progress=bar.update))
-    else:
-        ranking = rank_neighbours(task)
+    with tqdm(total=len(valid), desc="ranking neighbours", unit="query", leave=False, disable=not progress) as bar:
+        ranking = rank_neighbours(replace(task, progress=bar.update))
     values = list_metrics(ranking.hits, r)
-    for kk, name in zip(recall_ks, recall_names(recall_ks), strict=True):
-        values[name] = (ranking.first_positive < kk).astype(np.float64)
+    for recall_k in recall_ks:
+        values[f"recall_at_{recall_k}"] = (ranking.first_positive < recall_k).astype(np.float64)
     return PerQuery(values, r, valid, q_labels[valid])
 
 

@@ -1,11 +1,9 @@
-"""The exact-ranking core that every neighbour search shares: the ``RankingTask`` that says what to
-rank, the ``Ranking`` contract, the pessimistic tie rule, each query's same-class references,
-chunking, and the chunked torch search (CPU or CUDA, fp32 with TF32 off) that the other backends
-fall back on.
+"""The exact-ranking core every neighbour search shares: :class:`RankingTask`, the :class:`Ranking`
+contract, the tie rule, chunking, and the chunked fp32 torch search the other backends fall back on.
 
-Tie rule: among references with exactly equal similarity, those of a different class than the
-query rank first (:func:`canonical_hits`), so a metric never profits from ties and the result
-depends on the similarity values only (module docstring of :mod:`dmlbench.evaluate.knn`).
+Tie rule: among references of exactly equal similarity, those of another class than the query rank
+first (:func:`canonical_hits`), so a metric never profits from ties (a collapsed embedding scores 0)
+and the result depends on the similarity values only.
 """
 
 from __future__ import annotations
@@ -59,15 +57,11 @@ def check_backend(backend: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class RankingTask:
-    """One exact ranking: the ``k`` nearest ``references`` of each of the ``queries`` (both unit-norm
-    float32, rows x dim), and the rank of each query's nearest same-class reference below
-    ``first_limit`` (the largest Recall@K). Every query needs at least one same-class reference.
-
-    ``self_index``: self-retrieval, the reference row of each query, which is excluded.
-    ``backend``: one of :data:`BACKENDS`; ``device``: a torch device (None: :func:`dmlbench.devices.
-    default_device`); ``chunk_size``: queries per block (None: within ``CHUNK_BYTES``); ``progress``:
-    called with the number of queries each block ranked. Refuses a bad option in one line.
-    """
+    """One exact ranking: the ``k`` nearest unit-norm float32 ``references`` of each of the ``queries``,
+    and the rank of each query's nearest same-class reference (it needs one) below ``first_limit``
+    (the largest Recall@K). ``self_index``: the excluded reference row of each query (self-retrieval);
+    ``device``: None = :func:`dmlbench.devices.default_device`; ``chunk_size``: queries per block
+    (None: within ``CHUNK_BYTES``); ``progress``: called with the queries each block ranked."""
 
     queries: np.ndarray
     query_labels: np.ndarray
@@ -137,11 +131,8 @@ def first_in_lists(hits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def canonical_hits(values: np.ndarray, hits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Order each row by similarity descending, different-class first among equals; keep ``k``.
-
-    Returns the hits and a mask of rows whose k-th and (k+1)-th values are equal: for those the
-    set of k items itself depends on ties outside the list, so they are recomputed exactly.
-    """
+    """Order each row by similarity descending, different-class first among equals; keep ``k``. Returns
+    the hits and the rows whose k-th and (k+1)-th values are equal (to be recomputed exactly)."""
     order = np.lexsort((hits, -values), axis=1)
     ordered = np.take_along_axis(hits, order, axis=1)[:, :k]
     if values.shape[1] > k:

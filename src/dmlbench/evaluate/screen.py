@@ -1,28 +1,17 @@
-"""Exact ranking at bf16 speed: a bf16 product screens the candidates, fp32 decides.
+"""Exact ranking at bf16 speed: a bf16 product screens the candidates, fp32 decides
+(docs/evaluation.md, "Exact search, never n x n").
 
-On CPUs with native bf16 dot products (AVX512-BF16, AMX) a bf16 matrix product runs several
-times faster than fp32 (measured on 2 Zen 5 cores: ~800 GFLOP/s vs 100-200 for fp32 BLAS). Its
-error is bounded: for rows of L2 norm <= 1 in d dimensions, with u = 2^-8 (bf16 unit roundoff)
-and g = 2d 2^-24 / (1 - 2d 2^-24) (fp32 accumulation),
+For rows of L2 norm <= 1 in d dimensions, with u = 2^-8 (bf16 unit roundoff) and
+g = 2d 2^-24 / (1 - 2d 2^-24) (fp32 accumulation), the bf16 product is off by at most
 
-    |bf16 product - exact|  <=  eps(d) = (2u + u^2) + g (1+u)^2 + 2u (1+u)^2 (1+g)
+    eps(d) = (2u + u^2) + g (1+u)^2 + 2u (1+u)^2 (1+g)
 
-(input rounding + accumulation + rounding of the result to bf16, counted as 2u so that any
-rounding mode is covered): 0.0158 for d = 512. Hence, per query:
-
-1. candidates: the L = k + ``SCREEN_MARGIN`` references with the largest bf16 similarity;
-2. their fp32 similarities, ordered with pessimistic ties (:mod:`dmlbench.evaluate.knn`). The
-   first k are the exact list when the k-th fp32 similarity exceeds the L-th bf16 similarity
-   + eps: no reference outside the candidates can reach it. Queries without that certificate
-   are ranked again by the exact fp32 backend;
-3. rank of the first same-class reference (Recall@K beyond the list): other-class references
-   whose bf16 similarity is more than eps above the best positive's fp32 similarity rank ahead
-   of it, those more than eps below do not, and the few in between are recomputed in fp32.
-
-So the result is the exact fp32 ranking, at the cost of the bf16 product plus a little fp32
-work. Products write into reused buffers (a fresh n-wide output per block costs more in page
-faults than the product). One module although over 400 lines: the ranking and the k-means
-assignment share one certified screen (error bound, bf16 norms, blocks, fp32 recomputation).
+(input rounding + accumulation + result rounding, counted as 2u for any rounding mode): 0.0158
+for d = 512. The k + ``SCREEN_MARGIN`` best bf16 candidates are re-scored in fp32; the list is
+exact when its k-th fp32 similarity beats the last candidate's bf16 similarity + eps, else the
+query is ranked again in fp32. The first hit's rank counts other-class references from their bf16
+values, recomputing in fp32 only those within eps of the best positive. Over 400 lines: the
+ranking and the k-means assignment share one certified screen.
 """
 
 from __future__ import annotations
@@ -113,11 +102,8 @@ def _norms(x: Any, x16: Any, block: int = 4096) -> tuple[np.ndarray, np.ndarray,
 
 
 def fast_bf16_matmul() -> bool:
-    """True when this CPU has native bf16 dot products (AVX512-BF16 or AMX tiles).
-
-    ``DMLBENCH_CPU_BF16=1`` / ``0`` in the environment forces the answer (and so the CPU path
-    that ``auto`` takes: ``screened`` / faiss), e.g. for tests run in a subprocess; unset or
-    empty: detect."""
+    """True when this CPU has native bf16 dot products (AVX512-BF16 or AMX tiles); ``DMLBENCH_CPU_BF16=1``
+    / ``0`` forces the answer (and so the CPU path of ``auto``), e.g. for tests in a subprocess."""
     import os
 
     import torch
@@ -289,17 +275,12 @@ def nearest_centroids(points: Any, points16: Any, centroids: np.ndarray, chunk: 
 
 
 class NearestCentroids:
-    """Exact nearest centroid (L2) of fixed points, for any number of centroid sets (k-means):
-    argmax_j x.c_j - |c_j|^2 / 2 (lowest j among equals), screened by one bf16 product of
-    [x, 1] and [c_j, -|c_j|^2 / 2].
-
-    With h_j = |c_j|^2 / 2 <= H, the bf16 score of (x, j) is within base_x + u H + g H (1 + u)
-    + c |score| of the fp32 score (:class:`ScreenError`, plus the rounding of -h_j to bf16 and
-    its share of the accumulation), so the top bf16 candidate is the answer when its fp32 score
-    beats the runner-up's bf16 score plus that bound; otherwise the best of the top
-    ``CENTROID_CANDIDATES`` in fp32 when it beats the last one's bound, else the fp32 argmax.
-    ``points``: float32 tensor (n x d, norms <= 1), ``points16``: the same in bf16. The points'
-    [x, 1] rows and rounding norms are made once, at construction.
+    """Exact nearest centroid (L2) of fixed points (float32 ``points``, norms <= 1, and their bf16
+    ``points16``) for any number of centroid sets: argmax_j x.c_j - |c_j|^2 / 2 (lowest j among
+    equals), screened by one bf16 product of [x, 1] and [c_j, -|c_j|^2 / 2]. With h_j <= H, the bf16
+    score is within base_x + u H + g H (1 + u) + c |score| of the fp32 one (:class:`ScreenError`);
+    the top bf16 candidate wins when its fp32 score beats the runner-up's bf16 score plus that bound,
+    else the best of the top ``CENTROID_CANDIDATES`` under the same test, else the fp32 argmax.
     """
 
     def __init__(self, points: Any, points16: Any, block: int | None = None) -> None:

@@ -54,18 +54,16 @@ def evaluate_arrays(
         raise DataError(f"{dataset} is a query/gallery dataset but the embeddings have no query and gallery splits")
     if not query_gallery and "test_embeddings" not in arrays:
         raise DataError(f"{dataset}: the embeddings have no test split")
+    split = "query" if query_gallery else "test"
+    queries, labels = arrays[f"{split}_embeddings"], arrays[f"{split}_labels"]
+    gallery, gallery_labels = (
+        (arrays["gallery_embeddings"], arrays["gallery_labels"]) if query_gallery else (None, None)
+    )
     recall_ks = settings.recall_ks(dataset)
-    if query_gallery:
-        queries, labels = arrays["query_embeddings"], arrays["query_labels"]
-        values = per_query_metrics(
-            queries, labels, arrays["gallery_embeddings"], arrays["gallery_labels"], recall_ks,
-            backend=settings.backend, progress=True,
-        )  # fmt: skip
-        mode = "query->gallery"
-    else:
-        queries, labels = arrays["test_embeddings"], arrays["test_labels"]
-        values = per_query_metrics(queries, labels, recall_ks=recall_ks, backend=settings.backend, progress=True)
-        mode = "test"
+    values = per_query_metrics(
+        queries, labels, gallery, gallery_labels, recall_ks, backend=settings.backend, progress=True
+    )
+    mode = "query->gallery" if query_gallery else "test"
     metrics = values.means()
     if settings.clustering_for(dataset):
         # every k-means backend re-does faiss's iterations (same clusters); a torch ranking keeps

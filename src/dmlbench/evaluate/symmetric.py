@@ -1,22 +1,11 @@
 """Self-retrieval ranking from half the products: the similarity of rows i and j is computed once
 and serves both rows (docs/evaluation.md, "Self-retrieval from half the products").
 
-Block [a, b) is multiplied with rows [a, n) only; its columns give the later rows their pairs
-with the block. A per-row top-k cannot be taken over a block's columns, so a threshold decides:
-``t_i`` = the k-th largest similarity of row i to every ``SAMPLE_STRIDE``-th reference, a lower
-bound of its true k-th, so every member of i's list (and every tie with its k-th) is >= t_i. Pairs
-at or above their row's threshold are kept and ranked with the tie rule of
-:mod:`dmlbench.evaluate.ranking` when the row is complete.
-
-* fp32: thresholds lowered by 2 gamma (:func:`dmlbench.evaluate.screen.accumulation_error`), the
-  rounding of a dot product computed in two places.
-* bf16: the products screen and fp32 decides, as in :mod:`dmlbench.evaluate.screen`; the
-  ``k + SCREEN_MARGIN`` best candidates are re-scored in fp32 and the list is accepted when its
-  k-th beats every candidate left out (its bf16 value plus the bound).
-
-Rows without a certificate, or needing the first hit's rank beyond the list (Recall@K), are ranked
-row by row in the same arithmetic; when ties make the candidates explode (a collapsed embedding),
-:func:`rank_symmetric` returns None and the caller ranks row by row."""
+Block [a, b) is multiplied with rows [a, n) only. Row i keeps the pairs at or above ``t_i``, the
+k-th largest similarity to every ``SAMPLE_STRIDE``-th reference (a lower bound of its true k-th),
+lowered by 2 gamma (fp32) or through the screening bound (bf16, as in
+:mod:`dmlbench.evaluate.screen`). Rows without a certificate, or needing the first hit's rank beyond
+the list, are ranked row by row; massive ties make :func:`rank_symmetric` return None."""
 
 from __future__ import annotations
 
@@ -103,14 +92,9 @@ class _Products:
 
 
 def rank_symmetric(task: RankingTask, bf16: bool, rank_rows: Callable[[RankingTask], Ranking]) -> Ranking | None:
-    """The :class:`Ranking` of a self-retrieval ``task`` (its queries are the references
-    ``task.self_index``), as :func:`dmlbench.evaluate.knn.rank_neighbours` gives it, from products
-    in fp32 or (``bf16``) certified bf16; ``task.chunk_size``: rows per block product.
-
-    ``rank_rows(subtask)``: the row-by-row ranking in the same arithmetic, used for the rows named
-    in the module docstring. Returns None when the candidate pairs would pass ``CANDIDATE_BUDGET``
-    (massive ties).
-    """
+    """The :class:`Ranking` of a self-retrieval ``task`` from products in fp32 or (``bf16``) certified
+    bf16 (``task.chunk_size``: rows per block product); ``rank_rows(subtask)`` ranks the rows it cannot
+    settle, in the same arithmetic. None when the candidates would pass ``CANDIDATE_BUDGET``."""
     import torch
 
     embeddings, labels, rows, k = task.references, task.reference_labels, task.self_index, task.k
@@ -132,10 +116,7 @@ def rank_symmetric(task: RankingTask, bf16: bool, rank_rows: Callable[[RankingTa
     held = 0
     with torch.no_grad():
         thresholds = arithmetic.thresholds(_row_thresholds(arithmetic, k, base, gamma))
-        if bf16:
-            buffer = torch.empty(block * n, dtype=torch.bfloat16)
-        else:
-            buffer = np.empty(block * n, dtype=np.float32)
+        buffer = torch.empty(block * n, dtype=torch.bfloat16) if bf16 else np.empty(block * n, dtype=np.float32)
         for a in range(0, n, block):
             b = min(a + block, n)
             width = n - a
