@@ -10,6 +10,7 @@ import torch
 from dmlbench.evaluate import screen
 from dmlbench.evaluate.clustering import adjusted_mutual_info, expected_mutual_information, kmeans_assign
 from dmlbench.evaluate.knn import normalize_rows, rank_neighbours
+from dmlbench.evaluate.metrics import per_query_metrics
 from dmlbench.evaluate.ranking import RankingTask
 from dmlbench.evaluate.screen import NearestCentroids, ScreenError, bf16_screen_error, nearest_centroids
 
@@ -86,6 +87,20 @@ def test_first_positive_behind_everything_uses_the_exact_path_for_negative_thres
     labels = np.concatenate([np.arange(100), np.arange(100)])
     ranking = _assert_same_ranking(x, labels, 1, 199)
     assert (ranking.first_positive > 150).all()
+
+
+def test_a_block_whose_first_positives_are_all_past_the_limit_ranks_like_fp32():
+    # Unclustered rows, 10 per class, small blocks: in some block every query whose first positive
+    # needs counting is already past the limit, so no similarity is left in the uncertain band.
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(2600, 32)).astype(np.float32)
+    labels = rng.integers(0, 260, size=2600)
+    ks = (1, 2, 4, 8, 16, 32)
+    screened = per_query_metrics(x, labels, recall_ks=ks, backend="screened", device="cpu", chunk_size=37)
+    exact = per_query_metrics(x, labels, recall_ks=ks, backend="torch", device="cpu", chunk_size=37)
+    assert screened.metrics.keys() == exact.metrics.keys()
+    for name, values in exact.metrics.items():
+        np.testing.assert_array_equal(screened.metrics[name], values, err_msg=name)
 
 
 def test_nearest_centroids_equal_the_fp32_argmin():
