@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from dmlbench import __version__
-from dmlbench.analysis.identity import IDENTITY, UNKNOWN
+from dmlbench.analysis.identity import CELL, IDENTITY, UNKNOWN
 from dmlbench.analysis.numbers import TOP1, Analysis
 from dmlbench.evaluate.intervals import interval_method
 from dmlbench.evaluate.metrics import metric_range
@@ -29,7 +29,6 @@ RESULTS = "results.csv"
 HEADLINE = "metrics"
 HEADLINE_METRICS = ("map_at_r", TOP1)
 HEADLINE_FILES = (*HEADLINE_METRICS, "mean_rank")  # reports/metrics/<name>.json, listed in dvc.yaml
-CELL = ["dataset", "backbone", "loss", "dim"]
 
 
 def code_versions(codes: pd.DataFrame) -> dict[str, int]:

@@ -23,15 +23,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import pandas as pd
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, ValidationInfo, field_validator
 
 from dmlbench.errors import DataError
 
@@ -277,10 +269,7 @@ def reference_improvements(literature: pd.DataFrame, baseline: str, methods: pd.
     rows = rows.assign(group=rows[GROUP].astype(str).agg("|".join, axis=1))
     base = rows[rows["loss"] == baseline].set_index("group")["value"]
     rows = rows[(rows["loss"] != baseline) & rows["group"].isin(base.index)]
-    rows = rows.assign(
-        baseline_value=rows["group"].map(base),
-        year=rows["loss"].map(methods["year"]),
-    )
+    rows = rows.assign(baseline_value=rows["group"].map(base), year=rows["loss"].map(methods["year"]))
     rows = rows[rows["year"].notna()]
     rows["improvement"] = 100 * (rows["value"] / rows["baseline_value"] - 1)
     return rows[

@@ -158,6 +158,7 @@ def _published_cells(literature: pd.DataFrame, loss: str, dataset: str) -> list[
 
 BORROWED = plots.BORROWED
 TABLE_KEY = ["loss", "paper", "dataset", "backbone", "dim", "value"]
+BASELINE_COLUMNS = ["baseline_value", "baseline_kind", "baseline_papers", "improvement"]
 
 
 def _claim_rows(claimed: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -167,16 +168,8 @@ def _claim_rows(claimed: dict[str, pd.DataFrame]) -> pd.DataFrame:
     for baseline, frame in claimed.items():
         if frame.empty:
             continue
-        part = frame.assign(dim=frame["dim"].astype("string"))[
-            [*shared, "baseline_value", "baseline_kind", "baseline_papers", "improvement"]
-        ].rename(
-            columns={
-                "baseline_value": f"{baseline}_value",
-                "baseline_kind": f"{baseline}_kind",
-                "baseline_papers": f"{baseline}_papers",
-                "improvement": f"{baseline}_improvement",
-            }
-        )
+        renamed = {c: f"{baseline}_{c.removeprefix('baseline_')}" for c in BASELINE_COLUMNS}
+        part = frame.assign(dim=frame["dim"].astype("string"))[[*shared, *BASELINE_COLUMNS]].rename(columns=renamed)
         merged = part if merged is None else merged.merge(part, on=shared, how="outer")
     if merged is None:
         return pd.DataFrame()
