@@ -1,14 +1,7 @@
-"""Machine-readable outputs of the report stage, for other tools and for DVC.
-
-* ``reports/results.csv``: one row per run and metric (``level = run``) and per cell and metric
-  (``level = cell``: seed mean, 95% interval, n), with the dmlbench version, the report's git commit
-  and the run's identity (:data:`~dmlbench.analysis.identity.IDENTITY`); labs' files merge with
-  ``python -m dmlbench.results merge``.
-* ``reports/metrics/<name>.json`` = ``{loss: value}`` for ``dvc metrics show``: ``map_at_r`` and
-  ``precision_at_1`` (percent, mean over cells of the seed means) and ``mean_rank`` (the tournament's).
-
-:func:`code_versions` counts the code fingerprints of the runs (``run.json`` -> ``code``), so the
-report says when it mixes code versions.
+"""Machine-readable outputs of the report stage (docs/report.md): ``reports/results.csv``, one row
+per run and metric (``level = run``) and per cell and metric (``level = cell``), which labs' files
+merge with ``python -m dmlbench.results merge``; and ``reports/metrics/<name>.json`` = ``{loss: value}``
+for ``dvc metrics show``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""Published numbers: what papers claimed, the baselines they beat, and fair re-runs, from two
-versioned files beside this module (columns: :data:`LITERATURE_COLUMNS`, :data:`METHOD_COLUMNS`).
-
-* ``literature.csv``: one published number per row, read in a paper or an official repository
-  (``source`` says where; ``uncertain`` when read off a figure or in another paper's table).
-  ``value`` in percent; ``half_width`` the published 95% half-width in points over ``n_published``
-  runs (both empty without an interval; a note quoting one must agree). ``kind``: ``claimed`` (a
-  paper's own loss), ``baseline`` (an older loss it claims to beat) or ``reproduction`` (a re-run
-  under one protocol, or a frozen model scored by the OML zoo; claims: :mod:`.claims`). Numbers
-  compare only within one :data:`GROUP` (paper, setting, dataset, backbone, dim, metric).
-* ``methods.csv``: per loss its display name, paper, year, ``registered`` (dmlbench trains it) and
-  ``studies_2020`` (which :data:`STUDIES_2020` re-ran it).
-
+"""Published numbers: what papers claimed, the baselines they beat, and fair re-runs, from
+``literature.csv`` (one number per row; ``value`` and ``half_width`` in points) and ``methods.csv``
+(one loss per row) beside this module, columns :data:`LITERATURE_COLUMNS` and :data:`METHOD_COLUMNS`,
+both described in docs/report.md ("Published numbers"). Numbers compare only within one :data:`GROUP`;
 Recall@1 and Precision@1 are one metric for a query (:func:`canonical_metric`).
 """
 
