@@ -40,7 +40,12 @@ def cross_validation_table(
         seeds = runs[(runs[CELL] == pd.Series(cell)).all(axis=1) & (runs["metric"] == METRIC)]["value"]
         ensemble = bounded_t_interval(seeds.to_numpy(), confidence, 0.0, 1.0)
         spread = fold_spread([{METRIC: v} for v in cell_folds["value"]])[METRIC]
-        thesis = published[(published[CELL] == pd.Series(cell)).all(axis=1)]
+        thesis = published[
+            (published["loss"] == cell["loss"])
+            & (published["dataset"] == cell["dataset"])
+            & (published["backbone"] == cell["backbone"])
+            & (published["dim"] == cell["dim"])
+        ]
         rows.append(
             [
                 names.get(cell["loss"], cell["loss"]),
