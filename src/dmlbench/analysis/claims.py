@@ -1,14 +1,9 @@
-"""What papers claimed over an old loss, counted once per claim and set against a baseline the
-comparison can stand on.
-
-A **claim** is one published R@1 (= P@1) of a loss by the paper that introduced it, per
-:data:`CLAIM_KEY` (paper, loss, dataset, metric, backbone, embedding size); rows sharing the key are
-one claim, valued by the paper's table (setting ``as_published``) when present, else the first row.
-Its improvement ``100 * (claimed / baseline_value - 1)`` (percent) is set against, in this order:
-``own`` (the baseline number the claiming paper reports on that dataset, at the claim's backbone and
-size when there, else the median of its numbers there), ``borrowed`` (the median of other papers'
-baseline numbers up to the claim's year for the same named backbone and size: counted apart), or
-``none`` (no improvement, in no median).
+"""What papers claimed over an old loss, counted once per claim (docs/report.md, "Claims"): rows
+sharing :data:`CLAIM_KEY` are one claim, valued by the paper's table (:data:`PAPER_TABLE`) when
+present, else the first row. Its improvement ``100 * (claimed / baseline_value - 1)`` (percent) is set
+against, in this order: ``own`` (its paper's baseline number on that dataset, at the claim's backbone
+and size when there, else the median of its numbers there), ``borrowed`` (the median of other papers'
+numbers up to the claim's year at the same named backbone and size), or ``none``.
 """
 
 from __future__ import annotations

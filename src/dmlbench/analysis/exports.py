@@ -1,14 +1,7 @@
-"""Machine-readable outputs of the report stage, for other tools and for DVC.
-
-* ``reports/results.csv``: one row per run and metric (``level = run``) and per cell and metric
-  (``level = cell``: seed mean, 95% interval, n), with the dmlbench version, the report's git commit
-  and the run's identity (:data:`~dmlbench.analysis.identity.IDENTITY`); labs' files merge with
-  ``python -m dmlbench.results merge``.
-* ``reports/metrics/<name>.json`` = ``{loss: value}`` for ``dvc metrics show``: ``map_at_r`` and
-  ``precision_at_1`` (percent, mean over cells of the seed means) and ``mean_rank`` (the tournament's).
-
-:func:`code_versions` counts the code fingerprints of the runs (``run.json`` -> ``code``), so the
-report says when it mixes code versions.
+"""Machine-readable outputs of the report stage (docs/report.md): ``reports/results.csv``, one row
+per run and metric (``level = run``) and per cell and metric (``level = cell``), which labs' files
+merge with ``python -m dmlbench.results merge``; and ``reports/metrics/<name>.json`` = ``{loss: value}``
+for ``dvc metrics show``.
 """
 
 from __future__ import annotations
@@ -19,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from dmlbench import __version__
-from dmlbench.analysis.identity import IDENTITY, UNKNOWN
+from dmlbench.analysis.identity import CELL, IDENTITY, UNKNOWN
 from dmlbench.analysis.numbers import TOP1, Analysis
 from dmlbench.evaluate.intervals import interval_method
 from dmlbench.evaluate.metrics import metric_range
@@ -29,7 +22,6 @@ RESULTS = "results.csv"
 HEADLINE = "metrics"
 HEADLINE_METRICS = ("map_at_r", TOP1)
 HEADLINE_FILES = (*HEADLINE_METRICS, "mean_rank")  # reports/metrics/<name>.json, listed in dvc.yaml
-CELL = ["dataset", "backbone", "loss", "dim"]
 
 
 def code_versions(codes: pd.DataFrame) -> dict[str, int]:

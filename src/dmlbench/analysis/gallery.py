@@ -58,12 +58,7 @@ def _crop(image: np.ndarray, size: np.ndarray | None) -> np.ndarray:
 
 
 def retrieval_gallery(
-    runs: Sequence[GalleryRun],
-    prepared,
-    path: Path,
-    queries: int = 4,
-    k: int = 4,
-    seed: int = 0,
+    runs: Sequence[GalleryRun], prepared, path: Path, queries: int = 4, k: int = 4, seed: int = 0
 ) -> Path:
     """Draw ``queries`` rows: the query image, then ``k`` neighbours for each run side by side.
 
@@ -112,9 +107,7 @@ def retrieval_gallery(
                     title,
                 )
     fig.suptitle(
-        f"Test queries (left) and their {k} nearest test images per loss; red frame = other class",
-        y=1.0,
-        fontsize=10,
+        f"Test queries (left) and their {k} nearest test images per loss; red frame = other class", y=1.0, fontsize=10
     )
     return save_figure(fig, path)
 

@@ -1,13 +1,8 @@
 """What identifies each training run of the grid for pairing, read from the outputs that travel with
-it, and where it was trained (:mod:`dmlbench.tracking.workspace`); a cross-validated run by its first
-fold model. Columns: ``code`` (package fingerprint, ``run.json``); ``protocol`` and
-``protocol_digest`` (12 hex digits of the md5 of its values as JSON with sorted keys, from
-``config.yaml``, else ``params.yaml``); ``split`` (the same, of ``dataset.split``);
-``dataset_checksum`` (md5 of ``artifacts/prepared/<dataset>/manifest.csv``, 12 digits, as MLflow logs
-it); ``inputs_manifest`` (md5 of ``artifacts/inputs/train@<run>.json``); ``device``, ``precision``
-(``run.json``); ``provenance`` (``trained here`` / ``pulled``) and ``origin`` (the default DVC remote,
-or ``DVC cache``). ``"unknown"`` stands for a missing record; runs pair (:mod:`.pairing`) only when
-:data:`PAIRING` agree.
+it (a cross-validated run: its first fold model), and where it was trained
+(:mod:`dmlbench.tracking.workspace`): the columns :data:`IDENTITY`, described in docs/report.md;
+``protocol_digest`` and ``split`` are :func:`digest`s of ``config.yaml`` (else ``params.yaml``).
+``"unknown"`` stands for a missing record; runs pair (:mod:`.pairing`) only when :data:`PAIRING` agree.
 """
 
 from __future__ import annotations

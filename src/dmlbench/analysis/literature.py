@@ -1,16 +1,7 @@
-"""Published numbers: what papers claimed, the baselines they beat, and fair re-runs, from two
-versioned files beside this module (columns: :data:`LITERATURE_COLUMNS`, :data:`METHOD_COLUMNS`).
-
-* ``literature.csv``: one published number per row, read in a paper or an official repository
-  (``source`` says where; ``uncertain`` when read off a figure or in another paper's table).
-  ``value`` in percent; ``half_width`` the published 95% half-width in points over ``n_published``
-  runs (both empty without an interval; a note quoting one must agree). ``kind``: ``claimed`` (a
-  paper's own loss), ``baseline`` (an older loss it claims to beat) or ``reproduction`` (a re-run
-  under one protocol, or a frozen model scored by the OML zoo; claims: :mod:`.claims`). Numbers
-  compare only within one :data:`GROUP` (paper, setting, dataset, backbone, dim, metric).
-* ``methods.csv``: per loss its display name, paper, year, ``registered`` (dmlbench trains it) and
-  ``studies_2020`` (which :data:`STUDIES_2020` re-ran it).
-
+"""Published numbers: what papers claimed, the baselines they beat, and fair re-runs, from
+``literature.csv`` (one number per row; ``value`` and ``half_width`` in points) and ``methods.csv``
+(one loss per row) beside this module, columns :data:`LITERATURE_COLUMNS` and :data:`METHOD_COLUMNS`,
+both described in docs/report.md ("Published numbers"). Numbers compare only within one :data:`GROUP`;
 Recall@1 and Precision@1 are one metric for a query (:func:`canonical_metric`).
 """
 
@@ -23,15 +14,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import pandas as pd
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, ValidationInfo, field_validator
 
 from dmlbench.errors import DataError
 
@@ -277,10 +260,7 @@ def reference_improvements(literature: pd.DataFrame, baseline: str, methods: pd.
     rows = rows.assign(group=rows[GROUP].astype(str).agg("|".join, axis=1))
     base = rows[rows["loss"] == baseline].set_index("group")["value"]
     rows = rows[(rows["loss"] != baseline) & rows["group"].isin(base.index)]
-    rows = rows.assign(
-        baseline_value=rows["group"].map(base),
-        year=rows["loss"].map(methods["year"]),
-    )
+    rows = rows.assign(baseline_value=rows["group"].map(base), year=rows["loss"].map(methods["year"]))
     rows = rows[rows["year"].notna()]
     rows["improvement"] = 100 * (rows["value"] / rows["baseline_value"] - 1)
     return rows[

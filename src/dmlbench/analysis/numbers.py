@@ -40,6 +40,11 @@ def seed_means(frame: pd.DataFrame, columns: list[str], keys: list[str] = RUN) -
     return frame.groupby(keys, as_index=False, sort=False)[columns].mean()
 
 
+def rows_of(frame: pd.DataFrame, **values: Any) -> pd.DataFrame:
+    """The rows of ``frame`` whose columns equal ``values`` (column name -> value)."""
+    return frame[(frame[list(values)] == pd.Series(values)).all(axis=1)]
+
+
 def fold_models_per_seed(frame: pd.DataFrame) -> int:
     """How many fold models one seed of one cell holds in ``frame`` (1 without cross-validation)."""
     return int(frame.groupby(RUN, sort=False).size().max()) if len(frame) else 0

@@ -35,14 +35,16 @@ PUBLISHED_CONFIDENCE = 0.95  # published intervals are 95% (Reality Check Tables
 REPRODUCED, LOWER, HIGHER, INCONCLUSIVE = "reproduced", "ours lower", "ours higher", "inconclusive"
 NO_TEST = "no test"
 ONE_PUBLISHED_RUN = "published value without interval: one run, prediction interval"
+_PROXY_ANCHOR_TRAIN = (
+    "the official train.py scores the test classes after every epoch and keeps the best R@1 "
+    "(github.com/tjddus9597/Proxy-Anchor-CVPR2020)"
+)
 # (paper, setting) of literature.csv whose numbers kept the epoch of best test score, and where that is read
 TEST_SELECTED = {
     (lit.THESIS, "test_selection"): "the thesis's default setup keeps the model with the best test accuracy "
     "(Psomas 2020, Sec. 3.5.2)",
-    (lit.PROXY_ANCHOR, "as_published"): "the official train.py scores the test classes after every epoch and "
-    "keeps the best R@1 (github.com/tjddus9597/Proxy-Anchor-CVPR2020)",
-    (lit.PROXY_ANCHOR, "official_readme"): "the official train.py scores the test classes after every epoch and "
-    "keeps the best R@1 (github.com/tjddus9597/Proxy-Anchor-CVPR2020)",
+    (lit.PROXY_ANCHOR, "as_published"): _PROXY_ANCHOR_TRAIN,
+    (lit.PROXY_ANCHOR, "official_readme"): _PROXY_ANCHOR_TRAIN,
 }
 
 

@@ -1,10 +1,7 @@
-"""Statistics beyond the thesis: are the losses' differences real?
+"""Statistics beyond the thesis: are the losses' differences real? (docs/report.md, "Statistical tests")
 
-The independent unit is the dataset (Demšar 2006, JMLR 7): the experiments of one dataset (its
-backbones x embedding sizes) share its images, so :func:`dataset_blocks` makes each dataset one block
-of the losses' mean ranks over its experiments, and every test runs over these blocks; a synthetic
-dataset is never a block beside real ones (:func:`block_datasets`). On them: the Friedman test
-(:mod:`dmlbench.analysis.friedman`); after it rejects, Nemenyi (scikit-posthocs) with Demšar's
+Every test runs over the dataset blocks of :func:`dataset_blocks` (Demšar 2006, JMLR 7). After the
+Friedman test (:mod:`dmlbench.analysis.friedman`) rejects: Nemenyi (scikit-posthocs) with Demšar's
 critical difference CD = q_alpha * sqrt(k (k + 1) / (6 N)), q_alpha = studentized range quantile /
 sqrt(2), and win rates with Wilson intervals and two-sided sign tests (scipy ``binomtest``), Holm
 (1979)-adjusted over all pairs, from :data:`MIN_BLOCKS`. Relative improvements of one loss over

@@ -13,6 +13,7 @@ import pandas as pd
 import yaml
 
 from dmlbench import paths
+from dmlbench.analysis.numbers import rows_of
 from dmlbench.evaluate.intervals import bounded_t_interval
 from dmlbench.evaluate.metrics import metric_range
 from dmlbench.io import read_json
@@ -128,10 +129,7 @@ def tuning_gain(
     picked = baseline[(baseline["metric"] == metric) & ~baseline["seed"].isin(exclude_seeds)]
     tuned = tuned[~tuned["seed"].isin(exclude_seeds)]
     for (dataset, backbone, loss, dim), base in picked.groupby(["dataset", "backbone", "loss", "dim"], sort=False):
-        mine = tuned[
-            (tuned["dataset"] == dataset) & (tuned["backbone"] == backbone) & (tuned["loss"] == loss)
-            & (tuned["dim"] == dim) & (tuned["metric"] == metric)
-        ]  # fmt: skip
+        mine = rows_of(tuned, dataset=dataset, backbone=backbone, loss=loss, dim=dim, metric=metric)
         if not len(mine):
             continue
         ours_values, theirs_values, paired = matched(mine, base)

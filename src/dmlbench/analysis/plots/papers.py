@@ -43,10 +43,7 @@ def papers_vs_reality(
 
 
 def papers_vs_reality_figure(
-    claimed: dict[str, pd.DataFrame],
-    reference: dict[str, pd.DataFrame],
-    ours: dict[str, pd.DataFrame],
-    ours_label: str,
+    claimed: dict[str, pd.DataFrame], reference: dict[str, pd.DataFrame], ours: dict[str, pd.DataFrame], ours_label: str
 ) -> plt.Figure:
     """Relative improvement over each baseline ``b`` by year: claimed by papers (a), re-measured (b).
 
@@ -248,11 +245,7 @@ def _jitter(frame: pd.DataFrame, width: float = 0.16) -> np.ndarray:
 
 
 def papers_absolute(
-    literature: pd.DataFrame,
-    reference: pd.DataFrame,
-    ours: pd.DataFrame,
-    path: Path,
-    ours_title: str,
+    literature: pd.DataFrame, reference: pd.DataFrame, ours: pd.DataFrame, path: Path, ours_title: str
 ) -> Path:
     """R@1 by year per dataset: claims, the baselines papers reported, the re-runs, and our runs.
 

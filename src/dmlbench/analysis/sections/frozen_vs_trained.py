@@ -14,7 +14,7 @@ from dmlbench import paths
 from dmlbench.analysis import literature as lit
 from dmlbench.analysis.collect import per_query_labels, per_query_scores
 from dmlbench.analysis.labels import metric_header
-from dmlbench.analysis.numbers import TOP1, Analysis
+from dmlbench.analysis.numbers import TOP1, Analysis, rows_of
 from dmlbench.analysis.paired_gain import PairedGain, paired_gain
 from dmlbench.analysis.sections.base import Document, Section
 from dmlbench.analysis.text import bootstrap_unit, format_bounds, format_interval, markdown_table
@@ -155,13 +155,7 @@ def _named(analysis: Analysis, loss: str) -> str:
 
 def _tiers(analysis: Analysis, dataset: str, backbone: str, metric: str) -> list[tuple[str, str | None]]:
     """(row label, best loss or None) for the losses a 2020 study ran and the newer ones (:data:`TIERS`)."""
-    summary = analysis.summary
-    cells = summary[
-        (summary["dataset"] == dataset)
-        & (summary["backbone"] == backbone)
-        & (summary["dim"] == analysis.dim)
-        & (summary["metric"] == metric)
-    ]
+    cells = rows_of(analysis.summary, dataset=dataset, backbone=backbone, dim=analysis.dim, metric=metric)
     studied = cells["loss"].map(lambda loss: in_2020_tier(loss, analysis.papers.methods)).to_numpy(dtype=bool)
     tiers = []
     for label, mask in zip(TIERS, (studied, ~studied), strict=True):
@@ -171,14 +165,7 @@ def _tiers(analysis: Analysis, dataset: str, backbone: str, metric: str) -> list
 
 
 def _trained_cell(analysis: Analysis, dataset: str, backbone: str, loss: str, metric: str) -> str:
-    summary = analysis.summary
-    cell = summary[
-        (summary["dataset"] == dataset)
-        & (summary["backbone"] == backbone)
-        & (summary["loss"] == loss)
-        & (summary["dim"] == analysis.dim)
-        & (summary["metric"] == metric)
-    ]
+    cell = rows_of(analysis.summary, dataset=dataset, backbone=backbone, loss=loss, dim=analysis.dim, metric=metric)
     if cell.empty:
         return "-"
     mean, low, high, n = cell.iloc[0][["mean", "low", "high", "n"]]

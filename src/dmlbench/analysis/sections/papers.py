@@ -10,7 +10,7 @@ from dmlbench.analysis import claims as cl
 from dmlbench.analysis import literature as lit
 from dmlbench.analysis.numbers import BASELINES, Analysis, dated
 from dmlbench.analysis.plots import papers as plots
-from dmlbench.analysis.sections.base import Document, Section, demo_note
+from dmlbench.analysis.sections.base import Document, Section
 from dmlbench.analysis.text import format_signed_interval, markdown_table, signed_percent
 
 
@@ -71,25 +71,22 @@ def write(analysis: Analysis, doc: Document) -> None:
                     format_signed_interval(interval.estimate, interval.low, interval.high, "" if n == shared else n),
                 ]
             )
+    doc.add(*lines)
     if ours_rows:
-        lines += [
+        doc.add(
             f"Our runs: relative P@1 improvement over the baselines at dim {analysis.dim} (delta-method "
             f"{int(analysis.params.evaluate.confidence * 100)}% t-interval on the log ratio, {methods}; "
             f"{shared.replace('n=', 'n = ')} seeds unless a cell states its own n):",
             "",
             markdown_table(["loss", "cell", "over", "relative improvement"], ours_rows, "lllr"),
             "",
-        ]
-        note = demo_note(analysis.params)
-        if note:
-            lines += [f"> {note}", ""]
+        )
+        doc.demo_note(analysis.params)
     else:
-        lines += [
-            f"> Our relative improvements need contrastive or triplet in the grid; this grid has neither at dim "
-            f"{analysis.dim}.",
-            "",
-        ]
-    doc.add(*lines)
+        doc.note(
+            "Our relative improvements need contrastive or triplet in the grid; this grid has neither at dim "
+            f"{analysis.dim}."
+        )
     _figures(analysis, doc)
 
 
@@ -158,6 +155,7 @@ def _published_cells(literature: pd.DataFrame, loss: str, dataset: str) -> list[
 
 BORROWED = plots.BORROWED
 TABLE_KEY = ["loss", "paper", "dataset", "backbone", "dim", "value"]
+BASELINE_COLUMNS = ["baseline_value", "baseline_kind", "baseline_papers", "improvement"]
 
 
 def _claim_rows(claimed: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -167,16 +165,8 @@ def _claim_rows(claimed: dict[str, pd.DataFrame]) -> pd.DataFrame:
     for baseline, frame in claimed.items():
         if frame.empty:
             continue
-        part = frame.assign(dim=frame["dim"].astype("string"))[
-            [*shared, "baseline_value", "baseline_kind", "baseline_papers", "improvement"]
-        ].rename(
-            columns={
-                "baseline_value": f"{baseline}_value",
-                "baseline_kind": f"{baseline}_kind",
-                "baseline_papers": f"{baseline}_papers",
-                "improvement": f"{baseline}_improvement",
-            }
-        )
+        renamed = {c: f"{baseline}_{c.removeprefix('baseline_')}" for c in BASELINE_COLUMNS}
+        part = frame.assign(dim=frame["dim"].astype("string"))[[*shared, *BASELINE_COLUMNS]].rename(columns=renamed)
         merged = part if merged is None else merged.merge(part, on=shared, how="outer")
     if merged is None:
         return pd.DataFrame()
@@ -322,6 +312,12 @@ def ours_label(analysis: Analysis) -> str:
     return f"our runs ({datasets}, dim {analysis.dim})"
 
 
+def ours_range(ours: pd.DataFrame) -> str:
+    """``-3.1% to +12.0%``: the range of our relative improvements, as the table of our runs prints them."""
+    estimates = [i.estimate for i in ours["interval"]]
+    return f"{signed_percent(min(estimates))} to {signed_percent(max(estimates))}"
+
+
 def _papers_sentence(analysis: Analysis) -> str:
     papers = analysis.papers
     claims = compared(papers.claimed)["contrastive"]
@@ -334,11 +330,8 @@ def _papers_sentence(analysis: Analysis) -> str:
     if len(reference):
         text += f", re-runs measure {reference['improvement'].min():+.0f}% to {reference['improvement'].max():+.0f}%"
     ours = papers.ours["contrastive"]
-    if len(ours):  # as the table of our runs prints them
-        text += (
-            f", our runs {signed_percent(min(i.estimate for i in ours['interval']))} to "
-            f"{signed_percent(max(i.estimate for i in ours['interval']))} (table above)"
-        )
+    if len(ours):
+        text += f", our runs {ours_range(ours)} (table above)"
     return (text or "no claims to compare") + "."
 
 

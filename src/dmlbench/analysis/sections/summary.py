@@ -10,9 +10,9 @@ from dmlbench.analysis import claims as cl
 from dmlbench.analysis.labels import metric_header
 from dmlbench.analysis.numbers import Analysis, Tests, seed_means
 from dmlbench.analysis.sections.base import NO_TIMINGS, Document, Section, demo_note
-from dmlbench.analysis.sections.papers import ours_label
+from dmlbench.analysis.sections.papers import ours_label, ours_range
 from dmlbench.analysis.sections.statistical_tests import bayes_summary, nemenyi_sentence
-from dmlbench.analysis.text import format_interval, p_value, signed_percent
+from dmlbench.analysis.text import format_interval, p_value
 from dmlbench.evaluate.intervals import bounded_t_interval
 
 
@@ -123,10 +123,7 @@ def papers_headline(analysis: Analysis) -> str | None:
             f"(n = {len(reference)}: each loss on each dataset in each study)"
         )
     if len(ours):
-        line += (
-            f"; {ours_label(analysis)} give {signed_percent(min(i.estimate for i in ours['interval']))} to "
-            f"{signed_percent(max(i.estimate for i in ours['interval']))}"
-        )
+        line += f"; {ours_label(analysis)} give {ours_range(ours)}"
         if demo_note(analysis.params) is not None:
             line += (
                 " (demo data and protocol: not comparable with the papers' numbers, and not evidence that "

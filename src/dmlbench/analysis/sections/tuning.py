@@ -8,7 +8,7 @@ import math
 import pandas as pd
 
 from dmlbench.analysis.labels import metric_header
-from dmlbench.analysis.numbers import Analysis
+from dmlbench.analysis.numbers import Analysis, rows_of
 from dmlbench.analysis.plots import tuning as plots
 from dmlbench.analysis.sections.base import Document, Section
 from dmlbench.analysis.text import common_n, format_interval, markdown_table, p_value
@@ -289,16 +289,10 @@ def _ranking_sentence(analysis: Analysis, gains: pd.DataFrame, baseline: pd.Data
     tuned = analysis.results.runs
     texts = []
     for dataset, backbone, a, b in swaps:
-        cell = gains[(gains["dataset"] == dataset) & (gains["backbone"] == backbone)]
-        dim = int(cell["dim"].iloc[0])
+        dim = int(rows_of(gains, dataset=dataset, backbone=backbone)["dim"].iloc[0])
         separated = []
         for label, runs in (("published", baseline), ("tuned", tuned)):
-            pick = runs[
-                (runs["dataset"] == dataset)
-                & (runs["backbone"] == backbone)
-                & (runs["dim"] == dim)
-                & (runs["metric"] == metric)
-            ]
+            pick = rows_of(runs, dataset=dataset, backbone=backbone, dim=dim, metric=metric)
             first, second, paired = matched(pick[pick["loss"] == a], pick[pick["loss"] == b])
             _, _, _, p = difference_interval(first, second, confidence, upper - lower, paired)
             if not math.isnan(p) and p < alpha:
