@@ -200,3 +200,32 @@ def test_one_marker_per_dataset_in_every_papers_panel():
     assert paper_plots.dataset_marker("cub200") == "o" and paper_plots.dataset_marker("sop") == "^"
     assert paper_plots.dataset_marker("glyphs") == paper_plots.OTHER_DATASET_MARKER
     assert paper_plots.OTHER_DATASET_MARKER not in paper_plots.DATASET_MARKERS.values()
+
+
+CD_SCRIPT = """
+import sys
+from pathlib import Path
+import numpy as np, pandas as pd
+from dmlbench.analysis.plots.statistical_tests import critical_difference_diagram
+names = ["contrastive", "triplet", "multi_similarity", "proxy_anchor", "arcface", "circle", "ntxent"]
+ranks = pd.Series([2.0, 2.4, 3.1, 3.5, 4.4, 5.0, 5.6], index=names)
+apart = np.abs(ranks.to_numpy()[:, None] - ranks.to_numpy()[None, :]) > 1.6  # overlapping cliques
+pvalues = pd.DataFrame(np.where(apart, 0.01, 1.0), index=names, columns=names)
+critical_difference_diagram(ranks, pvalues, 1.6, Path(sys.argv[1]), 0.05, "CD")
+"""
+
+
+def test_the_critical_difference_diagram_is_the_same_file_in_every_process(tmp_path):
+    """scikit-posthocs draws the crossbars by iterating sets of the loss names; str hashes are salted
+    per process (PYTHONHASHSEED), so without stable labels two renders of one result differ."""
+    import os
+    import subprocess
+    import sys
+
+    written = []
+    for seed in ("1", "2", "3"):
+        out = tmp_path / f"cd{seed}.png"
+        env = {**os.environ, "PYTHONHASHSEED": seed, "MPLBACKEND": "Agg"}
+        subprocess.run([sys.executable, "-c", CD_SCRIPT, str(out)], env=env, check=True)
+        written.append(out.read_bytes())
+    assert written[0] == written[1] == written[2]

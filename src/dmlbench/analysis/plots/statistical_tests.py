@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +14,19 @@ import seaborn as sns
 from dmlbench.analysis.plots.style import save_figure, theme
 
 
+class _StableName(str):
+    """A label whose hash does not depend on ``PYTHONHASHSEED``: scikit-posthocs draws the CD
+    diagram's crossbars by iterating sets of the labels, so str's salted hash would change the
+    figure's bytes from one process to the next."""
+
+    def __hash__(self) -> int:
+        return zlib.crc32(self.encode())
+
+
+def _stable(labels: pd.Index) -> pd.Index:
+    return pd.Index([_StableName(label) for label in labels], dtype=object)
+
+
 def critical_difference_diagram(
     ranks: pd.Series, pvalues: pd.DataFrame, cd: float, path: Path, alpha: float, title: str
 ) -> Path:
@@ -22,6 +36,8 @@ def critical_difference_diagram(
     theme()
     sns.set_style("white")
     fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.32 * len(ranks)))
+    ranks = ranks.set_axis(_stable(ranks.index))
+    pvalues = pvalues.set_axis(_stable(pvalues.index), axis=0).set_axis(_stable(pvalues.columns), axis=1)
     sp.critical_difference_diagram(ranks, pvalues, alpha=alpha, ax=ax)  # CD value is in the title
     ax.set_title(title, fontsize=10, pad=28)
     return save_figure(fig, path)
