@@ -136,3 +136,71 @@ def test_baselines_need_a_tuned_protocol_and_the_tuning_dim_in_the_grid(small_ra
     raw["tuning"]["baselines"] = ["defaults"]
     with pytest.raises(ConfigError, match="published"):
         parse_params(raw)
+
+
+def _fake_searches(params, kept: set[tuple[str, str]]) -> None:
+    """best.yaml, trials.csv and study.json of every search; the (dataset, loss) pairs in ``kept``
+    kept the published values (trial 0 won); baseline runs a little below the tuned cells."""
+    import yaml
+
+    from dmlbench.params.tuning import baseline_combos
+
+    for dataset in params.datasets:
+        for backbone in params.backbones:
+            for i, loss in enumerate(params.losses):
+                folder = paths.tuning_dir(dataset, backbone, loss)
+                folder.mkdir(parents=True)
+                same = (dataset, loss) in kept
+                best = {
+                    "hyperparameters": "tuned", "study": f"s-{dataset}-{loss}", "trial": 0 if same else 3,
+                    "value": 0.4 + 0.05 * i, "published_value": 0.38, "folds": 2,
+                    "values": {"margin": 0.1} if same else {"margin": 0.3}, "published": {"margin": 0.1},
+                    "space": {"margin": "[0.0, 1.0]"},
+                }  # fmt: skip
+                (folder / "best.yaml").write_text(yaml.safe_dump(best))
+                trials = {"number": [0, 1], "state": ["complete"] * 2, "objective": [0.38, best["value"]]}
+                pd.DataFrame(trials).to_csv(folder / "trials.csv", index=False)
+                write_json(folder / "study.json", {"trials": {"complete": 2}, "trainings": 4})
+    for combo in baseline_combos(params):
+        runs = {
+            f"seed{seed}": {"seed": seed, "metrics": {"map_at_r": 0.2 + 0.01 * seed, "precision_at_1": 0.3}}
+            for seed in params.seeds
+        }
+        write_json(paths.evaluation_dir(combo) / "runs.json", {"combo": combo.key, "runs": runs})
+
+
+def test_the_tuning_tables_name_each_rows_dataset_and_backbone_when_there_are_several(
+    in_project, small_raw_params, prepared_glyphs, mlflow_store, tmp_path
+):
+    """Two datasets searched: every row of the three tables names its experiment, and "same values"
+    (the search kept the published ones) is said of the one experiment where it happened only."""
+    import copy
+    import shutil
+
+    from helpers.report_fakes import fake_outputs
+
+    from dmlbench.analysis.report import report_stage
+
+    raw = copy.deepcopy(small_raw_params)
+    raw["protocols"][raw["protocol"]]["hyperparameters"] = "tuned"
+    raw["tuning"].update(dim=32, baselines=["published"])
+    raw["datasets"]["cub200"] = {"source": {}, "split": {"scheme": "fixed_val", "val_fraction": 0.25, "seed": 0}}
+    params = parse_params(raw)
+    shutil.copytree(prepared_glyphs[0] / "prepared", paths.prepared_dir("cub200"))
+    fake_outputs(params, prepared_glyphs)
+    first = next(iter(params.losses))
+    _fake_searches(params, kept={("glyphs", first)})
+    report_stage(params, report_dir=tmp_path / "report", log_to_mlflow=False)
+
+    text = (tmp_path / "report" / "report.md").read_text()
+    section = text[text.index("## Tuning") :]
+    section = section[: section.index("\n## ", 3)]
+    tables = [block for block in section.split("\n\n") if block.startswith("| experiment | loss |")]
+    assert len(tables) == 3  # best values, sensitivity, what tuning bought on the test classes
+    for table in tables:
+        rows = table.splitlines()[2:]
+        assert len(rows) == 2 * len(params.losses)
+        assert {row.split(" | ")[0] for row in rows} == {"| `glyphs` / `tiny_cnn`", "| `cub200` / `tiny_cnn`"}
+    bought = [row for row in tables[2].splitlines()[2:] if "same values" in row]
+    assert len(bought) == 1 and bought[0].startswith("| `glyphs` / `tiny_cnn` |")
+    assert "kept the published values of" in section and "(`glyphs` / `tiny_cnn`)" in section

@@ -35,6 +35,22 @@ def _values(values: dict) -> str:
     return ", ".join(f"{k} {_value(v)}" for k, v in values.items()) or "-"
 
 
+def _where(dataset: str, backbone: str) -> str:
+    return f"`{dataset}` / `{backbone}`"
+
+
+def _table(header: list[str], rows: list[list], experiments: list[str]) -> str:
+    """One search or baseline per loss and experiment: with several dataset/backbone pairs, each row
+    names its pair first."""
+    if len(set(experiments)) < 2:
+        return markdown_table(header, rows)
+    return markdown_table(
+        ["experiment", *header],
+        [[where, *row] for where, row in zip(experiments, rows, strict=True)],
+        "ll" + "r" * (len(header) - 1),
+    )
+
+
 def write(analysis: Analysis, doc: Document) -> None:
     params = analysis.params
     tuning = tuning_settings(params)
@@ -93,7 +109,7 @@ def write(analysis: Analysis, doc: Document) -> None:
         f"Validation {objective} (%, mean over folds) of the best trial and of the published values (trial 0), "
         "from one search per loss: no interval, and optimistic by construction (the search maximised it).",
         "",
-        markdown_table(
+        _table(
             [
                 "loss",
                 "searched space",
@@ -104,6 +120,7 @@ def write(analysis: Analysis, doc: Document) -> None:
                 "gain (points)",
             ],
             rows,
+            [_where(s.dataset, s.backbone) for s in studies],
         ),
         "",
     )
@@ -144,7 +161,7 @@ def _sensitivity(analysis: Analysis, doc: Document, studies: list[StudyResult], 
         "importance, Optuna); a flat loss gains little from tuning, a steep one loses much from a wrong default. "
         "Cost: fold models trained and device-minutes of the search.",
         "",
-        markdown_table(
+        _table(
             [
                 "loss",
                 "trials complete / pruned / invalid / failed",
@@ -155,7 +172,8 @@ def _sensitivity(analysis: Analysis, doc: Document, studies: list[StudyResult], 
                 "device-minutes",
             ],
             rows,
-        ),  # fmt: skip
+            [_where(s.dataset, s.backbone) for s in studies],
+        ),
         "",
     )
     if tuning_settings(analysis.params).pruner != "none":
@@ -186,12 +204,13 @@ def _test_gain(analysis: Analysis, doc: Document) -> None:
     if not len(gains):
         doc.note("No baseline results here: run the `baseline@` stages (make repro does).")
         return
-    same = {study.loss for study in load_studies(params) if _kept_published(study.best)}
+    same = {(s.dataset, s.backbone, s.loss) for s in load_studies(params) if _kept_published(s.best)}
     header = metric_header(metric)
     n = common_n(list(gains["tuned_n"]) + list(gains["baseline_n"]))
     alpha = params.report.alpha
     rows = []
     for row in gains.to_dict("records"):
+        kept = (row["dataset"], row["backbone"], row["loss"]) in same
         show_n = row["tuned_n"] != n or row["baseline_n"] != n
         rows.append([
             analysis.names.get(row["loss"], row["loss"]),
@@ -199,8 +218,8 @@ def _test_gain(analysis: Analysis, doc: Document) -> None:
                 row["baseline"], row["baseline_low"], row["baseline_high"], row["baseline_n"], show_n=show_n
             ),
             format_interval(row["tuned"], row["tuned_low"], row["tuned_high"], row["tuned_n"], show_n=show_n),
-            "same values" if row["loss"] in same else _gain(row),
-            "-" if row["loss"] in same or math.isnan(row["p_value"]) else p_value(row["p_value"]),
+            "same values" if kept else _gain(row),
+            "-" if kept or math.isnan(row["p_value"]) else p_value(row["p_value"]),
             f"{row['rank_baseline']:g} -> {row['rank_tuned']:g}",
         ])  # fmt: skip
     dims = ", ".join(str(d) for d in sorted(gains["dim"].unique()))
@@ -222,7 +241,7 @@ def _test_gain(analysis: Analysis, doc: Document) -> None:
         f"its 95% interval and p-value, {method}, and each loss's rank by mean (1 = best) before and after "
         f"tuning.{excluded}",
         "",
-        markdown_table(
+        _table(
             [
                 "loss",
                 "published",
@@ -232,6 +251,7 @@ def _test_gain(analysis: Analysis, doc: Document) -> None:
                 "rank published -> tuned",
             ],
             rows,
+            [_where(d, b) for d, b in zip(gains["dataset"], gains["backbone"], strict=True)],
         ),
         "",
     )
@@ -251,14 +271,21 @@ def _gain(row: dict) -> str:
     return f"{100 * row['gain']:+.1f} [{100 * row['gain_low']:+.1f}, {100 * row['gain_high']:+.1f}]"
 
 
-def _gain_sentence(analysis: Analysis, gains: pd.DataFrame, alpha: float, same: set[str]) -> str:
-    names = analysis.names
-    records = [r for r in gains.to_dict("records") if r["loss"] not in same]
-    better = [names.get(r["loss"], r["loss"]) for r in records if r["p_value"] < alpha and r["gain"] > 0]
-    worse = [names.get(r["loss"], r["loss"]) for r in records if r["p_value"] < alpha and r["gain"] < 0]
+def _gain_sentence(analysis: Analysis, gains: pd.DataFrame, alpha: float, same: set[tuple[str, str, str]]) -> str:
+    several = len(gains[["dataset", "backbone"]].drop_duplicates()) > 1
+
+    def name(row: dict) -> str:
+        loss = analysis.names.get(row["loss"], row["loss"])
+        return f"{loss} ({_where(row['dataset'], row['backbone'])})" if several else loss
+
+    every = gains.to_dict("records")
+    kept_rows = [r for r in every if (r["dataset"], r["backbone"], r["loss"]) in same]
+    records = [r for r in every if r not in kept_rows]
+    better = [name(r) for r in records if r["p_value"] < alpha and r["gain"] > 0]
+    worse = [name(r) for r in records if r["p_value"] < alpha and r["gain"] < 0]
     parts = []
-    if same:
-        kept = ", ".join(names.get(loss, loss) for loss in gains["loss"] if loss in same)
+    if kept_rows:
+        kept = ", ".join(name(r) for r in kept_rows)
         parts.append(
             f"the search kept the published values of {kept} (trial 0 won), so their two rows are the same trainings"
         )
@@ -287,6 +314,7 @@ def _ranking_sentence(analysis: Analysis, gains: pd.DataFrame, baseline: pd.Data
     if not swaps:
         return "The order of the losses by mean test score is the same before and after tuning."
     tuned = analysis.results.runs
+    several = len(gains[["dataset", "backbone"]].drop_duplicates()) > 1
     texts = []
     for dataset, backbone, a, b in swaps:
         dim = int(rows_of(gains, dataset=dataset, backbone=backbone)["dim"].iloc[0])
@@ -302,7 +330,8 @@ def _ranking_sentence(analysis: Analysis, gains: pd.DataFrame, baseline: pd.Data
             if separated else f"not separated at the {alpha:g} level either way (paired t over seeds), so the swap is "
             "within noise"
         )  # fmt: skip
-        texts.append(f"{analysis.names.get(a, a)} and {analysis.names.get(b, b)} swap places ({verdict})")
+        where = f" on {_where(dataset, backbone)}" if several else ""
+        texts.append(f"{analysis.names.get(a, a)} and {analysis.names.get(b, b)} swap places{where} ({verdict})")
     return "Tuning changes the order by mean test score: " + "; ".join(texts) + "."
 
 
