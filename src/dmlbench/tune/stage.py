@@ -62,7 +62,7 @@ def study_name(params: Params, search: Search) -> str:
         "folds": list(search.folds),
         "code": inputs_fingerprint(),
     }
-    run = search.run
+    run = search.base.run
     return f"{run.dataset}-{run.backbone}-{run.loss}-{config_hash(identity)[:10]}"
 
 
@@ -274,7 +274,8 @@ def summarise(params: Params, search: Search, study: Any, parent: TrackedRun, ou
     }  # fmt: skip
     _write_outputs(out, record, table, summary, {"state": "complete", "study": study.study_name})
     seconds = {int(t.number): t.user_attrs.get("seconds") for t in trials}
-    write_json(paths.tuning_runlog(search.run.dataset, search.run.backbone, search.run.loss),
+    run = search.base.run
+    write_json(paths.tuning_runlog(run.dataset, run.backbone, run.loss),
                {"study": study.study_name, "device": str(default_device()), "seconds": seconds})  # fmt: skip
     parent.log_metrics(
         {f"best/{search.objective}": record["value"], "trials/complete": summary["trials"]["complete"],
