@@ -46,7 +46,7 @@ def tiny_model(monkeypatch, backbone: str, pooling: str, dim: int = 8, **params)
     module = importlib.import_module(f"dmlbench.models.{backbone}")
     architecture = TRUNKS[backbone][2]
     spec = BACKBONES[backbone]
-    tiny = dataclasses.replace(spec, build=lambda p, pretrained: module.build(p, pretrained, **architecture))
+    tiny = dataclasses.replace(spec, build=lambda p, pretrained: module.SPEC.build(p, pretrained, **architecture))
     monkeypatch.setitem(BACKBONES, backbone, tiny)
     torch.manual_seed(0)
     return build_model(backbone, spec.params(**params), dim, pooling=pooling).eval()

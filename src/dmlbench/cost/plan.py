@@ -111,20 +111,6 @@ def grid_estimates(
     return estimates, notes
 
 
-def plan_text(
-    root: Path,
-    params: Params,
-    shape: RunShape,
-    title: str,
-    params_text: str | None = None,
-    table: Path | None = None,
-    stages: Sequence[PlannedStage] | None = None,
-) -> str:
-    """The whole plan (``make plan``)."""
-    estimates, notes = grid_estimates(root, params, shape, params_text, table, stages)
-    return render_plan(estimates, shape.workers, f"Plan: {title}; {shape.description}", notes)
-
-
 class RunnerEta:
     """The ETA of a running plan for the local runner's progress bar: called with each stage as it
     ends (``seconds`` None: skipped), and once with ``None`` at the start; returns the bar's postfix."""
@@ -146,8 +132,8 @@ def runner_eta(root: Path, params: Params, order: Sequence[str], shape: RunShape
 
 
 def show_plan(root: Path, params: Params, preset: Preset | None, options: Namespace) -> str:
-    """The plan for the runner's command-line ``options`` (``--executor``, ``--gpus``, ``--gpu-slots``,
-    ``--jobs``, ``--device``) of ``params``, or of ``preset`` (priced over its own params, no workspace)."""
+    """The whole plan (``make plan``) for the runner's command-line ``options`` (``--executor``, ``--gpus``,
+    ``--gpu-slots``, ``--jobs``, ``--device``) of ``params``, or of ``preset`` (priced over its own params)."""
     gpus = [g.strip() for g in options.gpus.split(",") if g.strip()]
     text = params_text(preset) if preset is not None else None
     stages = expand_stages(root, text)
@@ -156,7 +142,8 @@ def show_plan(root: Path, params: Params, preset: Preset | None, options: Namesp
         device=options.device, stages=len(stages),
     )  # fmt: skip
     title = f"preset {preset.name!r} ({preset.description})" if preset is not None else f"{root / 'params.yaml'}"
-    return plan_text(root, params, shape, title, text, stages=stages)
+    estimates, notes = grid_estimates(root, params, shape, text, stages=stages)
+    return render_plan(estimates, shape.workers, f"Plan: {title}; {shape.description}", notes)
 
 
 def plan_eta(params: Params, order: Sequence[str], options: Namespace, jobs: int) -> RunnerEta | None:

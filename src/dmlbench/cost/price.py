@@ -95,6 +95,11 @@ def dataset_size(name: str, params: Any) -> DatasetSize:
     return DatasetSize(train, test, folds, train - fold_val, fold_val, (train + test) * canvas**2 * 3, archive_bytes)
 
 
+def _assumed(seconds: float, **sizes: float) -> StageEstimate:
+    """A CPU stage at an assumed duration (named by :meth:`Pricer.estimate`)."""
+    return StageEstimate("", "", seconds, False, "assumed", ram_bytes=ASSUMED_PROCESS_RAM, **sizes)
+
+
 class Pricer:
     """Estimates for one grid's stages: ``params``, how it runs, the measured throughput rows."""
 
@@ -159,12 +164,9 @@ class Pricer:
             estimate = self._data(kind, str(item["key"]))
         elif kind == "report":
             runs = len(self.params.runs())
-            seconds = ASSUMED_SECONDS["report"] + ASSUMED_REPORT_SECONDS_PER_RUN * runs
-            estimate = StageEstimate("", "", seconds, False, "assumed", ram_bytes=ASSUMED_PROCESS_RAM, mlflow_bytes=5e6)
+            estimate = _assumed(ASSUMED_SECONDS["report"] + ASSUMED_REPORT_SECONDS_PER_RUN * runs, mlflow_bytes=5e6)
         else:
-            estimate = StageEstimate(
-                "", "", ASSUMED_SECONDS.get(kind, 10.0), False, "assumed", ram_bytes=ASSUMED_PROCESS_RAM
-            )
+            estimate = _assumed(ASSUMED_SECONDS.get(kind, 10.0))
         return replace(estimate, name=stage.name, kind=kind)
 
     def _training_stage(self, kind: str, item: dict[str, Any]) -> StageEstimate:
@@ -177,7 +179,7 @@ class Pricer:
         if kind == "baseline":
             return self.trainings(Combo(dataset, backbone, loss, tuning_dim), len(self.params.seeds))
         if not tuned:
-            return StageEstimate("", "", ASSUMED_SECONDS["tune"], False, "assumed", ram_bytes=ASSUMED_PROCESS_RAM)
+            return _assumed(ASSUMED_SECONDS["tune"])
         trials = int(tuning.get("trials", 50))
         search = self.trainings(Combo(dataset, backbone, loss, tuning_dim), trials)
         return replace(search, cache_bytes=0.0)  # trials keep no models: best.yaml, trials.csv, the journal
@@ -205,11 +207,5 @@ class Pricer:
     def _data(self, kind: str, dataset: str) -> StageEstimate:
         size = self.sizes[dataset]
         if kind == "download":
-            seconds = 30.0 + size.archive_bytes / ASSUMED_ARCHIVE_BYTES_PER_S
-            return StageEstimate(
-                "", "", seconds, False, "assumed", ram_bytes=ASSUMED_PROCESS_RAM, cache_bytes=size.archive_bytes
-            )
-        seconds = (size.train + size.test) / ASSUMED_PREPARE_IMAGES_PER_S
-        return StageEstimate(
-            "", "", seconds, False, "assumed", ram_bytes=ASSUMED_PROCESS_RAM, cache_bytes=size.cache_bytes
-        )
+            return _assumed(30.0 + size.archive_bytes / ASSUMED_ARCHIVE_BYTES_PER_S, cache_bytes=size.archive_bytes)
+        return _assumed((size.train + size.test) / ASSUMED_PREPARE_IMAGES_PER_S, cache_bytes=size.cache_bytes)

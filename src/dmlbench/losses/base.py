@@ -39,17 +39,10 @@ class ParametricLossParams(LossParams):
     """For losses with their own parameters (proxies, class weights, a learnable margin), trained
     by a second optimiser of the protocol's kind (powerful-benchmarker's ``metric_loss_optimizer``).
 
-    Its lr, the first that applies:
-
-    1. ``param_lr`` given (by the protocol, ``losses.<name>`` or a tuning trial): absolute, e.g. the
-       Reality Check's tuned "proxy lr";
-    2. the protocol lr x the protocol's ``loss_lr_multiplier`` (one rule for every loss, e.g. the
-       Proxy-Anchor recipe's x100);
-    3. the module's default ``param_lr``: absolute, where the source gives an absolute lr (thesis
-       Table 4: ProxyNCA 1e-5, Margin 5e-5, ArcFace and SoftTriple 1e-4, whatever the base lr);
-    4. the protocol lr x ``param_lr_multiplier`` (given, or the module's default, e.g.
-       Proxy-Anchor's 100; 1 where the source gives none).
-
+    Its lr, the first that applies (:meth:`optimizer_lr`; docs/pipeline.md): ``param_lr`` given
+    (absolute, e.g. the Reality Check's tuned "proxy lr"); the protocol lr x its ``loss_lr_multiplier``
+    (e.g. the Proxy-Anchor recipe's x100); the module's default absolute ``param_lr`` (thesis Table 4:
+    ProxyNCA 1e-5, Margin 5e-5, ArcFace and SoftTriple 1e-4); the protocol lr x ``param_lr_multiplier``.
     Giving ``param_lr_multiplier`` replaces a default absolute ``param_lr``; giving both is an error.
     Its weight decay: ``param_weight_decay`` if set, else the protocol optimiser's.
     """

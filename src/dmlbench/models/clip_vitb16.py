@@ -16,15 +16,13 @@ Preprocessing from its timm config: CLIP's mean (0.4815, 0.4578, 0.4082) and std
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from dmlbench.models.base import BackboneParams, BackboneSpec, HubFile, InputNorm, Trunk
-from dmlbench.models.pinned_timm import VIT_KWARGS, PinnedTimmParams, build_pinned
+from dmlbench.models.base import HubFile
+from dmlbench.models.pinned_timm import PinnedTimmParams, pinned_spec
 
-# timm architecture.tag: its pretrained_cfg gives mean, std, interpolation and native resolution
 MODEL_NAME = "vit_base_patch16_clip_quickgelu_224.openai"
 HUB_FILE = HubFile("timm/vit_base_patch16_clip_224.openai")  # the quickgelu variant's hf_hub_id
-KWARGS: dict[str, Any] = VIT_KWARGS
 
 
 class CLIPViTB16Params(PinnedTimmParams):
@@ -34,16 +32,9 @@ class CLIPViTB16Params(PinnedTimmParams):
     projection: bool = True
 
 
-def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trunk:
-    """The trunk (``architecture``: ``create_model`` overrides, e.g. a tiny depth for tests)."""
-    projection = bool(getattr(params, "projection", True))
-    return build_pinned("clip_vitb16", MODEL_NAME, {**KWARGS, **architecture}, params, pretrained, projection)
-
-
-SPEC = BackboneSpec(
-    name="clip_vitb16",
-    params=CLIPViTB16Params,
-    build=build,
-    input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)
-    description="CLIP ViT-B/16 image tower (Radford et al. 2021), QuickGELU, ln_post(CLS) @ proj (512-d), locked",
+SPEC = pinned_spec(
+    "clip_vitb16",
+    MODEL_NAME,
+    CLIPViTB16Params,
+    "CLIP ViT-B/16 image tower (Radford et al. 2021), QuickGELU, ln_post(CLS) @ proj (512-d), locked",
 )

@@ -9,30 +9,22 @@ grid. Feature: the class token after the final norm, as DINO's ``eval_knn.py`` e
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from dmlbench.models.base import BackboneParams, BackboneSpec, HubFile, InputNorm, Trunk
-from dmlbench.models.pinned_timm import VIT_KWARGS, PinnedTimmParams, build_pinned
+from dmlbench.models.base import HubFile
+from dmlbench.models.pinned_timm import PinnedTimmParams, pinned_spec
 
-# timm architecture.tag: its pretrained_cfg gives mean, std, interpolation and native resolution
 MODEL_NAME = "vit_small_patch16_224.dino"
 HUB_FILE = HubFile("timm/vit_small_patch16_224.dino")
-KWARGS: dict[str, Any] = VIT_KWARGS
 
 
 class DINOViTS16Params(PinnedTimmParams):
     HUB_FILE: ClassVar[HubFile | None] = HUB_FILE
 
 
-def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trunk:
-    """The trunk (``architecture``: ``create_model`` overrides, e.g. a tiny depth for tests)."""
-    return build_pinned("dino_vits16", MODEL_NAME, {**KWARGS, **architecture}, params, pretrained)
-
-
-SPEC = BackboneSpec(
-    name="dino_vits16",
-    params=DINOViTS16Params,
-    build=build,
-    input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)
-    description="DINO ViT-S/16 (Caron et al. 2021), timm vit_small_patch16_224.dino, locked Hub weights",
+SPEC = pinned_spec(
+    "dino_vits16",
+    MODEL_NAME,
+    DINOViTS16Params,
+    "DINO ViT-S/16 (Caron et al. 2021), timm vit_small_patch16_224.dino, locked Hub weights",
 )

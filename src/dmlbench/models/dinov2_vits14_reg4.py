@@ -10,30 +10,22 @@ Feature: the class token after the final norm (registers are dropped, as upstrea
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from dmlbench.models.base import BackboneParams, BackboneSpec, HubFile, InputNorm, Trunk
-from dmlbench.models.pinned_timm import VIT_KWARGS, PinnedTimmParams, build_pinned
+from dmlbench.models.base import HubFile
+from dmlbench.models.pinned_timm import PinnedTimmParams, pinned_spec
 
-# timm architecture.tag: its pretrained_cfg gives mean, std, interpolation and native resolution
 MODEL_NAME = "vit_small_patch14_reg4_dinov2.lvd142m"
 HUB_FILE = HubFile("timm/vit_small_patch14_reg4_dinov2.lvd142m")
-KWARGS: dict[str, Any] = VIT_KWARGS
 
 
 class DINOv2ViTS14Reg4Params(PinnedTimmParams):
     HUB_FILE: ClassVar[HubFile | None] = HUB_FILE
 
 
-def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trunk:
-    """The trunk (``architecture``: ``create_model`` overrides, e.g. a tiny depth for tests)."""
-    return build_pinned("dinov2_vits14_reg4", MODEL_NAME, {**KWARGS, **architecture}, params, pretrained)
-
-
-SPEC = BackboneSpec(
-    name="dinov2_vits14_reg4",
-    params=DINOv2ViTS14Reg4Params,
-    build=build,
-    input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)
-    description="DINOv2 ViT-S/14 + 4 registers (Darcet et al. 2024), timm vit_small_patch14_reg4_dinov2.lvd142m",
+SPEC = pinned_spec(
+    "dinov2_vits14_reg4",
+    MODEL_NAME,
+    DINOv2ViTS14Reg4Params,
+    "DINOv2 ViT-S/14 + 4 registers (Darcet et al. 2024), timm vit_small_patch14_reg4_dinov2.lvd142m",
 )

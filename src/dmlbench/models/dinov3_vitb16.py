@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from dmlbench.models.base import BackboneParams, BackboneSpec, HubFile, InputNorm, Trunk
-from dmlbench.models.pinned_timm import VIT_KWARGS, PinnedTimmParams, build_pinned
+from dmlbench.models.base import HubFile
+from dmlbench.models.pinned_timm import VIT_KWARGS, PinnedTimmParams, pinned_spec
 
-# timm architecture.tag: its pretrained_cfg gives mean, std, interpolation and native resolution
 MODEL_NAME = "vit_base_patch16_dinov3.lvd1689m"
 HUB_FILE = HubFile("timm/vit_base_patch16_dinov3.lvd1689m")
 # upstream DINOv3 embeds the class token; timm's default pooling is the patch-token average
@@ -24,15 +23,10 @@ class DINOv3ViTB16Params(PinnedTimmParams):
     HUB_FILE: ClassVar[HubFile | None] = HUB_FILE
 
 
-def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trunk:
-    """The trunk (``architecture``: ``create_model`` overrides, e.g. a tiny depth for tests)."""
-    return build_pinned("dinov3_vitb16", MODEL_NAME, {**KWARGS, **architecture}, params, pretrained)
-
-
-SPEC = BackboneSpec(
-    name="dinov3_vitb16",
-    params=DINOv3ViTB16Params,
-    build=build,
-    input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)
-    description="DINOv3 ViT-B/16 (Simeoni et al. 2025), timm vit_base_patch16_dinov3.lvd1689m, CLS, 256 px config",
+SPEC = pinned_spec(
+    "dinov3_vitb16",
+    MODEL_NAME,
+    DINOv3ViTB16Params,
+    "DINOv3 ViT-B/16 (Simeoni et al. 2025), timm vit_base_patch16_dinov3.lvd1689m, CLS, 256 px config",
+    kwargs=KWARGS,
 )

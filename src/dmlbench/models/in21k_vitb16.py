@@ -8,30 +8,22 @@ after the final norm.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from dmlbench.models.base import BackboneParams, BackboneSpec, HubFile, InputNorm, Trunk
-from dmlbench.models.pinned_timm import VIT_KWARGS, PinnedTimmParams, build_pinned
+from dmlbench.models.base import HubFile
+from dmlbench.models.pinned_timm import PinnedTimmParams, pinned_spec
 
-# timm architecture.tag: its pretrained_cfg gives mean, std, interpolation and native resolution
 MODEL_NAME = "vit_base_patch16_224.augreg_in21k_ft_in1k"
 HUB_FILE = HubFile("timm/vit_base_patch16_224.augreg_in21k_ft_in1k")
-KWARGS: dict[str, Any] = VIT_KWARGS
 
 
 class In21kViTB16Params(PinnedTimmParams):
     HUB_FILE: ClassVar[HubFile | None] = HUB_FILE
 
 
-def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trunk:
-    """The trunk (``architecture``: ``create_model`` overrides, e.g. a tiny depth for tests)."""
-    return build_pinned("in21k_vitb16", MODEL_NAME, {**KWARGS, **architecture}, params, pretrained)
-
-
-SPEC = BackboneSpec(
-    name="in21k_vitb16",
-    params=In21kViTB16Params,
-    build=build,
-    input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)
-    description="ViT-B/16 ImageNet-21k + 1k (AugReg), timm vit_base_patch16_224.augreg_in21k_ft_in1k",
+SPEC = pinned_spec(
+    "in21k_vitb16",
+    MODEL_NAME,
+    In21kViTB16Params,
+    "ViT-B/16 ImageNet-21k + 1k (AugReg), timm vit_base_patch16_224.augreg_in21k_ft_in1k",
 )

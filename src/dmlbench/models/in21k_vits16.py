@@ -12,30 +12,22 @@ weights lock). Preprocessing from its timm config: mean = std = 0.5 (as Hyp-ViT'
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from dmlbench.models.base import BackboneParams, BackboneSpec, HubFile, InputNorm, Trunk
-from dmlbench.models.pinned_timm import VIT_KWARGS, PinnedTimmParams, build_pinned
+from dmlbench.models.base import HubFile
+from dmlbench.models.pinned_timm import PinnedTimmParams, pinned_spec
 
-# timm architecture.tag: its pretrained_cfg gives mean, std, interpolation and native resolution
 MODEL_NAME = "vit_small_patch16_224.augreg_in21k_ft_in1k"
 HUB_FILE = HubFile("timm/vit_small_patch16_224.augreg_in21k_ft_in1k")
-KWARGS: dict[str, Any] = VIT_KWARGS
 
 
 class In21kViTS16Params(PinnedTimmParams):
     HUB_FILE: ClassVar[HubFile | None] = HUB_FILE
 
 
-def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trunk:
-    """The trunk (``architecture``: ``create_model`` overrides, e.g. a tiny depth for tests)."""
-    return build_pinned("in21k_vits16", MODEL_NAME, {**KWARGS, **architecture}, params, pretrained)
-
-
-SPEC = BackboneSpec(
-    name="in21k_vits16",
-    params=In21kViTS16Params,
-    build=build,
-    input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)
-    description="ViT-S/16 ImageNet-21k + 1k (AugReg; Hyp-ViT's supervised ViT-S), timm augreg_in21k_ft_in1k",
+SPEC = pinned_spec(
+    "in21k_vits16",
+    MODEL_NAME,
+    In21kViTS16Params,
+    "ViT-S/16 ImageNet-21k + 1k (AugReg; Hyp-ViT's supervised ViT-S), timm augreg_in21k_ft_in1k",
 )

@@ -2,7 +2,7 @@
 
 A module per backbone declares its timm model name (architecture + pretrained tag: its
 ``pretrained_cfg`` gives mean, std, interpolation and native resolution), the Hub file of its
-weights and its ``create_model`` arguments; :func:`build_pinned` loads the pinned file
+weights and its ``create_model`` arguments (:func:`pinned_spec`); :func:`build_pinned` loads the pinned file
 (:func:`dmlbench.models.hub.pinned_file`) into timm's model, run through its pre-logits path
 (:mod:`dmlbench.models.timm_models`). Every ViT is built at its weights' native position grid
 (e.g. 518 px for DINOv2), never resampled at load; ``dynamic_img_size=True`` interpolates the
@@ -11,11 +11,12 @@ none), and ``dynamic_img_pad=True`` pads a crop that is not a multiple of the pa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from dmlbench.errors import ConfigError
-from dmlbench.models.base import BackboneParams, HubFile, Trunk, WeightsFile
+from dmlbench.models.base import BackboneParams, BackboneSpec, HubFile, InputNorm, Trunk, WeightsFile
 from dmlbench.models.hub import pinned_file
 from dmlbench.models.timm_models import create_timm, hub_weights_file, timm_trunk
 
@@ -54,3 +55,31 @@ def build_pinned(
         copy = Path(params.weights_path).expanduser() if params.weights_path else None
         weights = pinned_file(backbone, params.HUB_FILE, copy)
     return timm_trunk(create_timm(backbone, model_name, kwargs, weights, projection), projection)
+
+
+@dataclass(frozen=True)
+class PinnedBuild:
+    """A pinned backbone's ``build(params, pretrained, **architecture)``: ``architecture`` overrides
+    ``kwargs`` of ``create_model`` (e.g. a tiny depth for tests); a ``projection`` param is passed on."""
+
+    backbone: str
+    model_name: str
+    kwargs: dict[str, Any]
+
+    def __call__(self, params: BackboneParams, pretrained: bool, **architecture: Any) -> Trunk:
+        kwargs = {**self.kwargs, **architecture}
+        projection = bool(getattr(params, "projection", False))
+        return build_pinned(self.backbone, self.model_name, kwargs, params, pretrained, projection)
+
+
+def pinned_spec(
+    name: str,
+    model_name: str,
+    params: type[PinnedTimmParams],
+    description: str,
+    kwargs: dict[str, Any] = VIT_KWARGS,
+    input_norm: InputNorm | None = None,
+) -> BackboneSpec:
+    """The registry entry of timm's ``model_name`` (architecture.tag) as backbone ``name``; without
+    ``input_norm``, the model's pretrained_cfg mean/std (:attr:`Trunk.input_norm`) normalise."""
+    return BackboneSpec(name, params, PinnedBuild(name, model_name, kwargs), input_norm or InputNorm(), description)

@@ -10,30 +10,22 @@ no projection after it); ``pooling: gap`` averages the patch tokens instead, ``c
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from dmlbench.models.base import BackboneParams, BackboneSpec, HubFile, InputNorm, Trunk
-from dmlbench.models.pinned_timm import VIT_KWARGS, PinnedTimmParams, build_pinned
+from dmlbench.models.base import HubFile
+from dmlbench.models.pinned_timm import PinnedTimmParams, pinned_spec
 
-# timm architecture.tag: its pretrained_cfg gives mean, std, interpolation and native resolution
 MODEL_NAME = "vit_base_patch16_siglip_224.v2_webli"
 HUB_FILE = HubFile("timm/vit_base_patch16_siglip_224.v2_webli")
-KWARGS: dict[str, Any] = VIT_KWARGS
 
 
 class SigLIP2ViTB16Params(PinnedTimmParams):
     HUB_FILE: ClassVar[HubFile | None] = HUB_FILE
 
 
-def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trunk:
-    """The trunk (``architecture``: ``create_model`` overrides, e.g. a tiny depth for tests)."""
-    return build_pinned("siglip2_vitb16", MODEL_NAME, {**KWARGS, **architecture}, params, pretrained)
-
-
-SPEC = BackboneSpec(
-    name="siglip2_vitb16",
-    params=SigLIP2ViTB16Params,
-    build=build,
-    input_norm=InputNorm(),  # replaced by the model's pretrained_cfg mean/std (Trunk.input_norm)
-    description="SigLIP 2 ViT-B/16 (Tschannen et al. 2025), timm vit_base_patch16_siglip_224.v2_webli, MAP pooling",
+SPEC = pinned_spec(
+    "siglip2_vitb16",
+    MODEL_NAME,
+    SigLIP2ViTB16Params,
+    "SigLIP 2 ViT-B/16 (Tschannen et al. 2025), timm vit_base_patch16_siglip_224.v2_webli, MAP pooling",
 )

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from dmlbench.models.base import BackboneParams, BackboneSpec, HubFile, InputNorm, Trunk
-from dmlbench.models.pinned_timm import PinnedTimmParams, build_pinned
+from dmlbench.models.base import HubFile, InputNorm
+from dmlbench.models.pinned_timm import PinnedTimmParams, pinned_spec
 
 MODEL_NAME = "test_vit.r160_in1k"
 HUB_FILE = HubFile("timm/test_vit.r160_in1k")
@@ -26,14 +26,11 @@ class TinyViTParams(PinnedTimmParams):
     HUB_FILE: ClassVar[HubFile | None] = HUB_FILE
 
 
-def build(params: BackboneParams, pretrained: bool, **architecture: Any) -> Trunk:
-    return build_pinned("tiny_vit", MODEL_NAME, {**KWARGS, **architecture}, params, pretrained)
-
-
-SPEC = BackboneSpec(
-    name="tiny_vit",
-    params=TinyViTParams,
-    build=build,
+SPEC = pinned_spec(
+    "tiny_vit",
+    MODEL_NAME,
+    TinyViTParams,
+    "6-block width-64 ViT (timm test_vit) at 32 px with 4 px patches, for CPU tests",
+    kwargs=KWARGS,
     input_norm=InputNorm(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),
-    description="6-block width-64 ViT (timm test_vit) at 32 px with 4 px patches, for CPU tests",
 )

@@ -139,14 +139,10 @@ def _check_protocol_losses(top: RawParams, source: str, losses: Mapping[str, Any
             (f"protocols.{name}.overrides[{i}].set.losses", o.set.get("losses") or {}, o)
             for i, o in enumerate(protocol.overrides)
         ]
-        for where, table, override in tables:
-            if not isinstance(table, Mapping):
-                raise ConfigError(f"{source}: {where}: expected a mapping of loss names, got {type(table).__name__}")
+        for where, table, override in tables:  # each a mapping of mappings: Protocol validated the overrides
             for loss, values in table.items():
                 if loss not in losses:
                     raise ConfigError(f"{source}: {where}.{loss}: unknown loss {loss!r}; valid: {join_names(losses)}")
-                if not isinstance(values, Mapping):
-                    raise ConfigError(f"{source}: {where}.{loss}: expected a mapping of hyperparameters")
                 base: dict[str, Any] = dict(protocol.losses.get(loss, {})) if override is not None else {}
                 merged = deep_merge(base, values)
                 model = losses[loss].params

@@ -38,26 +38,6 @@ class RunConfig:
     config_hash: str
 
     @property
-    def dataset(self) -> str:
-        return self.run.dataset
-
-    @property
-    def backbone(self) -> str:
-        return self.run.backbone
-
-    @property
-    def loss(self) -> str:
-        return self.run.loss
-
-    @property
-    def dim(self) -> int:
-        return self.run.dim
-
-    @property
-    def seed(self) -> int:
-        return self.run.seed
-
-    @property
     def dataset_spec(self) -> DatasetSpec:
         return DATASETS[self.run.dataset]
 
@@ -71,19 +51,19 @@ class RunConfig:
         2025 ``retrieval_model.py``, ``feat_dim None``: ``dim`` = the trunk's width)."""
         protocol = self.protocol
         model = build_model(
-            self.backbone,
+            self.run.backbone,
             self.backbone_params,
-            self.dim,
+            self.run.dim,
             pooling=protocol.pooling,
             pretrained=protocol.pretrained if pretrained is None else pretrained,
             frozen_bn=protocol.frozen_bn,
         )
         if protocol.head == "none":
             width = model.head.in_features
-            if self.dim != width:
+            if self.run.dim != width:
                 raise ConfigError(
                     f"dims: protocol {self.protocol_name!r} has head: none, so the embedding is the trunk's "
-                    f"{width}-d feature; {self.backbone} cannot give {self.dim} (use dims: [{width}])"
+                    f"{width}-d feature; {self.run.backbone} cannot give {self.run.dim} (use dims: [{width}])"
                 )
             model.head = nn.Identity()
         elif protocol.head_init == "orthogonal":
@@ -115,7 +95,7 @@ def run_config(params: Params, run: RunSpec) -> RunConfig:
 
 def with_loss_params(config: RunConfig, loss_params: LossParams) -> RunConfig:
     """``config`` with other values of its loss (a tuning trial's), re-resolved and re-hashed."""
-    resolved = {**config.resolved, "loss": {"name": config.loss, **loss_params.model_dump(mode="json")}}
+    resolved = {**config.resolved, "loss": {"name": config.run.loss, **loss_params.model_dump(mode="json")}}
     return dataclasses.replace(
         config, loss_params=loss_params, loss_source="trial", resolved=resolved, config_hash=config_hash(resolved)
     )

@@ -95,8 +95,6 @@ class TuningConfig(StrictModel):
                     f"{source}: tuning.space.{loss}: unknown loss; registered: {', '.join(sorted(losses))}"
                 )
             where = f"tuning.space.{loss}"
-            if not isinstance(table, Mapping):
-                raise ValueError(f"{source}: {where}: expected a mapping of hyperparameter -> range or list")
             parsed = {}
             for key, raw in table.items():
                 try:

@@ -1,19 +1,9 @@
 """Merge results indexes (``reports/results.csv``, :mod:`dmlbench.analysis.exports`) of several labs.
 
-Each index keeps its rows; a ``source`` column names the file each row came from (an index that is
-itself a merge keeps its rows' sources). Indexes merge when their runs can be compared:
-
-* every row follows one protocol (the ``protocol`` name): the tests across datasets rank losses
-  trained the same way on each dataset;
-* the runs of one experiment (dataset x backbone x embedding size), whichever lab trained them,
-  agree on protocol digest, dataset checksum and split (:func:`~dmlbench.analysis.pairing.check_pairable`):
-  they are paired seed by seed;
-* a run in several indexes (a lab that pulled another's grid lists its runs too) counts once, the
-  copy of the lab that trained it (``provenance`` ``trained here``) kept; two copies with different
-  values are refused.
-
-Different datasets from different labs become more blocks of the tests across datasets.
-A refusal is one line naming the files, the rows and the field.
+Rows keep a ``source`` column (the file they came from); indexes merge when they follow one protocol
+and each experiment's runs are pairable (:func:`~dmlbench.analysis.pairing.check_pairable`); a run
+in several indexes counts once, its trainer's copy (``provenance`` ``trained here``); any mismatch is
+refused in one line naming the files, the rows and the field. Rules: docs/report.md ("Several labs").
 """
 
 from __future__ import annotations

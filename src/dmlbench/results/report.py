@@ -1,18 +1,9 @@
 """The report a merged results index supports (:mod:`.merge`): what needs only each run's score.
 
-From the run rows (one score per run and metric) it gives, as the report stage does:
-
-* per dataset and backbone, a table of every cell's mean over seeds with its t-interval (clipped to
-  the metric's range) and n, the cell's provenance (``trained here`` / ``pulled``, per its lab's
-  index) and the lab(s) (``source``) it came from;
-* the tournament over experiments (dataset x backbone x embedding size) and the tests across
-  datasets: mean ranks over the dataset blocks, the Friedman test with its exact or permutation p,
-  after a significant one Nemenyi's critical difference (:func:`dmlbench.analysis.numbers.significance_tests`).
-
-It does not give what needs more than the scores: per-query paired gains over the frozen trunk
-(``per_query.npz``), the Bayesian comparisons' per-seed analysis beyond the tests' table, training
-curves, costs, test-set feedback, papers versus reality and the figures. Those come from the report
-stage of a workspace that holds the runs' outputs (``dvc pull`` of each lab's grid).
+Per dataset and backbone, each cell's mean over seeds with its t-interval (clipped to the metric's
+range), n, provenance and source; the tournament and the tests across datasets
+(:func:`dmlbench.analysis.numbers.significance_tests`). What needs the runs' outputs (per-query gains,
+curves, costs, figures) comes from the report stage: docs/report.md ("Several labs").
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dmlbench.params.model import Params
+from dmlbench.tracking.runs import find_runs
 from dmlbench.tracking.store import client as make_client
 from dmlbench.tracking.store import ensure_experiment, git_state, supersede
 
@@ -45,16 +46,12 @@ def content_hash(report: Path, figure_dir: Path) -> str:
 
 def log_report(params: Params, report: Path, figure_dir: Path, metrics: Mapping[str, float]) -> str:
     """Log ``report`` and its figures to MLflow unless this exact content is already there; return the run id."""
-    from mlflow.entities import Metric, Param, RunTag, ViewType
+    from mlflow.entities import Metric, Param, RunTag
 
     client = make_client()
     experiment_id = ensure_experiment(params.tracking.experiment, client)
     key, content = report_key(params), content_hash(report, figure_dir)
-    previous = client.search_runs(
-        [experiment_id],
-        filter_string=f"tags.kind = 'report' and tags.report_key = '{key}'",
-        run_view_type=ViewType.ACTIVE_ONLY,
-    )
+    previous = find_runs(client, experiment_id, {"kind": "report", "report_key": key})
     for run in previous:
         if run.data.tags.get("content_hash") == content and run.info.status == "FINISHED":
             print(f"report already in MLflow: run {run.info.run_id} (same content)")

@@ -143,18 +143,13 @@ def run_tags(run: RunSpec, config_hash: str, protocol: str, fold: int | None = N
     return tags
 
 
-def tag_filter(tags: Mapping[str, str]) -> str:
-    """An MLflow search filter matching every tag exactly (keys with dots in backticks)."""
-    return " and ".join(f"tags.`{key}` = '{value}'" for key, value in tags.items())
-
-
 def find_runs(mlflow_client: Any, experiment_id: str, tags: Mapping[str, str]) -> list[Any]:
-    """Active runs with these exact tags, newest first."""
+    """Active runs with these exact tags (keys with dots in backticks), newest first."""
     from mlflow.entities import ViewType
 
     return mlflow_client.search_runs(
         [experiment_id],
-        filter_string=tag_filter(tags),
+        filter_string=" and ".join(f"tags.`{key}` = '{value}'" for key, value in tags.items()),
         run_view_type=ViewType.ACTIVE_ONLY,
         order_by=["attributes.start_time DESC"],
     )

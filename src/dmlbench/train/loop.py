@@ -141,7 +141,7 @@ def _build_parts(config: RunConfig, num_classes: int, fast: FastPath, compiled: 
     protocol, loss_spec, loss_params = config.protocol, config.loss_spec, config.loss_params
     model = fast.prepare_model(config.build_model())
     freeze_modules(protocol, model)
-    loss_fn = loss_spec.build(loss_params, num_classes, config.dim).to(fast.device)
+    loss_fn = loss_spec.build(loss_params, num_classes, config.run.dim).to(fast.device)
     miner = loss_spec.miner(loss_params)
     optimizers = [make_model_optimizer(protocol, model)]
     if loss_spec.has_parameters:

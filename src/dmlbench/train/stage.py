@@ -37,10 +37,6 @@ CONFIG = "config.yaml"
 CHECKPOINT_STATUS = "status.json"
 
 
-def _device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-
-
 def _finished(staged: Path, chash: str) -> dict[str, Any] | None:
     """The staged member's run.json if it was trained with this config and the code the stage reads, else None."""
     if not (staged / RUN_INFO).exists():
@@ -177,7 +173,7 @@ def train_member(
     resume = load_checkpoint(checkpoints, chash)
     if resume:
         print(f"{name}: resuming after epoch {resume.epoch} from {checkpoints}")
-    device_name = _device_name(device)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     record = TrainingRecord.open(
         tracking, "run" if fold is None else f"fold{fold}", run, config.resolved, chash, experiment, fold=fold,
         parent=parent, code=code_fingerprint(), resumed=resume.history if resume else None,

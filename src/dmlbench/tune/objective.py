@@ -22,7 +22,6 @@ from dmlbench.losses.base import ParametricLossParams
 from dmlbench.losses.search import Dimension
 from dmlbench.messages import first_error
 from dmlbench.params.model import Params
-from dmlbench.params.protocol import Protocol
 from dmlbench.params.run import RunConfig, resolve_run, with_loss_params
 from dmlbench.params.tuning import tuning_settings
 from dmlbench.train.loop import train
@@ -47,19 +46,11 @@ class Search:
     folds: tuple[int | None, ...]
     objective: str
 
-    @property
-    def run(self) -> RunSpec:
-        return self.base.run
-
-    @property
-    def protocol(self) -> Protocol:
-        return self.base.protocol
-
     def published_point(self) -> dict[str, Any]:
         lr = None
         if isinstance(self.published, ParametricLossParams):
-            opt = self.protocol.optimizer
-            lr = self.published.optimizer_lr(opt.lr, self.protocol.loss_lr_multiplier)
+            protocol = self.base.protocol
+            lr = self.published.optimizer_lr(protocol.optimizer.lr, protocol.loss_lr_multiplier)
         return published_point(self.space, self.published, lr)
 
     def loss_params(self, values: Mapping[str, Any]) -> BaseModel:

@@ -62,15 +62,8 @@ def study_name(params: Params, search: Search) -> str:
         "folds": list(search.folds),
         "code": inputs_fingerprint(),
     }
-    run = search.run
+    run = search.base.run
     return f"{run.dataset}-{run.backbone}-{run.loss}-{config_hash(identity)[:10]}"
-
-
-def _published_only(out: Path, protocol_name: str) -> dict[str, Any]:
-    record = {"hyperparameters": "published", "protocol": protocol_name, "values": {}}
-    _write_outputs(out, record, None, {"searched": False}, {"state": "published"})
-    print(f"protocol {protocol_name!r} trains the published hyperparameters: nothing to search")
-    return record
 
 
 def _write_outputs(out: Path, best: dict, table: Any, summary: dict, status: dict) -> None:
@@ -93,7 +86,10 @@ def tune_stage(params: Params, dataset: str, backbone: str, loss: str, workers: 
     out = paths.tuning_dir(dataset, backbone, loss)
     protocol = params.protocol_for(Combo(dataset, backbone, loss, tuning.dim))
     if protocol.hyperparameters != "tuned":
-        return _published_only(out, params.protocol_name)
+        record = {"hyperparameters": "published", "protocol": params.protocol_name, "values": {}}
+        _write_outputs(out, record, None, {"searched": False}, {"state": "published"})
+        print(f"protocol {params.protocol_name!r} trains the published hyperparameters: nothing to search")
+        return record
     data = PreparedDataset.load(paths.prepared_dir(dataset))
     search = make_search(params, dataset, backbone, loss, data.num_folds)
     name = study_name(params, search)
@@ -139,20 +135,11 @@ def tune_stage(params: Params, dataset: str, backbone: str, loss: str, workers: 
         run_array(
             cluster_settings(params), count, command, paths.ARTIFACTS / "logs" / f"tune@{name}-%a.log", f"tune-{name}"
         )
-    else:
-        run_workers(params_file, dataset, backbone, loss, name, parent.run_id, count)
+    else:  # processes on this machine, each with its share of the CPU threads; the first failure stops the stage
+        threads = threads_per_worker(count)
+        shares = [(params_file, dataset, backbone, loss, name, parent.run_id, index, threads) for index in range(count)]
+        run_local_workers(worker_main, shares)
     return summarise(params, search, study, parent, out)
-
-
-def run_workers(
-    params_file: str, dataset: str, backbone: str, loss: str, name: str, parent_id: str, count: int
-) -> None:
-    """``count`` processes working on one study, each with its share of the CPU threads
-    (:func:`dmlbench.launch.run_local_workers`); the first failure stops the stage."""
-    threads = threads_per_worker(count)
-    run_local_workers(
-        worker_main, [(params_file, dataset, backbone, loss, name, parent_id, index, threads) for index in range(count)]
-    )
 
 
 def worker_main(params_file: str, dataset: str, backbone: str, loss: str, name: str, parent_id: str, worker: int,
@@ -274,7 +261,8 @@ def summarise(params: Params, search: Search, study: Any, parent: TrackedRun, ou
     }  # fmt: skip
     _write_outputs(out, record, table, summary, {"state": "complete", "study": study.study_name})
     seconds = {int(t.number): t.user_attrs.get("seconds") for t in trials}
-    write_json(paths.tuning_runlog(search.run.dataset, search.run.backbone, search.run.loss),
+    run = search.base.run
+    write_json(paths.tuning_runlog(run.dataset, run.backbone, run.loss),
                {"study": study.study_name, "device": str(default_device()), "seconds": seconds})  # fmt: skip
     parent.log_metrics(
         {f"best/{search.objective}": record["value"], "trials/complete": summary["trials"]["complete"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,31 +20,19 @@ JOURNAL = "journal.log"
 FINISHED_STATES = ("COMPLETE", "PRUNED")
 
 
-def _gp(tuning: TuningConfig) -> Any:
+# tuning.sampler -> Optuna sampler; one_at_a_time enqueues its whole grid (tune.space.one_at_a_time),
+# trials beyond it are random
+SAMPLERS = {"gp": "GPSampler", "tpe": "TPESampler", "random": "RandomSampler", "one_at_a_time": "RandomSampler"}
+
+
+def make_sampler(tuning: TuningConfig) -> Any:
+    """``tuning.sampler`` seeded with ``tuning.seed``; GP and TPE start with ``startup_trials`` random trials."""
     import optuna
 
-    return optuna.samplers.GPSampler(seed=tuning.seed, n_startup_trials=tuning.startup_trials)
-
-
-def _tpe(tuning: TuningConfig) -> Any:
-    import optuna
-
-    return optuna.samplers.TPESampler(seed=tuning.seed, n_startup_trials=tuning.startup_trials)
-
-
-def _random(tuning: TuningConfig) -> Any:
-    import optuna
-
-    return optuna.samplers.RandomSampler(seed=tuning.seed)
-
-
-# one_at_a_time enqueues its whole grid (tune.space.one_at_a_time); trials beyond it are random
-SAMPLERS: dict[str, Callable[[TuningConfig], Any]] = {
-    "gp": _gp,
-    "tpe": _tpe,
-    "random": _random,
-    "one_at_a_time": _random,
-}
+    sampler = getattr(optuna.samplers, SAMPLERS[tuning.sampler])
+    if sampler is optuna.samplers.RandomSampler:
+        return sampler(seed=tuning.seed)
+    return sampler(seed=tuning.seed, n_startup_trials=tuning.startup_trials)
 
 
 def make_pruner(tuning: TuningConfig) -> Any:
@@ -82,7 +70,7 @@ def open_study(name: str, tuning: TuningConfig, storage: Any, worker: int = 0) -
     return optuna.create_study(
         study_name=name,
         storage=storage,
-        sampler=SAMPLERS[tuning.sampler](seeded),
+        sampler=make_sampler(seeded),
         pruner=make_pruner(tuning),
         direction="maximize",
         load_if_exists=True,
