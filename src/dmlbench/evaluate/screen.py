@@ -207,7 +207,8 @@ def _first_positive_ranks(
     high = ScreenError.approx_at_least(best64, base)  # at or above: surely ahead
     low = ScreenError.approx_below(best64, base)  # below: surely not ahead
     ahead: np.ndarray = np.empty(len(best64), dtype=np.int64)
-    band_rows, band_cols = [np.empty(0, np.int64)], [np.empty(0, np.int64)]  # none may be in a band
+    band_rows: list[np.ndarray] = [np.empty(0, np.int64)]  # no row may be left in a band
+    band_cols: list[np.ndarray] = [np.empty(0, np.int64)]
     fast = low > 0  # positive thresholds: compare the raw bf16 bits (monotone for values >= 0)
     if fast.any():
         rows_fast = np.flatnonzero(fast)
