@@ -1,10 +1,6 @@
 """ConvNeXt-T (Liu et al., "A ConvNet for the 2020s", CVPR 2022; github.com/facebookresearch/ConvNeXt),
-ImageNet-1k supervised.
-
-Weights: timm's Hub copy ``timm/convnext_tiny.fb_in1k`` of ``convnext_tiny_1k_224_ema.pth``, pinned
-by the weights lock. Preprocessing from its timm config: ImageNet mean/std, bicubic, 224 px.
-Feature: timm's pre-logits, the LayerNorm of the global average of the stage-4 map (the paper's
-classifier input: ``head.norm`` after pooling; 768-d).
+ImageNet-1k supervised. Feature: timm's pre-logits, the LayerNorm of the global average of the
+stage-4 map (the paper's classifier input: ``head.norm`` after pooling; 768-d).
 """
 
 from __future__ import annotations

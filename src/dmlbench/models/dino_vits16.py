@@ -1,10 +1,7 @@
 """DINO ViT-S/16 (Caron et al., "Emerging Properties in Self-Supervised Vision Transformers", ICCV 2021;
 github.com/facebookresearch/dino), the backbone of Hyp-ViT (Ermolov et al., CVPR 2022).
 
-Weights: timm's Hub copy ``timm/vit_small_patch16_224.dino`` of
-``dl.fbaipublicfiles.com/dino/dino_deitsmall16_pretrain/dino_deitsmall16_pretrain.pth``, pinned by
-the weights lock. Preprocessing from its timm config: ImageNet mean/std, bicubic; native 224 px
-grid. Feature: the class token after the final norm, as DINO's ``eval_knn.py`` embeds images.
+Feature: the class token after the final norm, as DINO's ``eval_knn.py`` embeds images.
 """
 
 from __future__ import annotations

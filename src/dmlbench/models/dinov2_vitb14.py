@@ -1,10 +1,4 @@
-"""DINOv2 ViT-B/14 (Oquab et al., TMLR 2024, arXiv 2304.07193; github.com/facebookresearch/dinov2).
-
-Weights: timm's Hub copy ``timm/vit_base_patch14_dinov2.lvd142m`` of Meta's
-``dinov2_vitb14_pretrain.pth``, pinned by the weights lock. Preprocessing from its timm config:
-ImageNet mean/std, bicubic. Built at its native 37 x 37 position grid (518 px), interpolated per
-forward to the protocol's crop. Feature: the class token after the final norm.
-"""
+"""DINOv2 ViT-B/14 (Oquab et al., TMLR 2024, arXiv 2304.07193; github.com/facebookresearch/dinov2)."""
 
 from __future__ import annotations
 

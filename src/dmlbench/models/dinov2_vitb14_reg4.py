@@ -1,10 +1,5 @@
 """DINOv2 ViT-B/14 with 4 registers (Darcet et al., "Vision Transformers Need Registers", ICLR
-2024, arXiv 2309.16588; github.com/facebookresearch/dinov2 ``dinov2_vitb14_reg``).
-
-Weights: timm's Hub copy ``timm/vit_base_patch14_reg4_dinov2.lvd142m`` of Meta's
-``dinov2_vitb14_reg4_pretrain.pth``, pinned by the weights lock. ImageNet mean/std, bicubic;
-native 518 px grid, interpolated per forward. Feature: the class token after the final norm.
-"""
+2024, arXiv 2309.16588; github.com/facebookresearch/dinov2 ``dinov2_vitb14_reg``)."""
 
 from __future__ import annotations
 

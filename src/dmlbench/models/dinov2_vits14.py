@@ -1,12 +1,8 @@
 """DINOv2 ViT-S/14 (Oquab et al., "DINOv2: Learning Robust Visual Features without Supervision",
 TMLR 2024, arXiv 2304.07193; github.com/facebookresearch/dinov2), self-supervised on LVD-142M.
 
-Weights: timm's Hub copy ``timm/vit_small_patch14_dinov2.lvd142m`` of Meta's
-``dinov2_vits14_pretrain.pth``, pinned by the weights lock. Preprocessing from its timm config:
-ImageNet mean/std, bicubic (made for 518 px, crop_pct 1.0). Built at its native position grid
-(37 x 37 patches, 518 px), interpolated per forward to the protocol's crop (16 x 16 at 224 px).
-Feature: the class token after the final norm (timm's pre-logits with ``token`` pooling), as the
-paper's kNN evaluation and ``hubconf`` models embed (``x_norm_clstoken``).
+Feature: the class token after the final norm, as the paper's kNN evaluation and ``hubconf`` models
+embed (``x_norm_clstoken``); weights, preprocessing and resolution: docs/modern.md.
 """
 
 from __future__ import annotations

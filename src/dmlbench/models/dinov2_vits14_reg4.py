@@ -1,11 +1,8 @@
 """DINOv2 ViT-S/14 with 4 registers (Darcet et al., "Vision Transformers Need Registers", ICLR
 2024, arXiv 2309.16588; github.com/facebookresearch/dinov2 ``dinov2_vits14_reg``).
 
-Weights: timm's Hub copy ``timm/vit_small_patch14_reg4_dinov2.lvd142m`` of Meta's
-``dinov2_vits14_reg4_pretrain.pth``, pinned by the weights lock (timm's conversion folds the class
-token's position embedding into the token, so neither the class nor the register tokens overlap the
-37 x 37 patch grid). ImageNet mean/std, bicubic; native 518 px grid, interpolated per forward.
-Feature: the class token after the final norm (registers are dropped, as upstream).
+timm's conversion folds the class token's position embedding into the token, so neither the class
+nor the register tokens overlap the 37 x 37 patch grid; the registers are dropped, as upstream.
 """
 
 from __future__ import annotations

@@ -1,10 +1,4 @@
-"""DINOv3 ViT-B/16 (Siméoni et al., "DINOv3", arXiv 2508.10104; github.com/facebookresearch/dinov3).
-
-Weights: timm's Hub copy ``timm/vit_base_patch16_dinov3.lvd1689m``, pinned by the weights lock
-(DINOv3 license; see :mod:`dmlbench.models.dinov3_vits16`). timm ``Eva``, rotary position
-embeddings, 4 registers; ImageNet mean/std, bicubic, made for 256 px. Feature: the class token
-after the final norm (``global_pool="token"``, as upstream).
-"""
+"""DINOv3 ViT-B/16 (Siméoni et al., "DINOv3", arXiv 2508.10104; github.com/facebookresearch/dinov3)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """DINOv3 ViT-S/16 (Siméoni et al., "DINOv3", arXiv 2508.10104; github.com/facebookresearch/dinov3),
-self-supervised on LVD-1689M, distilled from the 7B model.
+self-supervised on LVD-1689M, distilled from the 7B model; timm's ``Eva`` implementation.
 
-Weights: timm's Hub copy ``timm/vit_small_patch16_dinov3.lvd1689m``, pinned by the weights lock
-(released under the DINOv3 license; the Hub may ask you to accept it and log in before the first
-fetch: ``hf auth login`` or ``HF_TOKEN``). timm's ``Eva`` implementation: rotary position
-embeddings (nothing to resample: any crop that is a multiple of 16 px), 4 registers. Preprocessing
-from its timm config: ImageNet mean/std, bicubic, made for 256 px (crop_pct 1.0). Feature: the class
-token after the final norm (``global_pool="token"``, as upstream embeds; timm's default is the
-patch-token average).
+Feature: the class token after the final norm (``global_pool="token"``, as upstream embeds; timm's
+default is the patch-token average). License, preprocessing and resolution: docs/modern.md.
 """
 
 from __future__ import annotations

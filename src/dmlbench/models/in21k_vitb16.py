@@ -1,9 +1,6 @@
 """ViT-B/16 supervised on ImageNet-21k and fine-tuned on ImageNet-1k (AugReg: Steiner et al.,
 "How to train your ViT?", TMLR 2022; github.com/google-research/vision_transformer): the ViT-B of
-the same release as Hyp-ViT's supervised ViT-S (:mod:`dmlbench.models.in21k_vits16`), timm's
-``vit_base_patch16_224.augreg_in21k_ft_in1k`` (its Hub copy, pinned by the weights lock).
-Preprocessing from its timm config: mean = std = 0.5, bicubic, 224 px. Feature: the class token
-after the final norm.
+the same release as Hyp-ViT's supervised ViT-S (:mod:`dmlbench.models.in21k_vits16`).
 """
 
 from __future__ import annotations

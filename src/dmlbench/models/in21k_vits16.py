@@ -1,13 +1,6 @@
 """ViT-S/16 supervised on ImageNet-21k and fine-tuned on ImageNet-1k (AugReg: Steiner et al.,
 "How to train your ViT?", TMLR 2022; github.com/google-research/vision_transformer), the supervised
-ViT-S of Hyp-ViT (Ermolov et al., CVPR 2022).
-
-Hyp-ViT (github.com/htdt/hyp_metric, ``model.py``) builds ``timm.create_model("vit_small_patch16_224",
-pretrained=True)``; in the timm of its time (0.4.12) that name's weights were
-``S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_224.npz``,
-which timm 1.0 calls ``vit_small_patch16_224.augreg_in21k_ft_in1k`` (its Hub copy, pinned by the
-weights lock). Preprocessing from its timm config: mean = std = 0.5 (as Hyp-ViT's ``train.py`` for
-``vit*`` models), bicubic, 224 px. Feature: the class token after the final norm.
+ViT-S of Hyp-ViT (Ermolov et al., CVPR 2022); why these weights: docs/modern.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """SigLIP 2 ViT-B/16 image tower (Tschannen et al., "SigLIP 2", arXiv 2502.14786;
 github.com/google-research/big_vision), at 224 px.
 
-Weights: timm's Hub copy ``timm/vit_base_patch16_siglip_224.v2_webli`` of the big_vision
-checkpoint, pinned by the weights lock. Preprocessing from its timm config: mean = std = 0.5,
-bicubic, 224 px. No class token: the image embedding is the attention-pooling head's output
-(MAP, timm's ``attn_pool``; ``pooling: native``), which is SigLIP's embedding (the image tower has
-no projection after it); ``pooling: gap`` averages the patch tokens instead, ``cls`` is refused.
+No class token: the image embedding is the attention-pooling head's output (MAP, timm's
+``attn_pool``; ``pooling: native``), which is SigLIP's embedding (the image tower has no projection
+after it); ``pooling: gap`` averages the patch tokens instead, ``cls`` is refused.
 """
 
 from __future__ import annotations
