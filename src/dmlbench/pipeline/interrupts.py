@@ -21,16 +21,12 @@ INTERRUPTS = (signal.SIGTERM, signal.SIGHUP)  # handled like Ctrl-C while the co
 
 def run_to_the_end(argv: Sequence[str], cwd: Path, env: Mapping[str, str],
                    hangup_as: signal.Signals = signal.SIGINT) -> int:  # fmt: skip
-    """Run ``argv`` (a runner, or ``dvc repro``) and wait for it, also when this process is
-    interrupted: Ctrl-C, SIGTERM or SIGHUP here is passed on once, as SIGINT to the command's
-    process group (e.g. a preset's runner, and under ``--jobs 1`` its ``dvc repro`` and the stage
-    that runs; the local executor's stages have sessions of their own and get it from their runner),
-    and the command is left to stop its stages at their checkpoints, record the finished ones in
-    dvc.lock and stop what it started (an MPS daemon); then the interrupt is re-raised. A second
-    interrupt kills the group. (``subprocess.run`` kills the child 0.25 s after an interrupt, before
-    any of that.) The command has a session of its own, so a terminal's Ctrl-C reaches it only
-    through here, once; it starts with SIGINT handled even where this process ignores it (a
-    background job of a script). Only the main thread can be interrupted (elsewhere it just waits).
+    """Run ``argv`` (a runner, or ``dvc repro``) in a session of its own and wait for it, also when
+    this process is interrupted: Ctrl-C, SIGTERM or SIGHUP is passed on once, as SIGINT to its process
+    group, so it can stop its stages at their checkpoints, record them in dvc.lock and stop what it
+    started (an MPS daemon); then the interrupt is re-raised. A second interrupt kills the group.
+    (``subprocess.run`` would kill the child 0.25 s after an interrupt.) The command starts with
+    SIGINT handled even where this process ignores it; only the main thread is interrupted.
     ``hangup_as``: what SIGTERM and SIGHUP are passed on as (SIGTERM: a run on Slurm detaches from
     its jobs instead of cancelling them)."""
     main_thread = threading.current_thread() is threading.main_thread()
