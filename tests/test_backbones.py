@@ -208,7 +208,7 @@ def test_warmup_freezes_trunk_but_not_head_and_frozen_bn_stays_frozen():
     trunk = [p for p in model.trunk_parameters() if p.requires_grad]  # as the training builds it
     set_warmup(trunk, True)
     assert all(not p.requires_grad for p in model.trunk.parameters())
-    assert all(p.requires_grad for p in model.head_parameters())
+    assert all(p.requires_grad for p in list(model.head.parameters()))
     set_warmup(trunk, False)
     convs = [m.weight for m in model.trunk.modules() if isinstance(m, torch.nn.Conv2d)]
     assert all(p.requires_grad for p in convs)

@@ -18,17 +18,12 @@ import numpy as np
 import pytest
 import torch
 
+from dmlbench.devices import default_device
 from dmlbench.evaluate import screen
 from dmlbench.evaluate.screen import fast_bf16_matmul
 from dmlbench.train import step
-from dmlbench.train.loop import (
-    GPU_FINITE_CHECK_EVERY,
-    default_device,
-    finite_check_interval,
-    restore_rng_state,
-    rng_state,
-    seed_everything,
-)
+from dmlbench.train.divergence import GPU_FINITE_CHECK_EVERY, finite_check_interval
+from dmlbench.train.rng import restore_rng_state, rng_state, seed_everything
 from dmlbench.train.step import (
     GPU_CACHE_FRACTION,
     FastPath,

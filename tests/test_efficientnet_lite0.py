@@ -44,7 +44,12 @@ def file_state(weights_path):
 
 @pytest.fixture(scope="module")
 def classifier():
-    return lite0.imagenet_classifier(lite0.EfficientNetLite0Params())
+    """The whole 1000-class network with the file's weights, in eval mode (to check them against labels)."""
+    import timm
+
+    net = timm.create_model(lite0.ARCHITECTURE, pretrained=False, num_classes=1000)
+    lite0.load_weights(NAME, net, lite0.EfficientNetLite0Params())
+    return net.eval()
 
 
 class _Reads(dict):

@@ -128,7 +128,7 @@ def test_head_orthogonal_and_head_none(small_raw_params):
     images = torch.rand(2, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(model(images), torch.nn.functional.normalize(model.features(images), dim=1))
-    assert not model.head_parameters()
+    assert not list(model.head.parameters())
     with pytest.raises(ConfigError, match=r"head: none, so the embedding is the trunk's 64-d feature.*dims: \[64\]"):
         run_config(params, RunSpec("glyphs", "tiny_vit", "contrastive", 32, 0)).build_model()
 

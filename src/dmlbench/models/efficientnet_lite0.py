@@ -137,15 +137,6 @@ def load_weights(backbone: str, net: nn.Module, params: EfficientNetLite0Params)
     load_into(backbone, net, state, path, ignore_prefixes=() if has_classifier else ("classifier.",))
 
 
-def imagenet_classifier(params: EfficientNetLite0Params, backbone: str = NAME) -> nn.Module:
-    """The whole 1000-class network with the file's weights, in eval mode (to check them against labels)."""
-    import timm
-
-    net = timm.create_model(ARCHITECTURE, pretrained=False, num_classes=1000)
-    load_weights(backbone, net, params)
-    return net.eval()
-
-
 def build(params: EfficientNetLite0Params, pretrained: bool) -> Trunk:
     import timm
 

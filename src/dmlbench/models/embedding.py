@@ -92,10 +92,6 @@ class EmbeddingModel(nn.Module):
                 module.eval()
         return self
 
-    def head_parameters(self) -> list[nn.Parameter]:
-        """The embedding head: what trains during warm-up epochs (Proxy-Anchor's ``--warm``)."""
-        return list(self.head.parameters())
-
     def trunk_parameters(self) -> list[nn.Parameter]:
         """Trunk parameters that train (frozen BN affine parameters excluded)."""
         frozen = {id(p) for layer in self.batchnorm_layers() for p in layer.parameters()} if self.frozen_bn else set()

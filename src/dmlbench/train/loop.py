@@ -28,7 +28,7 @@ from dmlbench.params.protocol import Protocol
 from dmlbench.params.run import RunConfig
 from dmlbench.train.checkpoint import TrainState, save_checkpoint
 from dmlbench.train.compiling import CompileChoice, choose_compile
-from dmlbench.train.divergence import GPU_FINITE_CHECK_EVERY, FiniteWatch, diverged, finite_check_interval
+from dmlbench.train.divergence import FiniteWatch, diverged, finite_check_interval
 from dmlbench.train.optim import freeze_modules, make_loss_optimizer, make_model_optimizer, make_scheduler
 from dmlbench.train.rng import epoch_seed, restore_rng_state, rng_state, seed_everything
 from dmlbench.train.sampling import batches_per_epoch, class_pass_batches, epoch_batches
@@ -36,8 +36,6 @@ from dmlbench.train.step import FastPath, ImageSource, TrainStep
 
 EpochCallback = Callable[[int, dict[str, float]], None]
 TEST_FEEDBACK = "test_feedback"
-# the finiteness-check interval is defined in train.divergence, and importable from here too
-__all__ = ["GPU_FINITE_CHECK_EVERY", "TrainOutcome", "finite_check_interval", "train"]
 
 
 @dataclass
