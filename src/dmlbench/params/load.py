@@ -8,7 +8,7 @@ override the loss module's defaults. Layout: docs/pipeline.md."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
@@ -80,10 +80,7 @@ def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
 
     unknown = sorted(set(top.evaluate.per_dataset) - set(DATASETS))
     if unknown:
-        raise ConfigError(
-            f"{source}: evaluate.per_dataset.{unknown[0]}: unknown dataset {unknown[0]!r}; valid: "
-            f"{join_names(DATASETS)}"
-        )
+        raise _unknown(source, f"evaluate.per_dataset.{unknown[0]}", "dataset", unknown[0], DATASETS)
     if top.protocol not in top.protocols:
         raise ConfigError(
             f"{source}: protocol: {top.protocol!r} is not a key of protocols; valid: {join_names(top.protocols)}"
@@ -111,6 +108,11 @@ def parse_params(raw: Any, source: str = PARAMS_FILE) -> Params:
     return params
 
 
+def _unknown(source: str, where: str, kind: str, name: str, valid: Iterable[str]) -> ConfigError:
+    """The one-line error for a ``kind`` named at ``where`` that is none of ``valid``."""
+    return ConfigError(f"{source}: {where}: unknown {kind} {name!r}; valid: {join_names(valid)}")
+
+
 def _check_tunable(params: Params, source: str) -> None:
     """A tuned protocol needs validation classes on every dataset: the search never sees test
     classes, and the ``standard`` scheme has no others."""
@@ -130,10 +132,7 @@ def _check_protocol_losses(top: RawParams, source: str, losses: Mapping[str, Any
     them) name registered losses and validate against each loss's parameter model."""
     for name, protocol in top.protocols.items():
         if protocol.reference_loss is not None and protocol.reference_loss not in losses:
-            raise ConfigError(
-                f"{source}: protocols.{name}.reference_loss: unknown loss {protocol.reference_loss!r}; "
-                f"valid: {join_names(losses)}"
-            )
+            raise _unknown(source, f"protocols.{name}.reference_loss", "loss", protocol.reference_loss, losses)
         tables: list[tuple[str, Any, ProtocolOverride | None]] = [(f"protocols.{name}.losses", protocol.losses, None)]
         tables += [
             (f"protocols.{name}.overrides[{i}].set.losses", o.set.get("losses") or {}, o)
@@ -142,7 +141,7 @@ def _check_protocol_losses(top: RawParams, source: str, losses: Mapping[str, Any
         for where, table, override in tables:  # each a mapping of mappings: Protocol validated the overrides
             for loss, values in table.items():
                 if loss not in losses:
-                    raise ConfigError(f"{source}: {where}.{loss}: unknown loss {loss!r}; valid: {join_names(losses)}")
+                    raise _unknown(source, f"{where}.{loss}", "loss", loss, losses)
                 base: dict[str, Any] = dict(protocol.losses.get(loss, {})) if override is not None else {}
                 merged = deep_merge(base, values)
                 model = losses[loss].params
@@ -189,14 +188,10 @@ def _check_protocol_grid(
         names = [*(other.backbones or [])] + [b for o in other.overrides for b in (o.backbones or [])]
         unknown = [b for b in names if b not in backbones]
         if unknown:
-            raise ConfigError(
-                f"{source}: protocols.{name}: unknown backbone {unknown[0]!r}; valid: {join_names(backbones)}"
-            )
+            raise _unknown(source, f"protocols.{name}", "backbone", unknown[0], backbones)
         unknown = [d for o in other.overrides for d in (o.datasets or []) if d not in datasets]
         if unknown:
-            raise ConfigError(
-                f"{source}: protocols.{name}: unknown dataset {unknown[0]!r}; valid: {join_names(datasets)}"
-            )
+            raise _unknown(source, f"protocols.{name}", "dataset", unknown[0], datasets)
 
 
 def _validate_section(
@@ -207,7 +202,7 @@ def _validate_section(
     validated: dict[str, Any] = {}
     for name, values in section.items():
         if name not in registry:
-            raise ConfigError(f"{source}: {key}.{name}: unknown {kind} {name!r}; valid: {join_names(registry)}")
+            raise _unknown(source, f"{key}.{name}", kind, name, registry)
         model = registry[name].params
         try:
             validated[name] = model.model_validate(values or {})
