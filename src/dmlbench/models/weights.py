@@ -54,12 +54,9 @@ class WeightsParams(BackboneParams):
         return [WeightsFile(backbone, path, self.weights_url, self.weights_sha256, local_only=local)]
 
 
-def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
+def sha256_file(path: Path) -> str:
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(chunk_size), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def hub_checkpoint_path(url: str) -> Path:
