@@ -119,8 +119,8 @@ def _run_stage(
 
 
 def tail(path: Path, lines: int = 15) -> str:
-    text = path.read_text(errors="replace").replace("\r", "\n").splitlines()
-    return "\n".join(line for line in text[-lines:] if line.strip())
+    """The last ``lines`` lines of a log, blank ones left out (``splitlines`` also ends a progress bar's ``\\r``)."""
+    return "\n".join(line for line in path.read_text(errors="replace").splitlines()[-lines:] if line.strip())
 
 
 class _Recorder(threading.Thread):
