@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,10 +186,7 @@ def run_local(params: Params, args: argparse.Namespace, slots: Slots, started: f
         plan = plan_after_validate()
         if plan.order:
             print(f"{len(plan.order)} stage(s) to run, {slots.jobs} at a time; logs in {LOG_DIR}/")
-            no_daemon: dict[str, str] = {}
-            daemon: AbstractContextManager[dict[str, str]] = (
-                mps_daemon(LOG_DIR / "mps") if args.mps else nullcontext(no_daemon)
-            )
+            daemon = mps_daemon(LOG_DIR / "mps") if args.mps else nullcontext(dict[str, str]())
             eta = plan_eta(params, plan.order, args, slots.jobs)  # the ETA on the progress bar (dmlbench.cost)
             with daemon as environment:
                 failed = run_parallel(plan, slots.jobs, slots.worker_gpus, environment=environment,
