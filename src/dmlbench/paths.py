@@ -1,27 +1,5 @@
-"""Where each stage reads and writes, relative to the repository root (DVC's working dir).
-
-artifacts/raw/<dataset>/                       download: extracted or generated files (scratch, not a
-    DVC output: re-created from data/ by prepare where missing; dmlbench.data.raw_record)
-artifacts/downloaded/<dataset>.json            download: its record (archive md5s, digest of the extraction)
-artifacts/prepared/<dataset>/                  prepare: image cache + manifest.csv
-artifacts/models/<ds>/<bb>/<loss>/<dim>/seed<k>/   train: selected model, history, run record
-artifacts/checkpoints/<...>/seed<k>/           train: resumable per-epoch checkpoint (scratch, not a DVC output)
-artifacts/runlog/<ds>/<bb>/<loss>/<dim>/seed<k>.json   train: timings, device, host, MLflow run id
-    (not a DVC output: what differs between two executions of the same training stays out of
-    the outputs, whose hashes are then the same on every clone; missing where outputs were
-    restored from a DVC cache)
-artifacts/runlog/spool/<...>/seed<k>/          train: its tracking records until the server has them (not a DVC output)
-artifacts/tuning/<ds>/<bb>/<loss>/             tune: best.yaml (read by train), trials.csv, study.json
-artifacts/tuning/<ds>/<bb>/<loss>/study/       tune: the Optuna journal (persist: a killed study resumes)
-artifacts/runlog/tuning/<ds>/<bb>/<loss>.json  tune: timings per trial (not a DVC output)
-artifacts/embeddings/<...>/seed<k>/            embed: test/val embeddings + labels
-    (with a cross-validation split, one ``fold<f>/`` sub-directory per fold model in each)
-artifacts/evaluation/<ds>/<bb>/<loss>/<dim>/   evaluate: per-run metrics and per-query values
-artifacts/metrics/<ds>/<bb>/<loss>/<dim>.json  evaluate: mean and 95% CI over seeds, every metric
-artifacts/{embeddings,evaluation}/<ds>/<bb>/pretrained/, artifacts/metrics/<ds>/<bb>/pretrained.json
-                                               embed_pretrained/evaluate_pretrained: untrained baseline
-reports/                                       report: report.md, figures/, curves/, results.csv, metrics/ (dvc metrics)
-data/                                          archive drop-box (git-ignored; shared by `dvc add data`)
+"""Where each stage reads and writes, relative to the repository root (DVC's working dir); the
+layout, stage by stage: docs/pipeline.md, "Where outputs live".
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """A stage's inputs manifest: the code files and ``params.yaml`` keys one DVC stage reads, hashed.
 
 A stage's one DVC dependency for its code and params is ``artifacts/inputs/<stage>.json`` (written
-by ``validate``: :mod:`dmlbench.pipeline.manifests`, :mod:`dmlbench.pipeline.reads`): the md5 of
-every code file and the value of every key, nothing else, so ``dvc status`` stays cheap and an edit
-re-runs only the stages that read it (docs/pipeline.md, "Inputs manifests"). A registry package's
-``__init__`` is hashed, for a stage generated per item, as its projection onto the stage's own
-members (:func:`registry_projection`). :func:`check_manifest` refuses a stage whose manifest no
-longer matches, before and after its work; :func:`inputs_fingerprint` keys what a stage keeps
-between runs (a checkpoint, a tuning study) on the code its manifest lists.
+by ``validate``): the md5 of every code file and the value of every key, nothing else, so ``dvc
+status`` stays cheap and an edit re-runs only the stages that read it (docs/pipeline.md, "Inputs
+manifests"). Registry packages are hashed per item: :func:`registry_projection`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Run ``dvc repro`` with independent stages in parallel: ``python -m dmlbench.pipeline``.
 
-Runs every stale stage and what follows it in a pool of ``--jobs`` workers
-(:mod:`dmlbench.pipeline.local`; ``dvc repro`` runs one at a time, treeverse/dvc#755), recorded in
-DVC in batches (:mod:`dmlbench.pipeline.record`), after the checks that refuse a bad run before any
-stage (params, weights: :mod:`dmlbench.pipeline.preflight`; a usable GPU:
-:mod:`dmlbench.pipeline.device_check`), and ends with a plain ``dvc repro``. ``--executor slurm``
-hands the plan to Slurm (:mod:`dmlbench.pipeline.slurm`), ``--preset`` runs a preset in its own
-workspace (:mod:`dmlbench.pipeline.workspace`), ``--fetch-only`` downloads what the grid needs
-(:mod:`dmlbench.pipeline.fetch`). Options: ``--help``; docs/pipeline.md and docs/cluster.md.
+``dvc repro`` runs one stage at a time (treeverse/dvc#755): this runs every stale stage and what
+follows it on ``--jobs`` workers or on Slurm, after the checks that refuse a bad run before any
+stage, and ends with a plain ``dvc repro``. Options: ``--help``; docs/pipeline.md, docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,10 +186,7 @@ def run_local(params: Params, args: argparse.Namespace, slots: Slots, started: f
         plan = plan_after_validate()
         if plan.order:
             print(f"{len(plan.order)} stage(s) to run, {slots.jobs} at a time; logs in {LOG_DIR}/")
-            no_daemon: dict[str, str] = {}
-            daemon: AbstractContextManager[dict[str, str]] = (
-                mps_daemon(LOG_DIR / "mps") if args.mps else nullcontext(no_daemon)
-            )
+            daemon = mps_daemon(LOG_DIR / "mps") if args.mps else nullcontext(dict[str, str]())
             eta = plan_eta(params, plan.order, args, slots.jobs)  # the ETA on the progress bar (dmlbench.cost)
             with daemon as environment:
                 failed = run_parallel(plan, slots.jobs, slots.worker_gpus, environment=environment,

@@ -1,12 +1,7 @@
 """The local executor: the planned stages' commands in a pool of ``jobs`` workers, a stage starting
-as soon as all its upstream stages are done, recorded in DVC in batches.
-
-One process does DVC's bookkeeping for all stages (:class:`dmlbench.pipeline.record.StageBook`);
-a recorder thread writes the lock entries at most once every ``record_every`` seconds, and once
-more when the run ends or is interrupted. A stage stale only because something upstream re-ran is
-skipped when its dependencies came out the same (as ``dvc repro``). Each worker gets its share of
-the CPU threads (:func:`dmlbench.launch.worker_environment`), or a GPU slot (``gpus`` ids x
-``gpu_slots``, the share in ``DMLBENCH_GPU_SHARE``). Why and what is kept: docs/pipeline.md.
+as soon as all its upstream stages are done, recorded in DVC in batches by this one process (a
+stage stale only because something upstream re-ran is skipped when its dependencies came out the
+same, as ``dvc repro``). Why and what is kept: docs/pipeline.md.
 """
 
 from __future__ import annotations
@@ -119,8 +114,8 @@ def _run_stage(
 
 
 def tail(path: Path, lines: int = 15) -> str:
-    text = path.read_text(errors="replace").replace("\r", "\n").splitlines()
-    return "\n".join(line for line in text[-lines:] if line.strip())
+    """The last ``lines`` lines of a log, blank ones left out (``splitlines`` also ends a progress bar's ``\\r``)."""
+    return "\n".join(line for line in path.read_text(errors="replace").splitlines()[-lines:] if line.strip())
 
 
 class _Recorder(threading.Thread):

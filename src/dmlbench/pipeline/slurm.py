@@ -1,16 +1,10 @@
 """Stale DVC stages as Slurm jobs: Slurm schedules them, its ``afterok`` dependencies order them.
 
-Every stage of the plan (:func:`dmlbench.pipeline.local.plan_after_validate`) becomes one
-``sbatch`` job on the shared checkout running ``python -m dmlbench.pipeline.job <stage>``, but the
-record-only ``tune@`` stages (run here: :mod:`dmlbench.pipeline.record_only`) and those whose
-inputs came out the same (not run, as ``dvc repro``); submitted, watched, retried and taken over by
-:mod:`dmlbench.pipeline.slurm_submission`. A job sets its own environment (:func:`job_environment`,
-:func:`dmlbench.launch.job_script`) and needs no internet (archives and weights are fetched here
-first). This process records each COMPLETED stage (:class:`dmlbench.pipeline.record.StageBook`).
-Refused in one line before anything is submitted: no Slurm, an SQLite store on a network file
-system (:mod:`dmlbench.pipeline.cluster_checks`), a store the nodes cannot reach
-(:mod:`dmlbench.pipeline.reachability`), a compute node's GPU or store failing the probe job
-(:mod:`dmlbench.pipeline.probe`). SIGTERM/SIGHUP detach, Ctrl-C cancels: docs/cluster.md.
+Each stage of the plan becomes one ``sbatch`` job running ``python -m dmlbench.pipeline.job <stage>``
+offline (archives and weights are fetched here first), but the record-only ``tune@`` stages (run here)
+and those whose inputs came out the same (not run, as ``dvc repro``). This process records each
+COMPLETED stage. What is refused before any submission, SIGTERM/SIGHUP (detach), Ctrl-C (cancel):
+docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -34,7 +28,7 @@ from dmlbench.params.tuning import tuning_settings
 from dmlbench.pipeline.cluster_checks import require_array_storage, require_slurm, require_tracking_for_cluster
 from dmlbench.pipeline.fetch import require_fetched
 from dmlbench.pipeline.job import MAX_RETRIES_VARIABLE
-from dmlbench.pipeline.local import GPU_SHARE_VARIABLE, LOG_DIR, plan_after_validate
+from dmlbench.pipeline.local import GPU_SHARE_VARIABLE, LOG_DIR, plan_after_validate, tail
 from dmlbench.pipeline.plan import Plan
 from dmlbench.pipeline.probe import probe_grid
 from dmlbench.pipeline.reachability import require_reachable_stores
@@ -82,12 +76,9 @@ def failure_report(jobs: list[Job], final: dict[str, str], tail_lines: int = 15,
     lines = []
     first = [job for job in failed if final[job.stage] != "CANCELLED"] or failed
     for job in first:
-        tail = "\n".join(
-            line for line in job.log.read_text(errors="replace").splitlines()[-tail_lines:] if line.strip()
-        )
         hint = ending_hint(job.stage, final[job.stage], config) if config is not None else ""
         head = f"stage {job.stage} {final[job.stage]} ({job.describe()}); log: {job.log}"
-        lines.append(head + (f"\n{hint}" if hint else "") + f"\n{tail}")
+        lines.append(head + (f"\n{hint}" if hint else "") + f"\n{tail(job.log, tail_lines)}")
     cancelled = [job.stage for job in failed if job not in first]
     if cancelled:
         lines.append(f"cancelled as their dependencies failed (by Slurm, or never submitted): {', '.join(cancelled)}")

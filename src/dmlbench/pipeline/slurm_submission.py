@@ -1,11 +1,8 @@
 """The Slurm executor's jobs: submitted in order, watched, retried, recorded, taken over after a restart.
 
-:class:`Submission` submits the plan's stages in topological order (``afterok`` on the upstream
-jobs still in Slurm; a stage whose upstream failed is not submitted), at most ``max_jobs`` in
-flight (a tune job's worker array counts for all its tasks). Every submission is written to the
-state file first (:mod:`dmlbench.pipeline.slurm_state`), so a run started again takes over
-(:meth:`Submission.adopt`) instead of submitting twice. Endings, retries, refused ``sbatch`` and
-jobs that can never start: :mod:`dmlbench.pipeline.slurm_endings` and docs/cluster.md.
+Every submission is written to the state file first (:mod:`dmlbench.pipeline.slurm_state`), so a run
+started again takes over (:meth:`Submission.adopt`) instead of submitting twice. Endings, retries,
+refused ``sbatch`` and jobs that can never start: :mod:`dmlbench.pipeline.slurm_endings`, docs/cluster.md.
 """
 
 from __future__ import annotations

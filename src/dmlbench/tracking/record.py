@@ -6,25 +6,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dmlbench.data.prepare import MANIFEST
 from dmlbench.grid import RunSpec
 from dmlbench.io import md5_file
 from dmlbench.tracking.runlog import host, now, read_runlog, write_runlog
-from dmlbench.tracking.runs import TrackedRun
+from dmlbench.tracking.runs import RunWriter, TrackedRun
 from dmlbench.tracking.workspace import workspace_id
 
 if TYPE_CHECKING:  # the tune stage uses ending() alone: no spool code among its dependencies
     from dmlbench.tracking.spooled import SpooledRun, StageTracking
-
-
-class RunWriter(Protocol):
-    """What ends a run: a :class:`~dmlbench.tracking.runs.TrackedRun` or a spooled run."""
-
-    def set_tags(self, tags: Mapping[str, Any]) -> None: ...
-    def finish(self, status: str = "FINISHED") -> None: ...
-    def fail(self, exc: BaseException) -> None: ...
 
 
 Run = TypeVar("Run", bound=RunWriter)

@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dmlbench.errors import TrainingDiverged
 from dmlbench.grid import RunSpec
@@ -47,7 +47,24 @@ def start_system_metrics(run_id: str) -> Any:
     return monitor
 
 
-class TrackedRun:
+class RunWriter(Protocol):
+    """What ends a run: a :class:`TrackedRun` or a spooled run (:mod:`dmlbench.tracking.spooled`);
+    ``fail`` and ``log_file_reference`` written once over its ``set_tags`` and ``finish``."""
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None: ...
+    def finish(self, status: str = "FINISHED") -> None: ...
+
+    def log_file_reference(self, name: str, path: str | Path, md5: str) -> None:
+        """Record a DVC-tracked file by path and md5 instead of copying it into MLflow."""
+        self.set_tags({f"artifact.{name}.path": Path(path).as_posix(), f"artifact.{name}.md5": md5})
+
+    def fail(self, exc: BaseException) -> None:
+        """End the run FAILED, tagged with why (:func:`failure_tags`)."""
+        self.set_tags(failure_tags(exc))
+        self.finish("FAILED")
+
+
+class TrackedRun(RunWriter):
     """Thin wrapper over ``MlflowClient`` calls for one run id."""
 
     def __init__(self, run_id: str, mlflow_client: Any | None = None):
@@ -69,10 +86,6 @@ class TrackedRun:
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path)
-
-    def log_file_reference(self, name: str, path: str | Path, md5: str) -> None:
-        """Record a DVC-tracked file by path and md5 instead of copying it into MLflow."""
-        self.set_tags({f"artifact.{name}.path": Path(path).as_posix(), f"artifact.{name}.md5": md5})
 
     def start_system_metrics(self) -> Any:
         """MLflow's system metrics monitor for this run (:func:`start_system_metrics`)."""
@@ -98,11 +111,6 @@ class TrackedRun:
 
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.run_id, status=status, end_time=_now_ms())
-
-    def fail(self, exc: BaseException) -> None:
-        """End the run FAILED, tagged with why (:func:`failure_tags`)."""
-        self.set_tags(failure_tags(exc))
-        self.finish("FAILED")
 
     @property
     def status(self) -> str:

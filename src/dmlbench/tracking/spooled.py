@@ -17,7 +17,7 @@ from typing import Any
 
 from dmlbench.grid import Combo, RunSpec
 from dmlbench.tracking.cells import cell_config, cell_run_name, cell_tags
-from dmlbench.tracking.runs import failure_tags, start_system_metrics, training_run_request
+from dmlbench.tracking.runs import RunWriter, start_system_metrics, training_run_request
 from dmlbench.tracking.spool import Spool, flush_seconds
 
 INTERRUPTED_FLUSH_SECONDS = 30.0  # the flush of a training stopped by an interrupt
@@ -32,7 +32,7 @@ def _json(value: Any) -> Any:
     return copy
 
 
-class SpooledRun:
+class SpooledRun(RunWriter):
     """One run of a stage's spool, named by ``handle``; every call appends a record."""
 
     def __init__(self, spool: Spool, handle: str):
@@ -62,10 +62,6 @@ class SpooledRun:
         self.spool.append("artifact", run=self.handle, file=self.spool.keep_file(Path(path)),
                           artifact_path=artifact_path)  # fmt: skip
 
-    def log_file_reference(self, name: str, path: str | Path, md5: str) -> None:
-        """Record a DVC-tracked file by path and md5 instead of copying it into MLflow."""
-        self.set_tags({f"artifact.{name}.path": Path(path).as_posix(), f"artifact.{name}.md5": md5})
-
     def log_dataset(self, name: str, digest: str, source: str, profile: Mapping[str, Any], context: str) -> None:
         self.spool.append("dataset", run=self.handle, name=name, digest=digest, source=source,
                           profile=_json(dict(profile)), context=context)  # fmt: skip
@@ -73,11 +69,6 @@ class SpooledRun:
     def finish(self, status: str = "FINISHED") -> None:
         self.stop_system_metrics()
         self.spool.append("terminate", run=self.handle, status=status, end=int(time.time() * 1000))
-
-    def fail(self, exc: BaseException) -> None:
-        """End the run FAILED, tagged with why (:func:`dmlbench.tracking.runs.failure_tags`)."""
-        self.set_tags(failure_tags(exc))
-        self.finish("FAILED")
 
     def start_system_metrics(self) -> None:
         """MLflow's system metrics for this run while it trains: started once its run is open (by

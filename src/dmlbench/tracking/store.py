@@ -178,18 +178,12 @@ def supersede(mlflow_client: Any, runs: list[Any], run_id: str) -> None:
 @lru_cache(maxsize=1)
 def git_state() -> tuple[str, bool]:
     """(commit sha or "unknown", whether code or params differ from it)."""
-    root = project_root()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=project_root(), capture_output=True, text=True, check=True).stdout
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--", "src", "stages", "params.yaml", "dvc.yaml"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        return commit, bool(status)
+        commit = git("rev-parse", "HEAD").strip()
+        return commit, bool(git("status", "--porcelain", "--", "src", "stages", "params.yaml", "dvc.yaml").strip())
     except (OSError, subprocess.CalledProcessError):
         return "unknown", False
