@@ -18,15 +18,9 @@ import torch
 from dmlbench.errors import DataError
 from dmlbench.io import atomic_path
 from dmlbench.safe_load import load_plain
-from dmlbench.stage_inputs import inputs_fingerprint, package_fingerprint
+from dmlbench.stage_inputs import inputs_fingerprint
 
 LAST = "last.pt"
-
-
-def code_fingerprint() -> str:
-    """The code version a run records (``run.json``, MLflow, the report's code versions): every
-    ``.py`` of the package. What a checkpoint is resumed for is :func:`inputs_fingerprint`."""
-    return package_fingerprint()
 
 
 def _no_best() -> dict[str, Any]:

@@ -21,12 +21,12 @@ from dmlbench.grid import RunSpec
 from dmlbench.io import atomic_dir, md5_file, read_json, write_json
 from dmlbench.params.model import Params
 from dmlbench.params.run import RunConfig, run_config
-from dmlbench.stage_inputs import inputs_fingerprint
+from dmlbench.stage_inputs import inputs_fingerprint, package_fingerprint
 from dmlbench.tracking.record import DatasetInput, TrainingRecord, ending
 from dmlbench.tracking.runlog import read_runlog, split_timings
 from dmlbench.tracking.runs import find_training_run
 from dmlbench.tracking.spooled import SpooledRun, StageTracking
-from dmlbench.train.checkpoint import LAST, clear_checkpoint, code_fingerprint, load_checkpoint
+from dmlbench.train.checkpoint import LAST, clear_checkpoint, load_checkpoint
 from dmlbench.train.loop import TrainOutcome, train
 from dmlbench.train.progress import EpochLine
 
@@ -61,7 +61,7 @@ def _kept(config: RunConfig, data: PreparedDataset, folds: list[int | None], exp
         status = read_json(status_file) if status_file.exists() else {}
         model = paths.model_dir(run, fold)
         info = _finished(model, chash)
-        wanted = {"state": "complete", "config_hash": chash, "code": code_fingerprint(), "data": digest}
+        wanted = {"state": "complete", "config_hash": chash, "code": package_fingerprint(), "data": digest}
         if info is None or any(status.get(k) != v for k, v in wanted.items()) or not (model / MODEL).exists():
             return None
         if status.get("model_md5") != md5_file(model / MODEL):
@@ -125,7 +125,7 @@ def _train_members(
     started = any((paths.checkpoint_dir(run, f) / LAST).exists() or paths.staged_dir(run, f).exists() for f in folds)
     seed_run = tracking.training_run(
         "seed", run, config.resolved, config.config_hash, experiment, resume=started, parent=cell,
-        code=code_fingerprint(),
+        code=package_fingerprint(),
     )  # fmt: skip
     seed_run.set_tags({"folds": str(len(folds))})
     DatasetInput.of(data.name, paths.prepared_dir(data.name), data.info, None).log_to(seed_run)
@@ -176,7 +176,7 @@ def train_member(
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     record = TrainingRecord.open(
         tracking, "run" if fold is None else f"fold{fold}", run, config.resolved, chash, experiment, fold=fold,
-        parent=parent, code=code_fingerprint(), resumed=resume.history if resume else None,
+        parent=parent, code=package_fingerprint(), resumed=resume.history if resume else None,
         tags=_run_tags(config, device_name),
         dataset=DatasetInput.of(data.name, paths.prepared_dir(data.name), data.info, fold),
         log_path=paths.runlog_file(run, fold),
@@ -209,7 +209,7 @@ def train_member(
     )
     clear_checkpoint(checkpoints)
     # what the finished model is, so that a re-run of a completed but unrecorded stage returns at once (_kept)
-    complete = {"config_hash": chash, "code": code_fingerprint(), "data": _data_digest(data), "model_md5": model_md5}
+    complete = {"config_hash": chash, "code": package_fingerprint(), "data": _data_digest(data), "model_md5": model_md5}
     write_json(checkpoints / CHECKPOINT_STATUS, {"state": "complete", **complete,
                                                  "resumed_from_epoch": outcome.resumed_from_epoch})  # fmt: skip
     return {**info, "mlflow_run_id": record.runlog["mlflow_run_id"], "resumed_from_epoch": outcome.resumed_from_epoch}
@@ -228,7 +228,7 @@ def _save_member(
         "grid_key": grid_key,
         "fold": fold,
         "config_hash": config.config_hash,
-        "code": code_fingerprint(),
+        "code": package_fingerprint(),
         "inputs": inputs_fingerprint(),  # the code the stage reads (what a kept member is reused for)
         "experiment": experiment,
         "device": device_name,
