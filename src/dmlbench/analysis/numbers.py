@@ -269,19 +269,8 @@ def papers_vs_reality(
     for (dataset, backbone, loss), group in top1.groupby(["dataset", "backbone", "loss"], sort=False):
         interval = bounded_t_interval(group["value"].to_numpy(), confidence, 0.0, 1.0)
         low, high = interval.bounds_or_mean()
-        rows.append(
-            {
-                "dataset": dataset,
-                "backbone": backbone,
-                "loss": loss,
-                "display": names[loss],
-                "year": lit.loss_year(loss, methods),
-                "mean": 100 * interval.mean,
-                "low": 100 * low,
-                "high": 100 * high,
-                "n": interval.n,
-            }
-        )
+        values = {"mean": 100 * interval.mean, "low": 100 * low, "high": 100 * high, "n": interval.n}
+        rows.append(_loss_row(dataset, backbone, loss, names, methods, values))
     return Papers(claimed, reference, ours, pd.DataFrame(rows), literature, methods)
 
 
@@ -308,20 +297,17 @@ def _our_improvements(
             except ValueError:  # a mean of 0 (collapsed embeddings): no ratio
                 continue
             low, high = ratio.bounds_or_estimate()
-            rows.append(
-                {
-                    "dataset": dataset,
-                    "backbone": backbone,
-                    "loss": loss,
-                    "display": names[loss],
-                    "year": lit.loss_year(loss, methods),
-                    "estimate": 100 * ratio.estimate,
-                    "low": 100 * low,
-                    "high": 100 * high,
-                    "interval": ratio,
-                }
-            )
+            values = {"estimate": 100 * ratio.estimate, "low": 100 * low, "high": 100 * high, "interval": ratio}
+            rows.append(_loss_row(dataset, backbone, loss, names, methods, values))
     return pd.DataFrame(rows)
+
+
+def _loss_row(
+    dataset: str, backbone: str, loss: str, names: dict[str, str], methods: pd.DataFrame, values: dict[str, Any]
+) -> dict[str, Any]:
+    """A row of the papers-vs-reality tables: the cell, the loss's display name and year, then ``values``."""
+    cell = {"dataset": dataset, "backbone": backbone, "loss": loss}
+    return {**cell, "display": names[loss], "year": lit.loss_year(loss, methods), **values}
 
 
 def dated(frame: pd.DataFrame) -> pd.DataFrame:
