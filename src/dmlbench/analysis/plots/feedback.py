@@ -19,32 +19,15 @@ def test_feedback(bias: pd.DataFrame, path: Path, order: Sequence[str], confiden
     data = bias.assign(gain=100 * bias["bias"])
     losses = [o for o in order if o in set(data["loss"])]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(losses) + 2), 3.8))
+    layers = {"data": data, "x": "loss", "y": "gain", "hue": "dim", "order": losses, "palette": "crest", "ax": ax}
     with seeded_jitter():
-        sns.stripplot(
-            data=data,
-            x="loss",
-            y="gain",
-            hue="dim",
-            order=losses,
-            dodge=True,
-            alpha=0.45,
-            palette="crest",
-            ax=ax,
-            legend=False,
-            size=4,
-        )
+        sns.stripplot(**layers, dodge=True, alpha=0.45, legend=False, size=4)
     sns.pointplot(
-        data=data,
-        x="loss",
-        y="gain",
-        hue="dim",
-        order=losses,
+        **layers,
         dodge=0.4 if data["dim"].nunique() > 1 else False,
         errorbar=t_errorbar(confidence, 0.0, 100.0),  # a gain >= 0 (percentage points)
         capsize=0.12,
         linestyle="none",
-        palette="crest",
-        ax=ax,
         markers="D",
     )
     ax.axhline(0, color="black", linewidth=0.8)
