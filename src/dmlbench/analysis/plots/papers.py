@@ -24,6 +24,7 @@ SERIES_STYLE = {  # papers-vs-reality series: colour, marker (the marker is used
 BORROWED = "†"  # a claim set against other papers' baseline numbers (sections/papers.py uses the same mark)
 DATASET_MARKERS = {"cub200": "o", "cars196": "s", "sop": "^", "inshop": "D"}
 OTHER_DATASET_MARKER = "P"  # a dataset no paper reports on (the offline demo's glyphs)
+LEGEND_TEXT = {"fontsize": 8, "title_fontsize": 8, "frameon": False}  # the two legends of papers_vs_reality_figure
 
 
 def dataset_marker(dataset: str) -> str:
@@ -123,26 +124,12 @@ def papers_vs_reality_figure(
     # title 0.65 in above the marker legend whatever the rows: a fixed figure fraction overlaps them at 2 rows
     fig.suptitle("Papers versus reality: relative improvement over the old losses", y=1 + 0.65 / fig.get_figheight())
     fig.tight_layout()
-    fig.legend(
-        handles=marker_handles,
-        title="marker = dataset",
-        fontsize=8,
-        title_fontsize=8,
-        loc="lower center",
-        ncol=len(marker_handles),
-        frameon=False,
-        bbox_to_anchor=(0.5, 1.0),
+    legends = (  # handles, title, placement above or below the panels, columns
+        (marker_handles, "marker = dataset", "lower center", (0.5, 1.0), len(marker_handles)),
+        (colour_handles, "colour = source of the number", "upper center", (0.5, 0.0), min(len(colour_handles), 3)),
     )
-    fig.legend(
-        handles=colour_handles,
-        title="colour = source of the number",
-        fontsize=8,
-        title_fontsize=8,
-        loc="upper center",
-        ncol=min(len(colour_handles), 3),
-        frameon=False,
-        bbox_to_anchor=(0.5, 0.0),
-    )
+    for handles, title, loc, anchor, ncol in legends:
+        fig.legend(handles=handles, title=title, loc=loc, bbox_to_anchor=anchor, ncol=ncol, **LEGEND_TEXT)
     return fig
 
 
