@@ -57,11 +57,6 @@ def uncommitted_code(main: Path) -> list[str]:
     return [line[3:] for line in out.splitlines() if line.strip()]
 
 
-def dvc_cache_dir(main: Path) -> Path:
-    """The main checkout's DVC cache directory (``cache.dir`` if configured, else ``.dvc/cache``)."""
-    return dvc_adapter.cache_dir(main)
-
-
 def _write(path: Path, text: str) -> None:
     if path.is_file() and path.read_text() == text:
         return
@@ -114,7 +109,7 @@ def prepare_workspace(main: Path, name: str, params_yaml: str) -> Workspace:
             lock.unlink(missing_ok=True)
         else:
             lock.write_bytes(kept)
-    _write(root / ".dvc" / "config.local", f"[cache]\n    dir = {dvc_cache_dir(main)}\n")
+    _write(root / ".dvc" / "config.local", f"[cache]\n    dir = {dvc_adapter.cache_dir(main)}\n")
     _link_dropbox(main, root)
     _link_weights_lock(main, root)
     _write(root / "params.yaml", params_yaml)
