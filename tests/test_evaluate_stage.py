@@ -51,7 +51,7 @@ def _write_run(params, seed: int, chash: str | None):
 
 
 def _training_runs(params):
-    from dmlbench.tracking.runs import start_training_run
+    from helpers.tracking import start_training_run
 
     ids = {}
     for seed in params.seeds:

@@ -11,10 +11,10 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+from helpers.tracking import start_training_run
 
 from dmlbench.grid import Combo
 from dmlbench.tracking.cells import cell_config, cell_run_name, cell_tags, ensure_cell_run
-from dmlbench.tracking.runs import start_training_run
 from dmlbench.tracking.store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, client
 from dmlbench.tracking.summary import log_summary_run
 from dmlbench.tracking.ui import SHARED_VIEW_TAG, metric_columns, runs_url

@@ -5,8 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from helpers.tracking import start_training_run
+
 from dmlbench.grid import RunSpec
-from dmlbench.tracking.runs import start_training_run
 from dmlbench.tracking.store import client, ensure_experiment, sqlite_path
 
 RESOLVED = {"protocol": {"name": "demo", "lr": 0.001}, "loss": {"name": "contrastive", "neg_margin": 0.5}, "seed": 0}

@@ -231,21 +231,3 @@ def open_training_run(
         mlflow_client.log_batch(run_id, params=[Param(name, value) for name, value in request["params"].items()])
     supersede(mlflow_client, previous, run_id)
     return run_id
-
-
-def start_training_run(
-    run: RunSpec,
-    resolved: Mapping[str, Any],
-    config_hash: str,
-    experiment: str,
-    resume: bool = False,
-    fold: int | None = None,
-    parent_run_id: str | None = None,
-    code: str | None = None,
-) -> TrackedRun:
-    """:func:`open_training_run` at once (a training goes through its spool instead). ``fold``: a fold
-    model (grid key ``.../seed0/fold1``); ``parent_run_id``: the run it nests under; ``code``: the
-    training code's fingerprint, which must match for a resume."""
-    mlflow_client = make_client()
-    request = training_run_request(run, resolved, config_hash, experiment, resume, fold, code)
-    return TrackedRun(open_training_run(mlflow_client, request, parent_run_id), mlflow_client)
