@@ -333,6 +333,30 @@ def _journal_trials(root: Path, name: str):
     return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
 
 
+def test_a_journal_lock_left_by_a_killed_process_is_released_after_its_grace_period(tmp_path, monkeypatch):
+    """The study lives under a relative directory (as in a project); a process killed while it held the
+    journal's lock left the lock behind: the next process to write takes it over after the grace period."""
+    import threading
+
+    import optuna
+
+    from dmlbench.tune import study as study_module
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(study_module, "JOURNAL_LOCK_GRACE_SECONDS", 1)
+    tuning, directory = TuningConfig(dim=32), Path("artifacts/tuning/glyphs/tiny_cnn/contrastive/study")
+    killed = study_module.make_storage(tuning, directory)
+    optuna.create_study(study_name="s", storage=killed)
+    assert killed._backend._lock.acquire()  # held, never released: what a SIGKILL mid-write leaves
+    storage = study_module.make_storage(tuning, directory)
+    asked = []
+    thread = threading.Thread(target=lambda: asked.append(optuna.load_study(study_name="s", storage=storage).ask()))
+    thread.daemon = True
+    thread.start()
+    thread.join(timeout=60)
+    assert asked, "the stale journal lock was never released"
+
+
 @pytest.mark.slow
 def test_killed_study_resumes_keeping_its_finished_trials(tune_project):
     import mlflow

@@ -17,6 +17,7 @@ from typing import Any
 from dmlbench.params.tuning import TuningConfig
 
 JOURNAL = "journal.log"
+JOURNAL_LOCK_GRACE_SECONDS = 30  # Optuna's default: a lock unchanged this long is stale
 FINISHED_STATES = ("COMPLETE", "PRUNED")
 
 
@@ -47,7 +48,7 @@ def make_pruner(tuning: TuningConfig) -> Any:
 
 def make_storage(tuning: TuningConfig, directory: Path) -> Any:
     import optuna
-    from optuna.storages.journal import JournalFileBackend
+    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
     if tuning.storage:
         # one idle connection per process (a worker array of N tasks holds N, not 5 N: SQLAlchemy's
@@ -57,7 +58,11 @@ def make_storage(tuning: TuningConfig, directory: Path) -> Any:
         sqlite = tuning.storage.startswith("sqlite")  # (one machine; SQLAlchemy's own pool for it)
         return optuna.storages.RDBStorage(tuning.storage, engine_kwargs=None if sqlite else engine)
     directory.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.JournalStorage(JournalFileBackend(str(directory / JOURNAL)))
+    # absolute: Optuna's lock is a symlink to this path, and a stale lock (its holder killed mid-write)
+    # is released after the grace period only when the link resolves, which a relative one does not
+    journal = str((directory / JOURNAL).resolve())
+    lock = JournalFileSymlinkLock(journal, grace_period=JOURNAL_LOCK_GRACE_SECONDS)
+    return optuna.storages.JournalStorage(JournalFileBackend(journal, lock_obj=lock))
 
 
 def open_study(name: str, tuning: TuningConfig, storage: Any, worker: int = 0) -> Any:
